@@ -1,0 +1,241 @@
+"""The model configuration: one dataclass, one enum per exclusive choice, derived fields and validation.
+
+Torch-free on purpose: ``experiments`` uses :class:`ModelConfig` directly as the ``model`` section of its
+OmegaConf structured config, so every field is a plain type or a ``str`` Enum, every field has a default,
+and derived fields are ``Optional[...] = None`` until :meth:`ModelConfig.__post_init__` fills them
+(``OmegaConf.to_object`` calls it). Errors name the CLI key (``model.<field>``) on one line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+
+class ConfigError(ValueError):
+    """A model configuration problem; the message is one line naming the ``model.<key>`` involved."""
+
+
+class Family(str, Enum):
+    """Which network is assembled from the blocks."""
+
+    BERT = "bert"  # bidirectional encoder + MLM head
+    GPT = "gpt"  # causal decoder + tied LM head
+    T5 = "t5"  # encoder-decoder + (tied) LM head
+
+
+class PosScheme(str, Enum):
+    """How positions enter the network (see ``families/blocks/positions.py``)."""
+
+    LEARNED = "learned"  # learned absolute embeddings added to the token embeddings (BERT, GPT-2)
+    SINUSOIDAL = "sinusoidal"  # fixed sin/cos absolute embeddings (Vaswani et al. 2017)
+    ROPE = "rope"  # rotary embeddings applied to q and k (Su et al. 2021)
+    ALIBI = "alibi"  # linear attention biases with per-head slopes (Press et al. 2022)
+    T5_BIAS = "t5_bias"  # bucketed learned relative attention bias shared by a stack (Raffel et al. 2020)
+    NONE = "none"  # no position information (causal decoders can still infer order)
+
+
+class Norm(str, Enum):
+    """Normalisation layer kind."""
+
+    LAYERNORM = "layernorm"  # LayerNorm (with bias when model.bias)
+    RMSNORM = "rmsnorm"  # RMSNorm: no mean subtraction, no bias (T5)
+
+
+class NormPosition(str, Enum):
+    """Where the norm sits relative to the residual add."""
+
+    PRE = "pre"  # x + f(norm(x)), final norm after the stack (GPT-2, T5)
+    POST = "post"  # norm(x + f(x)), norm on the embeddings, no final norm (BERT)
+
+
+class FFNKind(str, Enum):
+    """Feed-forward block kind."""
+
+    PLAIN = "plain"  # W2 act(W1 x)
+    GATED = "gated"  # W2 (act(W1 x) * V x): SwiGLU with silu, T5 v1.1 gated-GELU with gelu_tanh
+
+
+class Activation(str, Enum):
+    """Feed-forward activation."""
+
+    RELU = "relu"  # T5 v1.0
+    GELU = "gelu"  # exact erf GELU (BERT)
+    GELU_TANH = "gelu_tanh"  # tanh approximation, HF's gelu_new (GPT-2, T5 v1.1)
+    SILU = "silu"  # SwiGLU with model.ffn=gated
+
+
+class InitScheme(str, Enum):
+    """Weight initialisation, faithful to each family's reference implementation."""
+
+    BERT = "bert"  # normal(0, init_std) for every weight, zero biases, unit norms
+    GPT2 = "gpt2"  # as bert, plus residual output projections scaled by 1/sqrt(2 * layers)
+    T5 = "t5"  # Mesh-TF factors: normal(0, (fan_in)^-0.5) per weight kind, embeddings normal(0, 1)
+
+
+class AttnImpl(str, Enum):
+    """Attention kernel."""
+
+    SDPA = "sdpa"  # torch.nn.functional.scaled_dot_product_attention (fast kernels)
+    MATH = "math"  # plain matmul/softmax reference path (tests, FLOP counting)
+
+
+def _enum(cls: type[Enum], key: str, value: object) -> Enum:
+    """Coerce a string (or enum) to ``cls``, raising a one-line ConfigError naming ``model.<key>``."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        valid = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        raise ConfigError(f"model.{key}={value!r} is not one of: {valid}") from None
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a BERT, GPT or T5 network. Defaults are a small GPT-2-style decoder."""
+
+    # Which network: bert (encoder + MLM head) | gpt (causal decoder) | t5 (encoder-decoder).
+    family: Family = Family.GPT
+    # Vocabulary size; 0 means "take it from the tokenizer" (experiments sets it before building).
+    vocab_size: int = 0
+    # Model (residual stream) width C.
+    dim: int = 256
+    # Number of layers (the encoder's for T5).
+    num_layers: int = 4
+    # T5 decoder layers; derived: num_layers for t5, 0 for the other families.
+    num_decoder_layers: int | None = None
+    # Query heads H.
+    num_heads: int = 4
+    # Key/value heads (GQA: divides num_heads; 1 = MQA); derived: num_heads.
+    num_kv_heads: int | None = None
+    # Per-head width D, independent of dim (T5's d_kv); derived: dim // num_heads.
+    head_dim: int | None = None
+    # Feed-forward hidden width; derived: 4*dim (plain) or 8/3*dim rounded up to a multiple of 8 (gated).
+    ffn_dim: int | None = None
+    # Longest sequence the position scheme must cover (size of learned/sinusoidal tables).
+    max_seq_len: int = 512
+    # Position scheme: learned | sinusoidal | rope | alibi | t5_bias | none.
+    pos: PosScheme = PosScheme.LEARNED
+    # Normalisation: layernorm | rmsnorm.
+    norm: Norm = Norm.LAYERNORM
+    # Norm placement: pre (GPT-2, T5) | post (BERT).
+    norm_position: NormPosition = NormPosition.PRE
+    # Feed-forward kind: plain | gated.
+    ffn: FFNKind = FFNKind.PLAIN
+    # Feed-forward activation: relu | gelu | gelu_tanh | silu.
+    activation: Activation = Activation.GELU_TANH
+    # Dropout probability on embeddings, attention weights and residual branches.
+    dropout: float = 0.1
+    # Biases in Linear layers and LayerNorm (BERT/GPT-2 True, T5 False).
+    bias: bool = True
+    # Share the input embedding with the output projection.
+    tie_embeddings: bool = True
+    # Attention logit scale; None = 1/sqrt(head_dim). T5 uses 1.0 (the scale is folded into its init).
+    qk_scale: float | None = None
+    # Multiplier on the final hidden state before the LM head; derived: dim^-0.5 for a tied T5 head
+    # (Mesh-TF rescaling), else 1.0.
+    head_scale: float | None = None
+    # Token-type (segment) vocabulary; derived: 2 for bert, 0 (no token-type embedding) otherwise.
+    type_vocab_size: int | None = None
+    # T5 relative-position buckets (pos=t5_bias).
+    rel_pos_buckets: int = 32
+    # T5 relative distance beyond which buckets are shared (pos=t5_bias).
+    rel_pos_max_distance: int = 128
+    # RoPE base frequency (pos=rope).
+    rope_theta: float = 10000.0
+    # Epsilon of every norm (BERT 1e-12, GPT-2 1e-5, T5 1e-6).
+    norm_eps: float = 1e-5
+    # Initialisation scheme: bert | gpt2 | t5.
+    init: InitScheme = InitScheme.GPT2
+    # Std of the normal init for the bert/gpt2 schemes; the t5 scheme multiplies its factors by init_std/0.02.
+    init_std: float = 0.02
+    # Padding token id (T5's decoder start token is the pad id).
+    pad_token_id: int = 0
+    # Attention kernel: sdpa (fast) | math (reference path, used for FLOP counting and tests).
+    attn_impl: AttnImpl = AttnImpl.SDPA
+
+    def __post_init__(self) -> None:
+        """Coerce enums, fill derived fields and validate; raises ConfigError naming the keys."""
+        self.family = _enum(Family, "family", self.family)  # type: ignore[assignment]
+        self.pos = _enum(PosScheme, "pos", self.pos)  # type: ignore[assignment]
+        self.norm = _enum(Norm, "norm", self.norm)  # type: ignore[assignment]
+        self.norm_position = _enum(NormPosition, "norm_position", self.norm_position)  # type: ignore[assignment]
+        self.ffn = _enum(FFNKind, "ffn", self.ffn)  # type: ignore[assignment]
+        self.activation = _enum(Activation, "activation", self.activation)  # type: ignore[assignment]
+        self.init = _enum(InitScheme, "init", self.init)  # type: ignore[assignment]
+        self.attn_impl = _enum(AttnImpl, "attn_impl", self.attn_impl)  # type: ignore[assignment]
+
+        for key in ("dim", "num_layers", "num_heads", "max_seq_len"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 1")
+        if self.vocab_size < 0:  # 0 is allowed here: "from the tokenizer"; build_network rejects it
+            raise ConfigError(f"model.vocab_size={self.vocab_size} must be >= 0 (0 = from the tokenizer)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
+        if self.norm_eps <= 0:
+            raise ConfigError(f"model.norm_eps={self.norm_eps} must be > 0")
+        if self.init_std <= 0:
+            raise ConfigError(f"model.init_std={self.init_std} must be > 0")
+
+        if self.head_dim is None:
+            if self.dim % self.num_heads:
+                raise ConfigError(
+                    f"model.dim={self.dim} is not divisible by model.num_heads={self.num_heads}; set model.head_dim"
+                )
+            self.head_dim = self.dim // self.num_heads
+        elif self.head_dim < 1:
+            raise ConfigError(f"model.head_dim={self.head_dim} must be >= 1")
+        if self.pos is PosScheme.ROPE and self.head_dim % 2:
+            raise ConfigError(f"model.head_dim={self.head_dim} must be even for model.pos=rope")
+
+        if self.num_kv_heads is None:
+            self.num_kv_heads = self.num_heads
+        if self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"model.num_kv_heads={self.num_kv_heads} must be >= 1 and divide model.num_heads={self.num_heads}"
+            )
+
+        if self.ffn_dim is None:
+            if self.ffn is FFNKind.GATED:  # same parameter count as a plain 4*dim FFN (Shazeer 2020)
+                self.ffn_dim = 8 * math.ceil(8 * self.dim / 3 / 8)
+            else:
+                self.ffn_dim = 4 * self.dim
+        elif self.ffn_dim < 1:
+            raise ConfigError(f"model.ffn_dim={self.ffn_dim} must be >= 1")
+
+        if self.family is Family.T5:
+            if self.num_decoder_layers is None:
+                self.num_decoder_layers = self.num_layers
+            elif self.num_decoder_layers < 1:
+                raise ConfigError(f"model.num_decoder_layers={self.num_decoder_layers} must be >= 1")
+        elif self.num_decoder_layers is None:
+            self.num_decoder_layers = 0
+        elif self.num_decoder_layers != 0:
+            raise ConfigError(
+                f"model.num_decoder_layers={self.num_decoder_layers} applies only to model.family=t5 "
+                f"(got model.family={self.family.value}); set it to null"
+            )
+
+        if self.type_vocab_size is None:
+            self.type_vocab_size = 2 if self.family is Family.BERT else 0
+        elif self.type_vocab_size < 0:
+            raise ConfigError(f"model.type_vocab_size={self.type_vocab_size} must be >= 0")
+
+        if self.head_scale is None:
+            tied_t5 = self.family is Family.T5 and self.tie_embeddings
+            self.head_scale = self.dim**-0.5 if tied_t5 else 1.0
+
+        if self.pos is PosScheme.T5_BIAS:
+            if self.rel_pos_buckets < 2:
+                raise ConfigError(f"model.rel_pos_buckets={self.rel_pos_buckets} must be >= 2")
+            if self.rel_pos_max_distance < self.rel_pos_buckets // 2:
+                raise ConfigError(
+                    f"model.rel_pos_max_distance={self.rel_pos_max_distance} must be >= "
+                    f"model.rel_pos_buckets/2={self.rel_pos_buckets // 2}"
+                )
+        if self.pos is PosScheme.ROPE and self.rope_theta <= 0:
+            raise ConfigError(f"model.rope_theta={self.rope_theta} must be > 0")
+        if self.pad_token_id < 0 or (self.vocab_size and self.pad_token_id >= self.vocab_size):
+            raise ConfigError(f"model.pad_token_id={self.pad_token_id} must be in [0, model.vocab_size)")

@@ -1,0 +1,198 @@
+"""Build famlab's bundled WordNet corpus and supersense task from Debian's ``wordnet-base``.
+
+Usage (standard library only; the output is byte-reproducible)::
+
+    python scripts/build_wordnet.py [--wordnet-dir /usr/share/wordnet] [--out datamodules/data] [--seed 0]
+
+Inputs: ``data.{noun,verb,adj,adv}`` of WordNet 3.0 (format: wndb(5WN)). Outputs under ``--out``:
+
+- ``wordnet-supersense.jsonl.gz``: one line per synset ``{"id", "text", "label", "split"}``. ``text`` is
+  the synset's definition: its gloss without the quoted examples, with every occurrence of one of the
+  synset's own lemmas (underscores read as spaces, case-insensitive, whole words) replaced by ``_``
+  (the lemma would give the answer away). ``label`` is the lexicographer file name (lexnames(5WN),
+  45 classes such as ``noun.animal``). ``split`` is ``train`` / ``val`` / ``test``, 80/10/10,
+  stratified by label; synsets with identical ``text`` form one group and land in one split.
+- ``wordnet-corpus.jsonl.gz``: one document per synset ``{"id", "text"}`` with text
+  ``"lemma, lemma: gloss"`` (the gloss with its examples), for every synset whose task split is
+  ``train`` (validation/test synsets are left out so fine-tuning scores are honest).
+- ``LICENSE-WordNet.txt``: the WordNet 3.0 licence, copied from the Debian copyright file.
+
+Gzip files are written with ``mtime=0`` and no file name, so rebuilding gives identical bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import hashlib
+import io
+import json
+import re
+from pathlib import Path
+
+# lexnames(5WN): lexicographer file number -> name (WordNet 3.0, 45 files).
+LEXNAMES = [
+    "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact",
+    "noun.attribute", "noun.body", "noun.cognition", "noun.communication", "noun.event", "noun.feeling",
+    "noun.food", "noun.group", "noun.location", "noun.motive", "noun.object", "noun.person",
+    "noun.phenomenon", "noun.plant", "noun.possession", "noun.process", "noun.quantity", "noun.relation",
+    "noun.shape", "noun.state", "noun.substance", "noun.time", "verb.body", "verb.change", "verb.cognition",
+    "verb.communication", "verb.competition", "verb.consumption", "verb.contact", "verb.creation",
+    "verb.emotion", "verb.motion", "verb.perception", "verb.possession", "verb.social", "verb.stative",
+    "verb.weather", "adj.ppl",
+]  # fmt: skip
+POS_FILES = ["noun", "verb", "adj", "adv"]
+SPLIT_FRACTIONS = (("val", 0.1), ("test", 0.1))  # the rest is train
+ADJ_MARKER = re.compile(r"\((a|p|ip)\)$")  # wndb(5WN): syntactic marker glued to adjective lemmas
+LICENSE_START = "This software and database is being provided"
+
+
+def parse_data_line(line: str) -> dict:
+    """Parse one synset line of a ``data.*`` file (wndb(5WN)).
+
+    ``offset lex_filenum ss_type w_cnt(hex) [word lex_id(hex)]... p_cnt [ptr]... [frames] | gloss``
+    """
+    fields, _, gloss = line.partition(" | ")
+    parts = fields.split()
+    offset, lex_filenum, ss_type = parts[0], int(parts[1]), parts[2]
+    w_cnt = int(parts[3], 16)
+    lemmas = [ADJ_MARKER.sub("", parts[4 + 2 * i]).replace("_", " ") for i in range(w_cnt)]
+    return {
+        "id": f"{ss_type}{offset}",
+        "label": LEXNAMES[lex_filenum],
+        "lemmas": lemmas,
+        "gloss": gloss.strip(),
+    }
+
+
+def split_gloss(gloss: str) -> tuple[str, list[str]]:
+    """Split a gloss into (definition, examples).
+
+    Segments are separated by ``;`` outside double quotes; a segment that starts with ``"`` is an
+    example (with any trailing attribution), the others form the definition.
+    """
+    segments, current, in_quote = [], [], False
+    for ch in gloss:
+        if ch == '"':
+            in_quote = not in_quote
+        if ch == ";" and not in_quote:
+            segments.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    segments.append("".join(current))
+    definition, examples = [], []
+    for seg in (s.strip() for s in segments):
+        if not seg:
+            continue
+        (examples if seg.startswith('"') else definition).append(seg)
+    return "; ".join(definition), examples
+
+
+def mask_lemmas(text: str, lemmas: list[str]) -> str:
+    """Replace whole-word, case-insensitive occurrences of any lemma with ``_`` (longest first)."""
+    for lemma in sorted(set(lemmas), key=lambda s: (-len(s), s)):
+        # Lookarounds instead of \b so lemmas that start/end with punctuation ("U.S.", "o'clock") match.
+        text = re.sub(rf"(?<!\w){re.escape(lemma)}(?!\w)", "_", text, flags=re.IGNORECASE)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def read_synsets(wordnet_dir: Path) -> list[dict]:
+    synsets = []
+    for pos in POS_FILES:
+        with open(wordnet_dir / f"data.{pos}", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("  "):  # licence header lines start with two spaces
+                    continue
+                synsets.append(parse_data_line(line.rstrip("\n")))
+    return synsets
+
+
+def _key(seed: int, text: str) -> str:
+    # A hash instead of random.shuffle: the order must not depend on the Python version.
+    return hashlib.sha256(f"{seed}\0{text}".encode()).hexdigest()
+
+
+def assign_splits(items: list[dict], seed: int) -> None:
+    """Set ``item["split"]``: 80/10/10 per label, identical ``text`` kept in one split."""
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    for item in items:
+        groups[item["text"]].append(item)
+    by_label: dict[str, list[str]] = collections.defaultdict(list)
+    for text, members in groups.items():
+        # A group whose members disagree is stratified under its most common label (ties: name order).
+        counts = collections.Counter(m["label"] for m in members)
+        label = min(counts, key=lambda lab: (-counts[lab], lab))
+        by_label[label].append(text)
+    for label in sorted(by_label):
+        texts = sorted(by_label[label], key=lambda t: _key(seed, t))
+        total = sum(len(groups[t]) for t in texts)
+        seen = 0
+        for text in texts:
+            position = seen / total  # fraction of this label's synsets placed before this group
+            split, edge = "train", 0.0
+            for name, fraction in SPLIT_FRACTIONS:
+                edge += fraction
+                if position < edge:
+                    split = name
+                    break
+            for member in groups[text]:
+                member["split"] = split
+            seen += len(groups[text])
+
+
+def write_jsonl_gz(path: Path, rows: list[dict]) -> None:
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+        for row in rows:
+            gz.write((json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8"))
+    path.write_bytes(buf.getvalue())
+
+
+def extract_license(copyright_file: Path) -> str:
+    """The WordNet3.0 licence paragraph of a Debian copyright file, de-indented."""
+    lines = copyright_file.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if LICENSE_START in line)
+    out = []
+    for line in lines[start:]:
+        if not line.startswith(" "):
+            break
+        out.append("" if line.strip() == "." else line[1:])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def build(wordnet_dir: Path, out: Path, copyright_file: Path, seed: int) -> dict:
+    synsets = read_synsets(wordnet_dir)
+    task, docs = [], []
+    for s in synsets:
+        definition, _ = split_gloss(s["gloss"])
+        text = mask_lemmas(definition, s["lemmas"])
+        if not text.strip("_ ;,."):
+            continue  # nothing left once the lemmas are gone: not a usable example
+        task.append({"id": s["id"], "text": text, "label": s["label"]})
+    assign_splits(task, seed)
+    split_of = {t["id"]: t["split"] for t in task}
+    for s in synsets:
+        if split_of.get(s["id"], "train") == "train":
+            docs.append({"id": s["id"], "text": f"{', '.join(s['lemmas'])}: {s['gloss']}"})
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl_gz(out / "wordnet-supersense.jsonl.gz", task)
+    write_jsonl_gz(out / "wordnet-corpus.jsonl.gz", docs)
+    (out / "LICENSE-WordNet.txt").write_text(extract_license(copyright_file), encoding="utf-8")
+    counts = collections.Counter(t["split"] for t in task)
+    return {"synsets": len(synsets), "task": dict(counts), "corpus_docs": len(docs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
+    parser.add_argument("--copyright", type=Path, default=Path("/usr/share/doc/wordnet-base/copyright"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "datamodules" / "data")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(json.dumps(build(args.wordnet_dir, args.out, args.copyright, args.seed)))
+
+
+if __name__ == "__main__":
+    main()

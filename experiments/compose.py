@@ -1,0 +1,260 @@
+"""Compose a config from presets and ``key=value`` overrides, validate it, and turn errors into one line.
+
+Merge order (DESIGN.md): schema defaults <- the chosen family's preset <- the other presets, left to
+right <- overrides. The family is whatever ``model.family`` ends up as, so it is resolved first from
+the presets and overrides, then the composition is done in that order: ``famlab pretrain t5 tiny`` and
+``famlab pretrain tiny model.family=t5`` give identical configs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from experiments.config import Config, ConfigInputError
+from families.config import Family, ModelConfig
+
+PRESET_DIR = Path(__file__).parent / "configs"
+FAMILIES = tuple(f.value for f in Family)
+
+
+def schema() -> DictConfig:
+    """The schema with its defaults, as a structured DictConfig.
+
+    The ``model`` section comes from the ModelConfig *class* so its derived fields stay ``None``
+    (an instance would have run ``__post_init__`` and frozen e.g. ``num_decoder_layers=0`` for GPT).
+    """
+    cfg = OmegaConf.structured(Config)
+    cfg.model = OmegaConf.structured(ModelConfig)
+    return cfg
+
+
+def preset_names() -> list[str]:
+    """Names of the bundled presets (the ``.yaml`` files directly in ``experiments/configs/``)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    """Resolve a preset name (``tiny``) or a path to a YAML file; raise ConfigInputError if neither."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ConfigInputError(f"preset file {name} does not exist")
+        return path
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigInputError(f"unknown preset {name!r}; valid presets: {', '.join(preset_names())} or a .yaml path")
+    return path
+
+
+def load_yaml(path: Path) -> DictConfig:
+    """Load one YAML file as a DictConfig, with a one-line error naming the file and line."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigInputError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigInputError(f"{path}: cannot read ({e})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigInputError(f"{path}: a preset must be a mapping of config sections, got {type(data).__name__}")
+    return OmegaConf.create(data)
+
+
+def preset_description(path: Path) -> str:
+    """The first comment line of a preset file (its one-line description)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+def parse_overrides(tokens: list[str]) -> DictConfig:
+    """Parse ``key=value`` tokens (bare or ``--key=value``; a literal ``None`` means null).
+
+    W&B's agent renders a Python ``None`` as the string ``None`` (REFERENCE.md); mapping it to null here
+    lets ``Optional`` fields accept it.
+    """
+    items: list[str] = []
+    for token in tokens:
+        token = token[2:] if token.startswith("--") else token
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            raise ConfigInputError(f"cannot parse override {token!r}; expected key=value")
+        if value.strip() == "None":
+            value = "null"
+        items.append(f"{key}={value}")
+    try:
+        return OmegaConf.from_dotlist(items)
+    except OmegaConfBaseException as e:
+        raise ConfigInputError(f"cannot parse overrides: {_first_line(e)}") from None
+
+
+@dataclass
+class Composed:
+    """A validated config plus what it was composed from."""
+
+    cfg: Config  # real dataclasses (ModelConfig.__post_init__ has run)
+    raw: DictConfig  # the merged structured DictConfig (before derived fields are filled)
+    presets: list[str]  # preset names / paths in the order given
+    explicit_model: dict[str, Any]  # model.* keys set by non-family presets and overrides (finetune checks)
+
+
+def _family_of(node: DictConfig) -> str | None:
+    value = OmegaConf.select(node, "model.family", default=None)
+    if value is None:
+        return None
+    return value.value if isinstance(value, Enum) else str(value)
+
+
+def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: str | None = None) -> Composed:
+    """Compose and validate a config.
+
+    Args:
+        presets: preset names or YAML paths, in command-line order.
+        overrides: ``key=value`` tokens (or an already parsed DictConfig).
+        family: the family when no preset or override names one (finetune from a run passes the run's).
+
+    Raises:
+        ConfigInputError: (a ValueError) with one line naming the key, preset or file.
+    """
+    over = overrides if isinstance(overrides, DictConfig) else parse_overrides(overrides)
+    loaded = [(name, load_yaml(preset_path(name))) for name in presets]
+    resolved = family
+    for _, node in loaded:
+        resolved = _family_of(node) or resolved
+    resolved = _family_of(over) or resolved
+    resolved = resolved or ModelConfig.family.value
+    if resolved not in FAMILIES:
+        raise ConfigInputError(f"model.family={resolved!r} is not one of: {', '.join(FAMILIES)}")
+    named = [n for n, _ in loaded if n in FAMILIES and n != resolved]
+    if named:
+        raise ConfigInputError(f"preset {named[0]} contradicts model.family={resolved}; name one family only")
+
+    family_node = load_yaml(preset_path(resolved))
+    others = [node for name, node in loaded if name != resolved]
+    try:
+        merged = OmegaConf.merge(schema(), family_node, *others, over)
+        explicit = OmegaConf.merge(*others, over) if others or over else OmegaConf.create({})
+    except OmegaConfBaseException as e:
+        raise ConfigInputError(format_omegaconf_error(e)) from None
+    model_explicit = OmegaConf.to_container(explicit.get("model", OmegaConf.create({})))
+    cfg = to_dataclass(merged)
+    cross_checks(cfg)
+    return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=dict(model_explicit))
+
+
+def to_dataclass(merged: DictConfig) -> Config:
+    """``OmegaConf.to_object`` with errors turned into one line (runs ModelConfig's own checks)."""
+    try:
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise ConfigInputError(format_omegaconf_error(e)) from None
+    assert isinstance(cfg, Config)
+    return cfg
+
+
+def cross_checks(cfg: Config) -> None:
+    """Checks that involve more than one key; each message names every key involved."""
+    from objectives.pairs import OBJECTIVES, check_pair  # lazy: keeps `famlab config` / `presets` light
+
+    family = cfg.model.family.value
+    if cfg.objective.name is None:
+        cfg.objective.name = OBJECTIVES[family][0]
+    check_pair(family, cfg.objective.name)
+    if cfg.data.seq_len < 2:
+        raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 2")
+    if cfg.data.seq_len > cfg.model.max_seq_len:
+        raise ConfigInputError(
+            f"data.seq_len={cfg.data.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "raise model.max_seq_len or lower data.seq_len"
+        )
+    if cfg.data.max_len > cfg.model.max_seq_len:
+        raise ConfigInputError(
+            f"data.max_len={cfg.data.max_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "lower data.max_len or raise model.max_seq_len"
+        )
+    if cfg.finetune.pooling is not None and cfg.finetune.pooling.value == "decoder" and family != "t5":
+        raise ConfigInputError(f"finetune.pooling=decoder needs model.family=t5 (got model.family={family})")
+    for key in ("data.batch_size", "trainer.max_steps", "trainer.val_check_interval", "trainer.accumulate_grad_batches"):
+        section, name = key.split(".")
+        if getattr(getattr(cfg, section), name) < 1:
+            raise ConfigInputError(f"{key}={getattr(getattr(cfg, section), name)} must be >= 1")
+    for key in ("data.val_fraction", "data.test_fraction"):
+        value = getattr(cfg.data, key.split(".")[1])
+        if value is not None and not 0.0 < value < 1.0:
+            raise ConfigInputError(f"{key}={value} must be in (0, 1)")
+    if cfg.optim.lr <= 0 or cfg.finetune.lr <= 0:
+        raise ConfigInputError(f"optim.lr={cfg.optim.lr} and finetune.lr={cfg.finetune.lr} must be > 0")
+    if not 0.0 <= cfg.optim.min_lr_ratio <= 1.0:
+        raise ConfigInputError(f"optim.min_lr_ratio={cfg.optim.min_lr_ratio} must be in [0, 1]")
+    if len(cfg.optim.betas) != 2:
+        raise ConfigInputError(f"optim.betas={list(cfg.optim.betas)} must have two values")
+    if not cfg.finetune.seeds:
+        raise ConfigInputError("finetune.seeds=[] must name at least one seed")
+    monitors = ("val/acc", "val/f1", "val/mcc", "val/loss")
+    if cfg.finetune.monitor not in monitors:
+        raise ConfigInputError(f"finetune.monitor={cfg.finetune.monitor} is not one of: {', '.join(monitors)}")
+    if cfg.resume not in ("never", "auto") and not Path(cfg.resume).expanduser().exists():
+        raise ConfigInputError(f"resume={cfg.resume} is not never, auto or an existing checkpoint")
+
+
+def _first_line(e: BaseException) -> str:
+    msg = getattr(e, "msg", None) or str(e)
+    return str(msg).strip().splitlines()[0] if str(msg).strip() else type(e).__name__
+
+
+def format_omegaconf_error(e: OmegaConfBaseException) -> str:
+    """One line naming the key: OmegaConf's first line, with enum names turned into their values."""
+    key = getattr(e, "full_key", None)
+    msg = _first_line(e)
+    match = re.match(r"Invalid value '(.*)', expected one of \[(.*)\]", msg)
+    if match:
+        valid = ", ".join(v.strip().lower() for v in match.group(2).split(","))
+        return f"{key}={match.group(1)!r} is not one of: {valid}"
+    if key and key not in msg:
+        return f"{key}: {msg}"
+    return msg
+
+
+def to_plain(cfg: Config | DictConfig) -> dict[str, Any]:
+    """A plain nested dict (enums as their values) for YAML, JSON and W&B."""
+    node = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
+    return _plain(OmegaConf.to_container(node, resolve=True))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_yaml(cfg: Config | DictConfig) -> str:
+    """The config as YAML with enum values (``family: t5``, not ``T5``), keys in schema order."""
+    return yaml.safe_dump(to_plain(cfg), sort_keys=False)
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> dotted keys (``{"model.dim": 64}``); W&B logs the config once, flat (wandb #5477)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out

@@ -1,0 +1,199 @@
+"""Pretraining objectives: how a packed block becomes a batch, and how a batch becomes a loss.
+
+`make_objective` returns one of three small classes sharing the `Objective` interface
+(docs/interfaces.md): `raw_block_len` (tokens per sample the data module must cut), `separator_id`
+(joined after every document), `collate(samples)`, `loss(net, batch)` and `tokens_in(batch)`.
+
+Legend: B batch, T model sequence length, Tt target length, N label tokens in the batch, V vocab, C model dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from objectives.corruption import IGNORE, clm_shift, mlm_mask, span_corrupt, t5_lengths
+from objectives.errors import ObjectiveError
+from objectives.tokens import TokenIds
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass
+class LossOutput:
+    """What `Objective.loss` returns.
+
+    Attributes:
+        loss: scalar, summed cross-entropy / `num_label_tokens` (the mean over label tokens).
+        num_label_tokens: N, the number of positions with a label (a Python int is avoided: a 0-d long
+            tensor, so no device sync is forced).
+        logits: `(N, V)` logits at the label positions when the objective computes them sparsely (MLM), or
+            `(B, T, V)` dense logits (CLM, span); `None` when not kept.
+        labels: target ids with the same leading shape as `logits` (`-100` = no label).
+    """
+
+    loss: torch.Tensor
+    num_label_tokens: torch.Tensor
+    logits: torch.Tensor | None
+    labels: torch.Tensor
+
+
+def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy, label count) over `(..., V)` logits and `(...)` labels, `-100` skipped."""
+    # float(): logits may be bf16 under autocast; the log-softmax sum needs fp32.
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="sum")
+    count = (labels != IGNORE).sum()
+    return total, count
+
+
+def _stack(samples: Sequence[torch.Tensor], length: int) -> torch.Tensor:
+    """`(B, length)` long tensor from 1-D samples, checking the data module cut them as asked."""
+    block = torch.stack([torch.as_tensor(s, dtype=torch.long) for s in samples])
+    if block.ndim != 2 or block.shape[1] != length:
+        raise ObjectiveError(f"expected samples of {length} tokens (raw_block_len), got shape {tuple(block.shape)}")
+    return block
+
+
+class Objective:
+    """Base class; see the module docstring. Subclasses set `name`, `raw_block_len`, `separator_id`."""
+
+    name: str
+    raw_block_len: int
+    separator_id: int
+
+    def __init__(self, ids: TokenIds, seq_len: int, generator: torch.Generator | None = None) -> None:
+        self.ids = ids
+        self.seq_len = seq_len
+        # None: torch's global generator, which Lightning seeds and resume (issue 6) restores.
+        self.generator = generator
+
+    def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
+        raise NotImplementedError
+
+    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+        raise NotImplementedError
+
+    def tokens_in(self, batch: Batch) -> int:
+        """Tokens the network read in this batch (encoder inputs, plus decoder inputs for T5)."""
+        return int(batch["input_ids"].numel())
+
+
+class MaskedLM(Objective):
+    """BERT's masked LM: `[CLS]` + a raw block of `seq_len - 1` tokens, 15 % selected, 80/10/10."""
+
+    name = "mlm"
+
+    def __init__(self, ids: TokenIds, seq_len: int, mask_rate: float, generator: torch.Generator | None) -> None:
+        super().__init__(ids, seq_len, generator)
+        if not 0.0 < mask_rate < 1.0:
+            raise ObjectiveError(f"objective.mask_rate={mask_rate} must be in (0, 1)")
+        self.mask_rate = mask_rate
+        self.raw_block_len = seq_len - 1
+        self.separator_id = ids.sep
+
+    def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
+        block = _stack(samples, self.raw_block_len)  # (B, T - 1)
+        inputs, labels = mlm_mask(block, self.ids, rate=self.mask_rate, generator=self.generator)
+        cls = torch.full((block.shape[0], 1), self.ids.cls, dtype=torch.long)
+        ignore = torch.full_like(cls, IGNORE)
+        return {"input_ids": torch.cat([cls, inputs], 1), "labels": torch.cat([ignore, labels], 1)}  # (B, T)
+
+    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+        out = net(batch["input_ids"], compute_logits=False)
+        selected = batch["labels"] != IGNORE  # (B, T)
+        labels = batch["labels"][selected]  # (N,)
+        # The vocabulary projection only at the ~15 % selected positions (cramming, Geiping & Goldstein 2022).
+        logits = net.project(out.hidden[selected])  # (N, V)
+        total, count = _summed_ce(logits, labels)
+        return LossOutput(total / count.clamp(min=1), count, logits, labels)
+
+
+class CausalLM(Objective):
+    """GPT's causal LM: a raw block of `seq_len + 1` tokens gives inputs `block[:-1]`, labels `block[1:]`."""
+
+    name = "clm"
+
+    def __init__(self, ids: TokenIds, seq_len: int, generator: torch.Generator | None) -> None:
+        super().__init__(ids, seq_len, generator)
+        self.raw_block_len = seq_len + 1
+        self.separator_id = ids.eos
+
+    def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
+        inputs, labels = clm_shift(_stack(samples, self.raw_block_len))  # (B, T) each
+        return {"input_ids": inputs, "labels": labels}
+
+    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+        logits = net(batch["input_ids"]).logits  # (B, T, V)
+        total, count = _summed_ce(logits, batch["labels"])
+        return LossOutput(total / count.clamp(min=1), count, logits, batch["labels"])
+
+
+class SpanCorruption(Objective):
+    """T5's span corruption: raw length from `t5_lengths` so the encoder inputs are `seq_len` with no padding."""
+
+    name = "span"
+
+    def __init__(
+        self, ids: TokenIds, seq_len: int, density: float, mean_span: float, generator: torch.Generator | None
+    ) -> None:
+        super().__init__(ids, seq_len, generator)
+        self.density = density
+        self.mean_span = mean_span
+        self.raw_block_len, self.targets_len = t5_lengths(seq_len, density, mean_span)
+        self.separator_id = ids.eos
+
+    def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
+        block = _stack(samples, self.raw_block_len)
+        inputs, targets = span_corrupt(
+            block, self.ids, density=self.density, mean_span=self.mean_span, generator=self.generator
+        )  # (B, T'), (B, Tt)
+        # Teacher forcing as HF T5: targets shifted right, [PAD] as the decoder start token.
+        start = torch.full((block.shape[0], 1), self.ids.pad, dtype=torch.long)
+        decoder_inputs = torch.cat([start, targets[:, :-1]], 1)  # (B, Tt)
+        return {"input_ids": inputs, "decoder_input_ids": decoder_inputs, "labels": targets}
+
+    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+        logits = net(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"]).logits  # (B, Tt, V)
+        total, count = _summed_ce(logits, batch["labels"])
+        return LossOutput(total / count.clamp(min=1), count, logits, batch["labels"])
+
+    def tokens_in(self, batch: Batch) -> int:
+        return int(batch["input_ids"].numel() + batch["decoder_input_ids"].numel())
+
+
+def make_objective(
+    name: str,
+    ids: TokenIds,
+    *,
+    seq_len: int,
+    mask_rate: float = 0.15,
+    noise_density: float = 0.15,
+    mean_span: float = 3.0,
+    generator: torch.Generator | None = None,
+) -> Objective:
+    """Build the objective `name` (`mlm` | `clm` | `span`) for sequences of `seq_len` tokens.
+
+    Args:
+        name: objective name (`objective.name`).
+        ids: the tokenizer's special ids.
+        seq_len: tokens the network reads per sequence (encoder side for T5).
+        mask_rate: MLM selection rate.
+        noise_density, mean_span: T5 span corruption settings.
+        generator: randomness for the corruption; `None` uses torch's global generator.
+    """
+    if seq_len < 4:
+        raise ObjectiveError(f"sequence length {seq_len} is too short to train on (need at least 4)")
+    if name == "mlm":
+        return MaskedLM(ids, seq_len, mask_rate, generator)
+    if name == "clm":
+        return CausalLM(ids, seq_len, generator)
+    if name == "span":
+        return SpanCorruption(ids, seq_len, noise_density, mean_span, generator)
+    raise ObjectiveError(f"objective.name={name} is not one of ['clm', 'mlm', 'span']")
+
+
+__all__ = ["LossOutput", "Objective", "MaskedLM", "CausalLM", "SpanCorruption", "make_objective"]

@@ -1,0 +1,22 @@
+"""Which pretraining objective goes with which family (widened later, e.g. UL2 / prefix LM)."""
+
+from __future__ import annotations
+
+from objectives.errors import ObjectiveError
+
+OBJECTIVES: dict[str, list[str]] = {"bert": ["mlm"], "gpt": ["clm"], "t5": ["span"]}
+
+
+def valid_pairs() -> str:
+    """The valid family x objective pairs as one readable string, e.g. `bert x mlm, gpt x clm, t5 x span`."""
+    return ", ".join(f"{family} x {objective}" for family, names in OBJECTIVES.items() for objective in names)
+
+
+def check_pair(family: str, objective: str) -> None:
+    """Raise `ObjectiveError` (one line, listing the valid pairs) unless `objective` can train `family`."""
+    if family not in OBJECTIVES:
+        raise ObjectiveError(f"model.family={family} is not one of {sorted(OBJECTIVES)}; valid pairs: {valid_pairs()}")
+    if objective not in OBJECTIVES[family]:
+        raise ObjectiveError(
+            f"objective.name={objective} cannot train model.family={family}; valid pairs: {valid_pairs()}"
+        )

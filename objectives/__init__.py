@@ -3,6 +3,9 @@
 Imports `families` only for types and heads; never `datamodules` or `experiments`.
 """
 
+from typing import Any
+
+from objectives.collator import ClassificationCollator
 from objectives.corruption import clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
 from objectives.errors import ObjectiveError
 from objectives.objective import LossOutput, Objective, make_objective
@@ -11,6 +14,9 @@ from objectives.pairs import OBJECTIVES, check_pair
 from objectives.tokens import TokenIds
 
 __all__ = [
+    "ClassificationCollator",
+    "ClassifierModule",
+    "PretrainModule",
     "OBJECTIVES",
     "LossOutput",
     "Objective",
@@ -28,3 +34,12 @@ __all__ = [
     "span_corrupt",
     "t5_lengths",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the LightningModules on first use, so `import objectives` stays light (no lightning import)."""
+    if name in ("PretrainModule", "ClassifierModule"):
+        from objectives import modules
+
+        return getattr(modules, name)
+    raise AttributeError(f"module 'objectives' has no attribute {name!r}")

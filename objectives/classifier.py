@@ -1,0 +1,161 @@
+"""`ClassifierModule`: fine-tune any family on a classification task with its own pooling head.
+
+Pooling (`finetune.pooling`): `cls` (BERT: `[CLS]` through BERT's dense + tanh pooler), `last` (GPT: the last
+non-pad token, found from the attention mask so left and right padding both work), `mean` (T5 default:
+mean of the encoder states over the mask) and `decoder` (T5: the decoder state at the first step, fed the
+decoder start token). Metrics: one torchmetrics collection per split (`val/acc`, `val/f1` macro,
+`val/mcc`, `test/...`) plus `train/loss` and `val/loss`.
+
+Legend: B batch, T sequence length, C model dim, K classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
+
+from families import heads
+from objectives.errors import ObjectiveError
+from objectives.objective import Batch
+from objectives.optim import OptimSettings, configure_adamw, decay_groups
+
+POOLINGS = ("cls", "last", "mean", "decoder")
+
+
+class ClassificationHeadModule(nn.Module):
+    """Optional BERT pooler (dense + tanh), dropout and a linear classifier on pooled `(B, C)` states."""
+
+    def __init__(self, dim: int, num_classes: int, dropout: float, pooler: bool) -> None:
+        super().__init__()
+        self.pooler = heads.Pooler(dim) if pooler else None
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(dim, num_classes)
+        # BERT's initialisation for a new head: normal(0.02), zero bias.
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """`(B, C)` pooled states -> `(B, K)` logits."""
+        if self.pooler is not None:
+            pooled = self.pooler(pooled)
+        return self.classifier(self.dropout(pooled))
+
+
+def _metrics(num_classes: int, prefix: str) -> MetricCollection:
+    return MetricCollection(
+        {
+            "acc": MulticlassAccuracy(num_classes, average="micro"),
+            "f1": MulticlassF1Score(num_classes, average="macro"),
+            "mcc": MulticlassMatthewsCorrCoef(num_classes),
+        },
+        prefix=prefix,
+    )
+
+
+class ClassifierModule(L.LightningModule):
+    """Fine-tune `net` (BERT / GPT / T5) on a `num_classes`-way classification task.
+
+    Args:
+        net: a `families` network; only its hidden states are used (no LM head).
+        num_classes: K.
+        optim: AdamW and schedule settings for the network.
+        pooling: `cls` | `last` | `mean` | `decoder` (`decoder` needs an encoder-decoder).
+        head_dropout: dropout before the classifier.
+        head_lr: learning rate of the head (pooler + classifier); `None` = `optim.lr`.
+        pooler_state: state dict for BERT's pooler (`families.hf.hf_pooler_state`), when the checkpoint has one.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_classes: int,
+        optim: OptimSettings,
+        *,
+        pooling: str,
+        head_dropout: float = 0.1,
+        head_lr: float | None = None,
+        pooler_state: dict[str, torch.Tensor] | None = None,
+    ) -> None:
+        super().__init__()
+        family = str(getattr(net, "family", ""))
+        if pooling not in POOLINGS:
+            raise ObjectiveError(f"finetune.pooling={pooling} is not one of {list(POOLINGS)}")
+        if pooling == "decoder" and family != "t5":
+            raise ObjectiveError(f"finetune.pooling=decoder needs an encoder-decoder (t5), not model.family={family}")
+        if num_classes < 2:
+            raise ObjectiveError(f"num_classes={num_classes}: a classification task needs at least 2 labels")
+        if pooler_state is not None and pooling != "cls":
+            raise ObjectiveError(f"a BERT pooler state was given but finetune.pooling={pooling} (use cls)")
+        self.save_hyperparameters(
+            {"num_classes": num_classes, "pooling": pooling, "head_dropout": head_dropout, "head_lr": head_lr,
+             "optim": asdict(optim)}
+        )
+        self.net = net
+        self.family = family
+        self.pooling = pooling
+        self.optim = optim
+        self.head_lr = head_lr
+        self.head = ClassificationHeadModule(net.config.dim, num_classes, head_dropout, pooler=pooling == "cls")
+        if pooler_state is not None:
+            assert self.head.pooler is not None
+            self.head.pooler.load_state_dict(pooler_state)
+        self.val_loss = MeanMetric()
+        self.val_metrics = _metrics(num_classes, "val/")
+        self.test_metrics = _metrics(num_classes, "test/")
+
+    def pooled(self, batch: Batch) -> torch.Tensor:
+        """`(B, C)` pooled representation of the batch."""
+        input_ids, mask = batch["input_ids"], batch["attention_mask"]
+        if self.family == "t5":
+            encoded = self.net.encode(input_ids, attention_mask=mask)  # (B, T, C)
+            if self.pooling != "decoder":
+                return heads.pool(encoded, mask, self.pooling)
+            decoded = self.net.decode(batch["decoder_input_ids"], encoded, encoder_attention_mask=mask)  # (B, 1, C)
+            return decoded[:, 0]
+        if self.family == "bert":
+            out = self.net(input_ids, attention_mask=mask, token_type_ids=batch.get("token_type_ids"),
+                           compute_logits=False)
+        else:
+            # Left padding shifts the text; count positions from the first real token so they match pretraining.
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+            out = self.net(input_ids, attention_mask=mask, position_ids=positions, compute_logits=False)
+        return heads.pool(out.hidden, mask, self.pooling)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """`(B, K)` class logits."""
+        return self.head(self.pooled(batch))
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        loss = F.cross_entropy(self(batch).float(), batch["labels"])
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        if self._trainer is not None and self.trainer.optimizers:
+            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def _evaluate(self, batch: Batch, metrics: MetricCollection) -> torch.Tensor:
+        logits = self(batch).float()
+        loss = F.cross_entropy(logits, batch["labels"])
+        metrics.update(logits, batch["labels"])
+        return loss
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        loss = self._evaluate(batch, self.val_metrics)
+        self.val_loss.update(loss, weight=batch["labels"].numel())
+        self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log_dict(self.val_metrics, on_step=False, on_epoch=True)
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics)
+        self.log_dict(self.test_metrics, on_step=False, on_epoch=True)
+
+    def configure_optimizers(self) -> Any:
+        groups = decay_groups(self.net, self.optim.weight_decay)
+        groups += decay_groups(self.head, self.optim.weight_decay, lr=self.head_lr)
+        return configure_adamw(groups, self.optim)

@@ -186,7 +186,8 @@ def cross_checks(cfg: Config) -> None:
         )
     if cfg.finetune.pooling is not None and cfg.finetune.pooling.value == "decoder" and family != "t5":
         raise ConfigInputError(f"finetune.pooling=decoder needs model.family=t5 (got model.family={family})")
-    for key in ("data.batch_size", "trainer.max_steps", "trainer.val_check_interval", "trainer.accumulate_grad_batches"):
+    positive = ("data.batch_size", "trainer.max_steps", "trainer.val_check_interval", "trainer.accumulate_grad_batches")
+    for key in positive:
         section, name = key.split(".")
         if getattr(getattr(cfg, section), name) < 1:
             raise ConfigInputError(f"{key}={getattr(getattr(cfg, section), name)} must be >= 1")

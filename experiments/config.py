@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional, Union
+from typing import Any
 
 from families.config import ModelConfig
 
@@ -53,7 +53,7 @@ class TokenizerConfig:
     kind: TokenizerKind = TokenizerKind.bpe  # tokenizer model trained on the corpus
     vocab_size: int = 8192  # requested size incl. special tokens and sentinels (unigram may give fewer)
     num_sentinels: int = 100  # T5 sentinels <extra_id_i>, ids counting down from the top of the vocabulary
-    path: Optional[str] = None  # an existing tokenizer.json to reuse (a comparison shares one); None = train
+    path: str | None = None  # an existing tokenizer.json to reuse (a comparison shares one); None = train
 
 
 @dataclass
@@ -63,23 +63,23 @@ class DataConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_len: int = 128  # tokens the network reads per pretraining sample (T5: encoder input length)
     batch_size: int = 32  # samples per optimizer micro-step and per device
-    val_fraction: Optional[float] = None  # held-out fraction; None = 0.05 for a corpus, 0.1 for a task
+    val_fraction: float | None = None  # held-out fraction; None = 0.05 for a corpus, 0.1 for a task
     test_fraction: float = 0.1  # task test fraction, for a task file without a split column
     seed: int = 0  # document order in the token file and the task split (same for every family)
     shuffle: bool = False  # permute pretraining blocks per epoch (pure function of seed and epoch)
     num_workers: int = 0  # DataLoader workers (tokenization happens once in prepare_data, so 0 is fine)
-    val_batches: Optional[int] = None  # cap on validation blocks kept from the corpus; None = all
+    val_batches: int | None = None  # cap on validation blocks kept from the corpus; None = all
     text_column: str = "text"  # task files: the text column
-    text_pair_column: Optional[str] = None  # task files: the second text column for sentence pairs
+    text_pair_column: str | None = None  # task files: the second text column for sentence pairs
     label_column: str = "label"  # task files: the label column (string or integer labels)
     split_column: str = "split"  # task files: train/val/test column; absent = split by the fractions
     max_len: int = 128  # fine-tuning: longest classifier input in tokens, special tokens included
-    cache_dir: Optional[str] = None  # tokenizers / token files; None = $FAMLAB_CACHE or ~/.cache/famlab
+    cache_dir: str | None = None  # tokenizers / token files; None = $FAMLAB_CACHE or ~/.cache/famlab
 
 
 @dataclass
 class ObjectiveConfig:
-    name: Optional[str] = None  # mlm | clm | span (see `famlab presets`); None = the family's default
+    name: str | None = None  # mlm | clm | span (see `famlab presets`); None = the family's default
     mask_rate: float = 0.15  # MLM: fraction of non-special tokens selected (80 % [MASK], 10 % random, 10 % kept)
     noise_density: float = 0.15  # span corruption: fraction of raw tokens that are noise
     mean_span: float = 3.0  # span corruption: mean noise-span length in tokens
@@ -94,19 +94,19 @@ class OptimConfig:
     weight_decay: float = 0.01  # decoupled weight decay (not on biases, norms, embeddings)
     warmup_steps: int = 100  # linear warmup from 0 to lr, in optimizer steps
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio at trainer.max_steps
-    grad_clip: Optional[float] = 1.0  # clip the global gradient norm; None = no clipping
-    fused: Optional[bool] = None  # fused AdamW; None = on CUDA only
+    grad_clip: float | None = 1.0  # clip the global gradient norm; None = no clipping
+    fused: bool | None = None  # fused AdamW; None = on CUDA only
 
 
 @dataclass
 class TrainerConfig:
     max_steps: int = 1000  # optimizer steps to train (pretraining budget)
     val_check_interval: int = 100  # validate every this many training batches
-    limit_val_batches: Optional[int] = None  # validation batches per check; None = all
+    limit_val_batches: int | None = None  # validation batches per check; None = all
     validate_first: bool = True  # validate once before training, so curves start at step 0
     log_every_n_steps: int = 10  # training-metric logging interval
     accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu | cuda | mps
-    devices: Union[int, str] = "auto"  # Lightning devices: auto | N | "0,1"
+    devices: int | str = "auto"  # Lightning devices: auto | N | "0,1"
     strategy: str = "auto"  # Lightning strategy: auto | ddp | ddp_spawn | fsdp ...
     num_nodes: int = 1  # nodes for multi-node DDP
     precision: str = "auto"  # Lightning precision; auto = bf16-mixed on CUDA with bf16, else 32-true
@@ -121,23 +121,23 @@ class TrainerConfig:
 @dataclass
 class WandbConfig:
     project: str = "famlab"  # W&B project
-    entity: Optional[str] = None  # W&B entity (user or team); None = the account's default
-    group: Optional[str] = None  # run group (the comparison or sweep name); None = no group
+    entity: str | None = None  # W&B entity (user or team); None = the account's default
+    group: str | None = None  # run group (the comparison or sweep name); None = no group
     mode: WandbMode = WandbMode.auto  # auto | online | offline | disabled
     tags: list[str] = field(default_factory=list)  # extra tags; family, objective and pos are always added
-    name: Optional[str] = None  # W&B run name; None = the run's readable name
+    name: str | None = None  # W&B run name; None = the run's readable name
 
 
 @dataclass
 class FinetuneConfig:
     epochs: int = 3  # passes over the training split (ignored when max_steps is set)
-    max_steps: Optional[int] = None  # optimizer steps instead of epochs; None = use epochs
+    max_steps: int | None = None  # optimizer steps instead of epochs; None = use epochs
     lr: float = 1e-4  # body learning rate
-    head_lr: Optional[float] = None  # classification-head learning rate; None = 10 x lr (fresh weights)
+    head_lr: float | None = None  # classification-head learning rate; None = 10 x lr (fresh weights)
     head_dropout: float = 0.1  # dropout before the classifier
     weight_decay: float = 0.01  # AdamW weight decay while fine-tuning
     warmup_ratio: float = 0.1  # fraction of fine-tuning steps spent in linear warmup
-    pooling: Optional[Pooling] = None  # cls | last | mean | decoder; None = bert cls, gpt last, t5 mean
+    pooling: Pooling | None = None  # cls | last | mean | decoder; None = bert cls, gpt last, t5 mean
     seeds: list[int] = field(default_factory=lambda: [0])  # one fine-tune per seed; results give mean +- std
     monitor: str = "val/acc"  # validation metric that picks the best checkpoint (val/acc | val/f1 | val/mcc | val/loss)
 
@@ -156,7 +156,7 @@ class CompareConfig:
 @dataclass
 class SweepConfig:
     parallel: int = 1  # trials run at the same time (local sweeps)
-    count: Optional[int] = None  # trials for method=random; None = the sweep file's run_cap or 10
+    count: int | None = None  # trials for method=random; None = the sweep file's run_cap or 10
     seed: int = 0  # seed of the random-search sampler
 
 
@@ -171,10 +171,10 @@ class Config:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
-    name: Optional[str] = None  # readable run name; None = <family>-<objective>-<size preset>
+    name: str | None = None  # readable run name; None = <family>-<objective>-<size preset>
     seed: int = 0  # global seed (weights, dropout, corruption)
-    run_dir: Optional[str] = None  # run directory; None = runs/<name>-<YYYYmmdd-HHMMSS>
-    init: Optional[str] = None  # finetune: <run_dir> | <checkpoint.ckpt> | hf:<name or dir> | scratch
+    run_dir: str | None = None  # run directory; None = runs/<name>-<YYYYmmdd-HHMMSS>
+    init: str | None = None  # finetune: <run_dir> | <checkpoint.ckpt> | hf:<name or dir> | scratch
     resume: str = "never"  # never | auto | <checkpoint path>
-    size: Optional[str] = None  # set by size presets (tiny/small/base); used in the default run name
-    provenance: Optional[dict[str, Any]] = None  # written by famlab into config.yaml; ignored on input
+    size: str | None = None  # set by size presets (tiny/small/base); used in the default run name
+    provenance: dict[str, Any] | None = None  # written by famlab into config.yaml; ignored on input

@@ -1,0 +1,156 @@
+"""``famlab pretrain``: corpus -> tokenizer -> network + objective -> Lightning fit -> run directory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.compose import compose
+from experiments.config import Config
+from experiments.run import (
+    cache_dir,
+    close_wandb,
+    get_bundle,
+    make_loggers,
+    make_run_dir,
+    make_trainer,
+    maybe_compile,
+    provenance,
+    run_name,
+    set_vocab,
+    token_ids,
+    write_config,
+    write_json,
+)
+
+
+def optim_settings(cfg: Config, max_steps: int) -> Any:
+    """``objectives.OptimSettings`` from ``optim.*`` (effective lr = lr * lr_scale)."""
+    from objectives import OptimSettings
+
+    o = cfg.optim
+    return OptimSettings(
+        lr=o.lr * o.lr_scale,
+        betas=(o.betas[0], o.betas[1]),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+        warmup_steps=o.warmup_steps,
+        max_steps=max_steps,
+        min_lr_ratio=o.min_lr_ratio,
+        fused=o.fused,
+    )
+
+
+def unigram_log_probs(counts: Any) -> Any:
+    """``(V,)`` log-probabilities of the training split's unigram model (add-one smoothed, so finite)."""
+    import torch
+
+    counts = torch.as_tensor(counts, dtype=torch.float64) + 1.0
+    return (counts / counts.sum()).log().float()
+
+
+def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
+    """Run one pretraining job; returns the results written to ``results.json``."""
+    import lightning as L
+    import torch
+
+    from datamodules import PretrainDataModule, load_corpus
+    from families import build_network
+    from objectives import PretrainModule, make_objective
+
+    started = time.time()
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    name = job_name or run_name(cfg, "pretrain")
+    run_dir = make_run_dir(cfg, name)
+    val_fraction = cfg.data.val_fraction if cfg.data.val_fraction is not None else 0.05
+    corpus = load_corpus(cfg.data.corpus, val_fraction=val_fraction, seed=cfg.data.seed)
+    bundle = get_bundle(cfg, corpus, run_dir)
+    set_vocab(cfg, bundle.vocab_size)
+    ids = token_ids(bundle)
+    o = cfg.objective
+    objective = make_objective(
+        o.name, ids, seq_len=cfg.data.seq_len, mask_rate=o.mask_rate, noise_density=o.noise_density,
+        mean_span=o.mean_span,
+    )
+    dm = PretrainDataModule(
+        corpus,
+        bundle,
+        block_len=objective.raw_block_len,
+        batch_size=cfg.data.batch_size,
+        collate_fn=objective.collate,
+        separator_id=objective.separator_id,
+        cache_dir=cache_dir(cfg),
+        seed=cfg.data.seed,
+        shuffle=cfg.data.shuffle,
+        num_workers=cfg.data.num_workers,
+        val_batches=cfg.data.val_batches,
+    )
+    dm.prepare_data()  # tokenize once; also needed for the unigram floor below
+    dm.setup("fit")
+    net = build_network(cfg.model)
+    module = PretrainModule(
+        net, objective, optim_settings(cfg, cfg.trainer.max_steps),
+        unigram_log_probs=unigram_log_probs(dm.train_token_counts()),
+    )
+    module = maybe_compile(cfg, module)
+    num_params = sum(p.numel() for p in net.parameters())
+
+    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
+    loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
+    trainer = make_trainer(
+        cfg, run_dir, loggers,
+        checkpoint_dir=run_dir / "checkpoints",
+        monitor="val/loss",
+        mode="min",
+        max_steps=cfg.trainer.max_steps,
+        max_epochs=cfg.trainer.max_epochs,
+        val_check_interval=min(cfg.trainer.val_check_interval, max(1, dm.num_train_blocks // cfg.data.batch_size)),
+        limit_val_batches=cfg.trainer.limit_val_batches,
+    )
+    ckpt_path = _resume_path(cfg, run_dir)
+    first: dict[str, float] = {}
+    if cfg.trainer.validate_first and ckpt_path is None:
+        first = {k: float(v) for k, v in trainer.validate(module, datamodule=dm, verbose=False)[0].items()}
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    if trainer.global_step != cfg.trainer.max_steps and not trainer.interrupted:
+        planned = cfg.trainer.max_steps
+        raise RuntimeError(f"training stopped at step {trainer.global_step}, planned trainer.max_steps={planned}")
+    final = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    results = {
+        "job": "pretrain",
+        "family": cfg.model.family.value,
+        "objective": cfg.objective.name,
+        "run_dir": str(run_dir),
+        "steps": int(trainer.global_step),
+        "num_params": int(num_params),
+        "first": first,
+        "final": final,
+        "wall_s": round(time.time() - started, 1),
+        "threads": torch.get_num_threads(),
+    }
+    if trainer.is_global_zero:
+        write_json(run_dir / "results.json", results)
+    close_wandb(loggers)
+    return results
+
+
+def _resume_path(cfg: Config, run_dir: Path) -> str | None:
+    if cfg.resume == "never":
+        return None
+    if cfg.resume == "auto":
+        last = run_dir / "checkpoints" / "last.ckpt"
+        return str(last) if last.is_file() else None
+    return cfg.resume
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab pretrain [presets...] [key=value...]``."""
+    cfg = compose(presets, overrides).cfg
+    results = pretrain(cfg)
+    first, final = results["first"].get("val/loss"), results["final"].get("val/loss")
+    print(
+        f"done: {results['run_dir']}  steps={results['steps']}  val/loss {first} -> {final}  "
+        f"(val/unigram_loss {results['final'].get('val/unigram_loss')})  {results['wall_s']} s"
+    )
+    return 0

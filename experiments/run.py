@@ -1,0 +1,298 @@
+"""Pieces every command assembles a run from: run directory, provenance, tokenizer, loggers, Trainer.
+
+The only place (with ``cli``) that reads env vars and talks to W&B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from experiments.compose import flatten, to_plain, to_yaml
+from experiments.config import Config, ConfigInputError
+
+PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
+
+
+def cache_dir(cfg: Config) -> Path:
+    """``data.cache_dir``, else ``$FAMLAB_CACHE``, else ``~/.cache/famlab``."""
+    path = cfg.data.cache_dir or os.environ.get("FAMLAB_CACHE") or "~/.cache/famlab"
+    return Path(path).expanduser()
+
+
+def run_name(cfg: Config, job: str, task: str | None = None) -> str:
+    """Readable run name: ``<family>-<objective>-<size or custom>`` (finetune: ``<family>-ft-<task>``)."""
+    if cfg.name:
+        return cfg.name
+    family = cfg.model.family.value
+    if job == "finetune":
+        short = Path(task or cfg.data.task).stem.replace(":", "-").replace("/", "-")
+        return f"{family}-ft-{short}"
+    return f"{family}-{cfg.objective.name}-{cfg.size or 'custom'}"
+
+
+def make_run_dir(cfg: Config, name: str) -> Path:
+    """Create the run directory (``run_dir`` or ``runs/<name>-<YYYYmmdd-HHMMSS>``).
+
+    An explicit non-empty ``run_dir`` without ``resume`` would be overwritten, so it fails instead.
+    """
+    if cfg.run_dir:
+        path = Path(cfg.run_dir).expanduser()
+        if path.is_dir() and any(path.iterdir()) and cfg.resume == "never":
+            raise ConfigInputError(f"run_dir={cfg.run_dir} exists and is not empty; pass resume=auto or a new run_dir")
+    else:
+        path = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        while path.exists():  # two runs started in the same second
+            path = path.with_name(path.name + "x")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigInputError(f"run_dir={path} is not writable ({e.strerror})") from None
+    return path
+
+
+def _git_commit() -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+        return {"commit": commit, "dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def provenance(**hashes: str | None) -> dict[str, Any]:
+    """Git commit, package versions, Python, hardware, plus the given hashes (tokenizer, data)."""
+    import torch
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    cuda = torch.cuda.is_available()
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    return {
+        "git": _git_commit(),
+        "versions": versions,
+        "python": sys.version.split()[0],
+        "hardware": {
+            "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "gpus": gpus,
+        },
+        "command": " ".join(["famlab", *sys.argv[1:]]) if sys.argv else None,
+        **hashes,
+    }
+
+
+def write_config(run_dir: Path, cfg: Config, prov: dict[str, Any]) -> dict[str, Any]:
+    """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
+    cfg = dataclasses.replace(cfg, provenance=prov)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
+    return to_plain(cfg)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+
+
+def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> Any:
+    """The run's tokenizer (trained once per corpus + settings and cached, or ``data.tokenizer.path``).
+
+    Copies ``tokenizer.json`` into ``run_dir`` so a later fine-tune or comparison can reuse it.
+    """
+    from datamodules import get_tokenizer
+
+    t = cfg.data.tokenizer
+    bundle = get_tokenizer(
+        corpus,
+        kind=t.kind.value,
+        vocab_size=t.vocab_size,
+        num_sentinels=t.num_sentinels,
+        path=t.path,
+        cache_dir=cache_dir(cfg),
+    )
+    if run_dir is not None:
+        shutil.copyfile(bundle.path, run_dir / "tokenizer.json")
+    return bundle
+
+
+def token_ids(bundle: Any) -> Any:
+    """``objectives.TokenIds`` from a ``datamodules.TokenizerBundle`` (docs/interfaces.md)."""
+    from objectives import TokenIds
+
+    return TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
+
+
+def set_vocab(cfg: Config, vocab_size: int) -> None:
+    """Set ``model.vocab_size`` from the tokenizer (0 = unset); a different explicit value is an error."""
+    if cfg.model.vocab_size not in (0, vocab_size):
+        raise ConfigInputError(
+            f"model.vocab_size={cfg.model.vocab_size} does not match the tokenizer's {vocab_size} tokens "
+            "(data.tokenizer); set model.vocab_size=0 to take it from the tokenizer"
+        )
+    cfg.model = dataclasses.replace(cfg.model, vocab_size=vocab_size)  # reruns ModelConfig's checks
+
+
+def wandb_mode(cfg: Config) -> str:
+    """``auto`` -> online where credentials exist (``WANDB_API_KEY`` or ``~/.netrc`` for api.wandb.ai), else offline."""
+    mode = cfg.wandb.mode.value
+    if mode != "auto":
+        return mode
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    netrc = Path(os.environ.get("NETRC", "~/.netrc")).expanduser()
+    try:
+        if "api.wandb.ai" in netrc.read_text(encoding="utf-8", errors="replace"):
+            return "online"
+    except OSError:
+        pass
+    return "offline"
+
+
+def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config: dict[str, Any]) -> list[Any]:
+    """CSVLogger writing ``<run_dir>/metrics.csv`` and, unless disabled, a WandbLogger.
+
+    The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
+    gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
+    """
+    from lightning.pytorch.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+    mode = wandb_mode(cfg)
+    if mode == "disabled":
+        return loggers
+    tags = list(dict.fromkeys([cfg.model.family.value, str(cfg.objective.name), cfg.model.pos.value, *cfg.wandb.tags]))
+    try:
+        from lightning.pytorch.loggers import WandbLogger
+
+        logger = WandbLogger(
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            name=cfg.wandb.name or name,
+            group=cfg.wandb.group,
+            job_type=job_type,
+            tags=tags,
+            save_dir=str(run_dir),
+            mode=mode,
+            config=flatten(config),
+        )
+        _ = logger.experiment  # start the run now, so a failure surfaces here and not mid-training
+        loggers.append(logger)
+    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (DESIGN.md)
+        message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"
+        warnings.warn(message, stacklevel=2)
+    return loggers
+
+
+def precision(cfg: Config) -> str:
+    """``trainer.precision``; ``auto`` = bf16-mixed on a CUDA GPU with bf16, else 32-true."""
+    if cfg.trainer.precision != "auto":
+        return cfg.trainer.precision
+    import torch
+
+    cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    return "bf16-mixed" if cuda and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def make_trainer(
+    cfg: Config,
+    run_dir: Path,
+    loggers: list[Any],
+    *,
+    checkpoint_dir: Path,
+    monitor: str,
+    mode: str,
+    max_steps: int = -1,
+    max_epochs: int = -1,
+    val_check_interval: int | None = None,
+    limit_val_batches: int | None = None,
+) -> Any:
+    """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
+    import lightning as L
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+
+    t = cfg.trainer
+    callbacks: list[Any] = [
+        # explicit dirpath: otherwise checkpoints land under the W&B run id and a requeued job finds none
+        ModelCheckpoint(
+            dirpath=str(checkpoint_dir),
+            filename="best-step{step}",
+            auto_insert_metric_name=False,
+            monitor=monitor,
+            mode=mode,
+            save_top_k=1,
+            save_last=True,
+        ),
+        LearningRateMonitor(logging_interval="step"),
+    ]
+    if t.progress_bar:
+        callbacks.append(RichProgressBar(leave=True))
+    devices: int | str = int(t.devices) if isinstance(t.devices, str) and t.devices.isdigit() else t.devices
+    return L.Trainer(
+        default_root_dir=str(run_dir),
+        max_steps=max_steps,
+        max_epochs=max_epochs,
+        val_check_interval=val_check_interval,
+        check_val_every_n_epoch=None if val_check_interval else 1,
+        limit_val_batches=limit_val_batches if limit_val_batches is not None else 1.0,
+        log_every_n_steps=t.log_every_n_steps,
+        accelerator=t.accelerator,
+        devices=devices,
+        strategy=t.strategy,
+        num_nodes=t.num_nodes,
+        precision=precision(cfg),
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=cfg.optim.grad_clip,
+        deterministic=t.deterministic,
+        logger=loggers,
+        callbacks=callbacks,
+        enable_progress_bar=t.progress_bar,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,  # datamodules.ResumableSampler owns order and position
+    )
+
+
+def maybe_compile(cfg: Config, module: Any) -> Any:
+    """``torch.compile`` the network when ``trainer.compile``; eager if compilation is unavailable."""
+    if not cfg.trainer.compile:
+        return module
+    import torch
+
+    try:
+        module.net = torch.compile(module.net)
+    except Exception as e:  # noqa: BLE001 - eager fallback (DESIGN.md)
+        warnings.warn(f"torch.compile failed ({type(e).__name__}: {e}); running eager", stacklevel=2)
+    return module
+
+
+def close_wandb(loggers: list[Any]) -> None:
+    """Finish the W&B run so the offline files are complete before the next run starts."""
+    for logger in loggers:
+        if type(logger).__name__ == "WandbLogger":
+            try:
+                logger.experiment.finish()
+            except Exception:  # noqa: BLE001
+                pass

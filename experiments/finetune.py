@@ -1,0 +1,309 @@
+"""``famlab finetune``: a pretrained run / checkpoint / Hugging Face model / scratch network on a task.
+
+``init`` decides where the model config, weights and tokenizer come from:
+- a run directory (``config.yaml`` + ``tokenizer.json`` + ``checkpoints/last.ckpt``) or one of its
+  checkpoints: model config and tokenizer from the run; presets or overrides that contradict the
+  run's model config fail naming the keys;
+- ``hf:<name or local dir>``: weights through ``families.from_hf`` and the model's own tokenizer;
+- ``scratch``: the model from the presets (the no-pretraining baseline), tokenizer trained on the corpus.
+
+One fine-tune per ``finetune.seeds`` entry: the best checkpoint by ``finetune.monitor`` is tested once;
+``results.json`` holds each seed's ``test/acc``, ``test/f1``, ``test/mcc``, their mean and std, and the
+majority-class baseline on the same test split. With one seed the run directory holds ``metrics.csv``
+and ``checkpoints/``; with several, each seed has its own ``seed-<k>/`` below it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+from experiments.compose import compose, to_dataclass
+from experiments.config import Config, ConfigInputError
+from experiments.run import (
+    close_wandb,
+    get_bundle,
+    make_loggers,
+    make_run_dir,
+    make_trainer,
+    provenance,
+    run_name,
+    set_vocab,
+    token_ids,
+    write_config,
+    write_json,
+)
+from families.config import ModelConfig
+
+log = logging.getLogger("famlab")
+METRICS = ("test/acc", "test/f1", "test/mcc")
+
+
+@dataclasses.dataclass
+class Init:
+    """Where the fine-tuned network starts from."""
+
+    kind: str  # run | hf | scratch
+    run_dir: Path | None = None
+    checkpoint: Path | None = None
+    hf: str | None = None
+
+
+def parse_init(init: str | None) -> Init:
+    """``init=`` -> :class:`Init`; a path that holds no run fails naming the key."""
+    if not init:
+        raise ConfigInputError("init= is required: <run_dir> | <checkpoint.ckpt> | hf:<name or dir> | scratch")
+    if init == "scratch":
+        return Init("scratch")
+    if init.startswith("hf:"):
+        return Init("hf", hf=init[3:])
+    path = Path(init).expanduser()
+    if path.is_file() and path.suffix == ".ckpt":
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        ckpt = path
+    elif path.is_dir():
+        run_dir, ckpt = path, path / "checkpoints" / "last.ckpt"
+        if not ckpt.is_file():
+            raise ConfigInputError(f"init={init}: no checkpoints/last.ckpt in this run directory")
+    else:
+        raise ConfigInputError(f"init={init} is not a run directory, a .ckpt file, hf:<name> or scratch")
+    for name in ("config.yaml", "tokenizer.json"):
+        if not (run_dir / name).is_file():
+            raise ConfigInputError(f"init={init}: {run_dir / name} is missing (not a famlab run directory)")
+    return Init("run", run_dir=run_dir, checkpoint=ckpt)
+
+
+def _check_contradictions(explicit: dict[str, Any], loaded: ModelConfig, source: str) -> None:
+    plain = {f.name: getattr(loaded, f.name) for f in dataclasses.fields(loaded)}
+    bad = []
+    for key, value in explicit.items():
+        have = plain.get(key)
+        have = have.value if hasattr(have, "value") else have
+        if key in plain and key != "vocab_size" and value != have:
+            bad.append(f"model.{key}={value} (the model has {have})")
+    if bad:
+        raise ConfigInputError(f"init={source} fixes the model; these settings contradict it: {', '.join(bad)}")
+
+
+def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, Init]:
+    """Compose the config, taking the model section from ``init`` when it points at a run."""
+    pre = compose(presets, overrides)
+    init = parse_init(pre.cfg.init)
+    if init.kind != "run":
+        return pre.cfg, init
+    assert init.run_dir is not None
+    run_cfg = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
+    run_model = run_cfg["model"]
+    composed = compose(presets, overrides, family=run_model["family"])
+    try:
+        loaded = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), run_model))
+    except ValueError as e:
+        raise ConfigInputError(f"init={pre.cfg.init}: config.yaml has a bad model section ({e})") from None
+    _check_contradictions(composed.explicit_model, loaded, str(pre.cfg.init))
+    cfg = composed.cfg
+    cfg.model = loaded
+    # the run's tokenizer is the model's; the family's pooling default follows the loaded family
+    cfg.data.tokenizer.path = str(init.run_dir / "tokenizer.json")
+    cfg.data.tokenizer.kind = type(cfg.data.tokenizer.kind)(run_cfg["data"]["tokenizer"]["kind"])
+    return cfg, init
+
+
+def load_network(cfg: Config, init: Init) -> tuple[Any, Any]:
+    """Build the network for ``init``; returns ``(net, pooler_state or None)``."""
+    import torch
+
+    from families import build_network
+
+    if init.kind == "hf":
+        return _hf_network(init.hf or "")
+    net = build_network(cfg.model)
+    if init.kind == "run":
+        assert init.checkpoint is not None
+        # our own Lightning checkpoint: hparams hold plain dicts, so weights_only loading is not needed
+        state = torch.load(init.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+        prefix = "net."
+        weights = {k[len(prefix):].replace("_orig_mod.", ""): v for k, v in state.items() if k.startswith(prefix)}
+        missing, unexpected = net.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ConfigInputError(
+                f"init={init.checkpoint}: checkpoint does not match model (missing {list(missing)[:3]}, "
+                f"unexpected {list(unexpected)[:3]})"
+            )
+    return net, None
+
+
+def _hf_model(src: str) -> tuple[Any, bool]:
+    """Load a BERT / GPT-2 / T5 Hugging Face model; returns ``(model, has_pooler)``."""
+    try:
+        from transformers import AutoConfig, BertForPreTraining, GPT2LMHeadModel, T5ForConditionalGeneration
+
+        config = AutoConfig.from_pretrained(src)
+        classes = {"bert": BertForPreTraining, "gpt2": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}
+        if config.model_type not in classes:
+            raise ConfigInputError(f"init=hf:{src} is a {config.model_type} model; supported: bert, gpt2, t5")
+        model, info = classes[config.model_type].from_pretrained(src, output_loading_info=True)
+    except ImportError as e:
+        raise ConfigInputError(f"init=hf:{src} needs transformers (pip install famlab[hf]): {e}") from None
+    except OSError as e:
+        reason = str(e).splitlines()[0]
+        raise ConfigInputError(f"init=hf:{src} cannot be loaded (offline or not found): {reason}") from None
+    has_pooler = config.model_type == "bert" and not any("pooler" in k for k in info.get("missing_keys", []))
+    return model.eval(), has_pooler
+
+
+def _hf_network(src: str) -> tuple[Any, Any]:
+    from families.hf import hf_pooler_state
+
+    from families import from_hf
+
+    model, has_pooler = _hf_model(src)
+    net = from_hf(model)
+    pooler = hf_pooler_state(model) if has_pooler else None
+    if net.family == "bert" and pooler is None:
+        log.warning("init=hf:%s has no pooler weights: the BERT pooler starts untrained", src)
+    return net, pooler
+
+
+def hf_tokenizer(src: str, run_dir: Path) -> Path:
+    """Save the HF model's fast tokenizer as ``<run_dir>/tokenizer.json`` and return its path."""
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(src)
+    except (ImportError, OSError, ValueError) as e:
+        raise ConfigInputError(f"init=hf:{src}: its tokenizer cannot be loaded ({str(e).splitlines()[0]})") from None
+    path = run_dir / "tokenizer.json"
+    tok.backend_tokenizer.save(str(path))
+    return path
+
+
+def majority_baseline(task: Any) -> dict[str, Any]:
+    """Predict the training split's most frequent label for every test example."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    label = Counter(e.label for e in task.train).most_common(1)[0][0]
+    y_true = [e.label for e in task.test]
+    y_pred = [label] * len(y_true)
+    return {
+        "label": task.labels[label],
+        "test/acc": sum(t == label for t in y_true) / max(1, len(y_true)),
+        "test/f1": float(f1_score(y_true, y_pred, average="macro", labels=list(range(len(task.labels))),
+                                  zero_division=0)),
+        "test/mcc": float(matthews_corrcoef(y_true, y_pred)),
+    }
+
+
+def finetune(cfg: Config, init: Init) -> dict[str, Any]:
+    """Fine-tune once per ``finetune.seeds``; returns the results written to ``results.json``."""
+    import lightning as L
+
+    from datamodules import ClassificationDataModule, load_task
+    from objectives import ClassificationCollator, ClassifierModule, OptimSettings
+
+    started = time.time()
+    d = cfg.data
+    task = load_task(
+        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
+        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
+        test_fraction=d.test_fraction, seed=d.seed,
+    )
+    if init.kind == "hf":
+        # the family (and so the run name) is only known once the model is loaded
+        net0, _ = _hf_network(init.hf or "")
+        cfg.model = net0.config
+    run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
+    if init.kind == "hf":
+        cfg.data.tokenizer.path = str(hf_tokenizer(init.hf or "", run_dir))
+        bundle = get_bundle(cfg, None, None)
+    elif init.kind == "run":
+        bundle = get_bundle(cfg, None, run_dir)
+    else:
+        from datamodules import load_corpus
+
+        corpus = load_corpus(d.corpus, val_fraction=0.05, seed=d.seed)
+        bundle = get_bundle(cfg, corpus, run_dir)
+        set_vocab(cfg, bundle.vocab_size)
+    if cfg.model.vocab_size != bundle.vocab_size:
+        raise ConfigInputError(
+            f"model.vocab_size={cfg.model.vocab_size} does not match the tokenizer's {bundle.vocab_size} tokens"
+        )
+    ids = token_ids(bundle)
+    family = cfg.model.family.value
+    default_pooling = {"bert": "cls", "gpt": "last", "t5": "mean"}[family]
+    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling
+    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
+
+    ft = cfg.finetune
+    steps_per_epoch = math.ceil(len(task.train) / d.batch_size)
+    total = ft.max_steps or ft.epochs * steps_per_epoch
+    per_seed: dict[str, dict[str, float]] = {}
+    for seed in ft.seeds:
+        L.seed_everything(seed, workers=True, verbose=False)
+        seed_dir = run_dir if len(ft.seeds) == 1 else run_dir / f"seed-{seed}"
+        seed_dir.mkdir(parents=True, exist_ok=True)
+        net, pooler = load_network(cfg, init)
+        optim = OptimSettings(
+            lr=ft.lr, betas=(cfg.optim.betas[0], cfg.optim.betas[1]), eps=cfg.optim.eps,
+            weight_decay=ft.weight_decay, warmup_steps=int(ft.warmup_ratio * total), max_steps=total,
+            min_lr_ratio=0.0,
+        )
+        module = ClassifierModule(
+            net, len(task.labels), optim, pooling=pooling, head_dropout=ft.head_dropout,
+            head_lr=ft.head_lr if ft.head_lr is not None else 10 * ft.lr, pooler_state=pooler,
+        )
+        dm = ClassificationDataModule(
+            task, bundle, batch_size=d.batch_size, collate_fn=ClassificationCollator(family, ids, d.max_len),
+            seed=seed, num_workers=d.num_workers,
+        )
+        name = run_dir.name if len(ft.seeds) == 1 else f"{run_dir.name}-s{seed}"
+        loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config={**written, "finetune_seed": seed})
+        mode = "min" if ft.monitor.endswith("loss") else "max"
+        trainer = make_trainer(
+            cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=mode,
+            max_steps=total, max_epochs=-1 if ft.max_steps else ft.epochs,
+            val_check_interval=None, limit_val_batches=None,
+        )
+        trainer.fit(module, datamodule=dm)
+        scores = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
+        per_seed[str(seed)] = {k: float(scores[k]) for k in METRICS if k in scores}
+        close_wandb(loggers)
+
+    mean = {k: statistics.fmean(s[k] for s in per_seed.values()) for k in METRICS}
+    std = {k: statistics.stdev([s[k] for s in per_seed.values()]) if len(per_seed) > 1 else 0.0 for k in METRICS}
+    results = {
+        "job": "finetune",
+        "family": family,
+        "init": cfg.init,
+        "task": task.name,
+        "num_classes": len(task.labels),
+        "sizes": {"train": len(task.train), "val": len(task.val), "test": len(task.test)},
+        "pooling": pooling,
+        "seeds": per_seed,
+        "mean": mean,
+        "std": std,
+        "majority": majority_baseline(task),
+        "wall_s": round(time.time() - started, 1),
+    }
+    write_json(run_dir / "results.json", results)
+    return results
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab finetune [presets...] init=<...> [key=value...]``."""
+    cfg, init = compose_finetune(presets, overrides)
+    r = finetune(cfg, init)
+    m, s, b = r["mean"], r["std"], r["majority"]
+    print(
+        f"done: {cfg.model.family.value} on {r['task']}: test/acc {m['test/acc']:.3f} +- {s['test/acc']:.3f}  "
+        f"f1 {m['test/f1']:.3f}  mcc {m['test/mcc']:.3f}  (majority acc {b['test/acc']:.3f})  {r['wall_s']} s"
+    )
+    return 0

@@ -1,0 +1,41 @@
+"""Normalisation layers: LayerNorm (BERT, GPT-2) and RMSNorm (T5), chosen by name."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm without mean subtraction or bias (Zhang & Sennrich 2019; T5's ``T5LayerNorm``).
+
+    Args:
+        dim: Feature size C.
+        eps: Added to the mean square before the square root.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalise ``x`` of shape ``(..., C)``; statistics in fp32 as T5 does (half-precision variance overflows)."""
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        y = x * torch.rsqrt(variance + self.eps)
+        if self.weight.dtype in (torch.float16, torch.bfloat16):
+            y = y.to(self.weight.dtype)
+        return self.weight * y
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def make_norm(kind: str, dim: int, *, eps: float, bias: bool = True) -> nn.Module:
+    """Build a norm by name: ``layernorm`` (with bias when ``bias``) or ``rmsnorm``."""
+    kind = getattr(kind, "value", kind)
+    if kind == "layernorm":
+        return nn.LayerNorm(dim, eps=eps, bias=bias)
+    if kind == "rmsnorm":
+        return RMSNorm(dim, eps=eps)
+    raise ValueError(f"unknown norm {kind!r}; expected layernorm or rmsnorm")

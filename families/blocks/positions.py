@@ -1,0 +1,176 @@
+"""Position schemes behind one interface, computed once per stack and shared by its layers.
+
+Every scheme implements three hooks; each returns ``None`` when the scheme does not act there:
+
+- ``embed(position_ids) -> (B|1, T, C)``: added to the token embeddings (learned, sinusoidal);
+- ``rotary(position_ids) -> (cos, sin)`` each ``(B|1, 1, T, D)``: rotates q and k (RoPE);
+- ``bias(q_pos, k_pos) -> (B|1, H, T, S)``: additive attention bias (ALiBi, T5 relative buckets).
+
+``position_ids`` / ``q_pos`` / ``k_pos`` are ``(T,)`` or ``(B, T)`` long tensors. Adding a scheme means one
+class here, one ``PosScheme`` member and one entry in :func:`make_positions`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class Positions(nn.Module):
+    """No position information (``pos=none``); the base class of every scheme."""
+
+    def embed(self, position_ids: Tensor) -> Tensor | None:
+        return None
+
+    def rotary(self, position_ids: Tensor) -> tuple[Tensor, Tensor] | None:
+        return None
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        return None
+
+
+class LearnedPositions(Positions):
+    """Learned absolute position embeddings (BERT, GPT-2)."""
+
+    def __init__(self, max_len: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_len, dim).normal_(std=0.02))
+
+    def embed(self, position_ids: Tensor) -> Tensor:
+        return nn.functional.embedding(position_ids, self.weight)  # (B|T, ..., C)
+
+
+class SinusoidalPositions(Positions):
+    """Fixed sin/cos absolute embeddings (Vaswani et al. 2017), a non-persistent buffer (not in the state dict)."""
+
+    def __init__(self, max_len: int, dim: int) -> None:
+        super().__init__()
+        pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
+        inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))  # (C/2,)
+        table = torch.zeros(max_len, dim)
+        table[:, 0::2] = torch.sin(pos * inv)
+        table[:, 1::2] = torch.cos(pos * inv)[:, : dim // 2]
+        self.register_buffer("table", table, persistent=False)
+
+    def embed(self, position_ids: Tensor) -> Tensor:
+        return self.table[position_ids]
+
+
+class RotaryPositions(Positions):
+    """Rotary embeddings (Su et al. 2021, RoFormer) in the rotate-half layout of GPT-NeoX / LLaMA."""
+
+    def __init__(self, head_dim: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (D/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def rotary(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        freqs = position_ids.float()[..., None] * self.inv_freq  # (B|., T, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B|., T, D)
+        if emb.dim() == 3:
+            emb = emb[:, None]  # (B, 1, T, D): broadcast over heads
+        return emb.cos(), emb.sin()
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate ``x`` of shape ``(B, H, T, D)`` by the angles behind ``cos``/``sin`` (broadcast to it)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat((-x2, x1), dim=-1)  # rotate_half
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+def alibi_slopes(num_heads: int) -> Tensor:
+    """Per-head ALiBi slopes: the geometric sequence ``2^(-8/n)``, ``2^(-16/n)``, … (Press et al. 2022).
+
+    For a head count that is not a power of two, the paper takes the slopes of the closest smaller power
+    of two and adds every other slope of the next power of two.
+    """
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        slopes = power_of_2(num_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(num_heads))
+        slopes = power_of_2(closest) + alibi_slopes(2 * closest)[0::2].tolist()[: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class ALiBiPositions(Positions):
+    """Attention bias ``-slope_h * |i - j|``: symmetric for encoders, the paper's form under a causal mask."""
+
+    def __init__(self, num_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        distance = (k_pos[..., None, :] - q_pos[..., :, None]).abs().float()  # (B|., T, S)
+        bias = -self.slopes[:, None, None] * distance.unsqueeze(-3)  # (B|., H, T, S)
+        return bias if bias.dim() == 4 else bias[None]
+
+
+def t5_relative_bucket(relative_position: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket for ``relative_position = key_pos - query_pos`` (Raffel et al. 2020; HF's ``_relative_position_bucket``).
+
+    Half the buckets hold exact small distances, the other half log-spaced distances up to ``max_distance``;
+    a bidirectional table spends half of its buckets on each direction.
+    """
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = -torch.clamp(relative_position, max=0)  # only the past counts
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    large = max_exact + (
+        torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).long()
+    large = torch.clamp(large, max=num_buckets - 1)
+    return buckets + torch.where(is_small, distance, large)
+
+
+class T5RelativeBias(Positions):
+    """T5's learned bucketed relative position bias, one scalar per (bucket, head); no 1/sqrt(d) pairing needed."""
+
+    def __init__(self, num_heads: int, *, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.weight = nn.Parameter(torch.empty(num_buckets, num_heads).normal_(std=0.02))  # (buckets, H)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        relative = k_pos[..., None, :] - q_pos[..., :, None]  # (B|., T, S)
+        buckets = t5_relative_bucket(
+            relative, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
+        )
+        values = nn.functional.embedding(buckets, self.weight)  # (B|., T, S, H)
+        values = values.movedim(-1, -3)  # (B|., H, T, S)
+        return values if values.dim() == 4 else values[None]
+
+
+def make_positions(
+    kind: str, *, dim: int, num_heads: int, head_dim: int, max_len: int, causal: bool, rope_theta: float = 10000.0,
+    num_buckets: int = 32, max_distance: int = 128,
+) -> Positions:
+    """Build a position scheme by name (``learned | sinusoidal | rope | alibi | t5_bias | none``)."""
+    kind = getattr(kind, "value", kind)
+    if kind == "learned":
+        return LearnedPositions(max_len, dim)
+    if kind == "sinusoidal":
+        return SinusoidalPositions(max_len, dim)
+    if kind == "rope":
+        return RotaryPositions(head_dim, rope_theta)
+    if kind == "alibi":
+        return ALiBiPositions(num_heads)
+    if kind == "t5_bias":
+        return T5RelativeBias(num_heads, bidirectional=not causal, num_buckets=num_buckets, max_distance=max_distance)
+    if kind == "none":
+        return Positions()
+    raise ValueError(f"unknown position scheme {kind!r}")

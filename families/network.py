@@ -1,0 +1,115 @@
+"""What the three assemblers share: the output type, config-to-stack wiring and faithful initialisation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from families.blocks.attention import Attention
+from families.blocks.feedforward import FeedForward
+from families.blocks.layers import Stack
+from families.blocks.norms import RMSNorm
+from families.blocks.positions import LearnedPositions, T5RelativeBias, make_positions
+from families.config import ConfigError, InitScheme, ModelConfig, NormPosition
+from families.heads import LMHead, MLMHead
+
+
+@dataclass
+class NetworkOutput:
+    """What every network returns.
+
+    Attributes:
+        logits: ``(B, T, V)`` (T = decoder length for T5), or None with ``compute_logits=False``.
+        hidden: Final hidden states after the final norm ``(B, T, C)`` (decoder side for T5).
+        encoder_hidden: T5's encoder output ``(B, S, C)``; None for BERT and GPT.
+    """
+
+    logits: Tensor | None
+    hidden: Tensor
+    encoder_hidden: Tensor | None = None
+
+
+def check_buildable(cfg: ModelConfig) -> None:
+    """Reject what ``__post_init__`` had to tolerate (vocab_size=0 means "not set yet")."""
+    if cfg.vocab_size < 1:
+        raise ConfigError("model.vocab_size=0: set it (experiments takes it from the tokenizer) before building")
+
+
+def make_stack(cfg: ModelConfig, *, causal: bool, cross: bool = False, num_layers: int | None = None) -> Stack:
+    """Build one :class:`Stack` from the config (the only place the blocks meet ``ModelConfig``)."""
+    positions = make_positions(
+        cfg.pos, dim=cfg.dim, num_heads=cfg.num_heads, head_dim=cfg.head_dim or 0, max_len=cfg.max_seq_len,
+        causal=causal, rope_theta=cfg.rope_theta, num_buckets=cfg.rel_pos_buckets,
+        max_distance=cfg.rel_pos_max_distance,
+    )
+    return Stack(
+        positions, num_layers=num_layers or cfg.num_layers, causal=causal, max_len=cfg.max_seq_len, dim=cfg.dim,
+        norm=cfg.norm.value, norm_eps=cfg.norm_eps, pre_norm=cfg.norm_position is NormPosition.PRE, bias=cfg.bias,
+        dropout=cfg.dropout, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+        ffn_dim=cfg.ffn_dim, cross=cross, ffn=cfg.ffn.value, activation=cfg.activation.value, qk_scale=cfg.qk_scale,
+        attn_impl=cfg.attn_impl.value,
+    )
+
+
+def set_attn_impl(net: nn.Module, impl: str) -> None:
+    """Switch every attention module of ``net`` to ``sdpa`` or ``math`` (e.g. for FLOP counting)."""
+    for module in net.modules():
+        if isinstance(module, Attention):
+            module.impl = impl
+
+
+@torch.no_grad()
+def init_weights(net: nn.Module, cfg: ModelConfig) -> None:
+    """Initialise ``net`` as its family's reference does (``cfg.init``).
+
+    - ``bert``: every weight normal(0, init_std), biases 0, norms 1, the padding embedding row 0 (HF BERT).
+    - ``gpt2``: as bert without the padding row, plus residual output projections (attention ``o`` and FFN
+      ``down``) at init_std / sqrt(2 * layers): each layer adds two residual branches (GPT-2 paper).
+    - ``t5``: Mesh-TF factors (HF ``T5PreTrainedModel._init_weights``): embeddings and an untied head
+      normal(0, 1); q (C·D)^-0.5, k/v C^-0.5, o (H·D)^-0.5; FFN in C^-0.5, out F^-0.5; relative bias
+      C^-0.5 — all times ``init_std / 0.02`` (HF's ``initializer_factor``). No 1/sqrt(D) in attention, so q's
+      init carries it.
+    """
+    std, scheme, C = cfg.init_std, cfg.init, cfg.dim
+    factor = std / 0.02
+    t5 = scheme is InitScheme.T5
+    for module in net.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=factor * C**-0.5 if t5 else std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=factor if t5 else std)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, (nn.LayerNorm, RMSNorm)):
+            nn.init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, LearnedPositions):
+            nn.init.normal_(module.weight, std=factor if t5 else std)
+        elif isinstance(module, T5RelativeBias):
+            nn.init.normal_(module.weight, std=factor * C**-0.5 if t5 else std)
+        elif isinstance(module, (LMHead, MLMHead)):
+            if module.weight is not None:
+                nn.init.normal_(module.weight, std=factor if t5 else std)
+            if isinstance(module, MLMHead):
+                nn.init.zeros_(module.bias)
+    for stack in (m for m in net.modules() if isinstance(m, Stack)):
+        for module in stack.modules():
+            if isinstance(module, Attention):
+                H, K, D = module.num_heads, module.num_kv_heads, module.head_dim
+                if t5:
+                    q = module.q.weight if module.cross else module.qkv.weight[: H * D]
+                    nn.init.normal_(q, std=factor * (C * D) ** -0.5)
+                    nn.init.normal_(module.o.weight, std=factor * (H * D) ** -0.5)
+                elif scheme is InitScheme.GPT2:
+                    nn.init.normal_(module.o.weight, std=std / math.sqrt(2 * len(stack.layers)))
+            elif isinstance(module, FeedForward):
+                if t5:
+                    nn.init.normal_(module.down.weight, std=factor * module.hidden**-0.5)
+                elif scheme is InitScheme.GPT2:
+                    nn.init.normal_(module.down.weight, std=std / math.sqrt(2 * len(stack.layers)))

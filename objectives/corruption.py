@@ -105,7 +105,12 @@ def t5_lengths(inputs_len: int, density: float = 0.15, mean_span: float = 3.0) -
         raise ObjectiveError(f"sequence length {inputs_len} is too short for span corruption (need at least 3)")
     while inputs_targets(raw + 1)[0] <= inputs_len:
         raw += 1
-    return raw, inputs_targets(raw)[1]
+    realised_inputs, targets_len = inputs_targets(raw)
+    # T5's "minor hack": at density 0.5 keep the targets no longer than the inputs (a round number).
+    if density == 0.5 and targets_len > realised_inputs:
+        raw -= 1
+        targets_len = inputs_targets(raw)[1]
+    return raw, targets_len
 
 
 def _random_segmentation(

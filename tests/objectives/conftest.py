@@ -1,0 +1,25 @@
+"""Fixtures for the objectives tests: a token-id layout like the one famlab's tokenizers use."""
+
+from collections.abc import Callable
+
+import pytest
+
+from objectives import TokenIds
+
+
+def _make_ids(vocab_size: int = 1000, num_sentinels: int = 100) -> TokenIds:
+    """The fixed layout of docs/interfaces.md: specials 0..9, sentinels counting down from the top."""
+    return TokenIds(
+        vocab_size=vocab_size, pad=0, unk=1, cls=2, sep=3, mask=4, bos=5, eos=6, r=7, x=8, s=9,
+        sentinel_ids=[vocab_size - 1 - i for i in range(num_sentinels)],
+    )
+
+
+@pytest.fixture
+def make_ids() -> Callable[..., TokenIds]:
+    return _make_ids
+
+
+@pytest.fixture
+def ids() -> TokenIds:
+    return _make_ids()

@@ -161,9 +161,8 @@ def _hf_model(src: str) -> tuple[Any, bool]:
 
 
 def _hf_network(src: str) -> tuple[Any, Any]:
-    from families.hf import hf_pooler_state
-
     from families import from_hf
+    from families.hf import hf_pooler_state
 
     model, has_pooler = _hf_model(src)
     net = from_hf(model)
@@ -173,8 +172,17 @@ def _hf_network(src: str) -> tuple[Any, Any]:
     return net, pooler
 
 
-def hf_tokenizer(src: str, run_dir: Path) -> Path:
-    """Save the HF model's fast tokenizer as ``<run_dir>/tokenizer.json`` and return its path."""
+def hf_bundle(src: str, run_dir: Path) -> Any:
+    """The HF model's own tokenizer as a ``datamodules.TokenizerBundle``, saved as ``<run_dir>/tokenizer.json``.
+
+    ``datamodules.load_tokenizer`` requires famlab's special-token names (``[PAD]`` ...), which GPT-2 / T5
+    tokenizers lack, so the ids are taken from the HF tokenizer's own attributes, with the same fallbacks
+    the HF models use (GPT-2 pads with ``<|endoftext|>``; T5 has no [CLS] and starts the decoder with pad).
+    """
+    import hashlib
+
+    from datamodules.tokenizer import TokenizerBundle
+
     try:
         from transformers import AutoTokenizer
 
@@ -183,7 +191,32 @@ def hf_tokenizer(src: str, run_dir: Path) -> Path:
         raise ConfigInputError(f"init=hf:{src}: its tokenizer cannot be loaded ({str(e).splitlines()[0]})") from None
     path = run_dir / "tokenizer.json"
     tok.backend_tokenizer.save(str(path))
-    return path
+    fast = tok.backend_tokenizer
+
+    def first(*names: str) -> int:
+        for name in names:
+            value = getattr(tok, f"{name}_token_id", None)
+            if value is not None:
+                return int(value)
+        return 0
+
+    special = {
+        "pad": first("pad", "eos", "unk"),
+        "unk": first("unk", "pad", "eos"),
+        "cls": first("cls", "bos", "eos", "pad"),
+        "sep": first("sep", "eos", "pad"),
+        "mask": first("mask", "unk", "eos"),
+        "bos": first("bos", "cls", "pad"),
+        "eos": first("eos", "sep", "pad"),
+    }
+    special.update(r=special["unk"], x=special["unk"], s=special["unk"])
+    sentinels = []
+    while fast.token_to_id(f"<extra_id_{len(sentinels)}>") is not None:
+        sentinels.append(fast.token_to_id(f"<extra_id_{len(sentinels)}>"))
+    return TokenizerBundle(
+        tokenizer=fast, path=path, hash=hashlib.sha256(path.read_bytes()).hexdigest(),
+        vocab_size=fast.get_vocab_size(with_added_tokens=True), special_ids=special, sentinel_ids=sentinels,
+    )
 
 
 def majority_baseline(task: Any) -> dict[str, Any]:
@@ -222,8 +255,7 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         cfg.model = net0.config
     run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
     if init.kind == "hf":
-        cfg.data.tokenizer.path = str(hf_tokenizer(init.hf or "", run_dir))
-        bundle = get_bundle(cfg, None, None)
+        bundle = hf_bundle(init.hf or "", run_dir)
     elif init.kind == "run":
         bundle = get_bundle(cfg, None, run_dir)
     else:
@@ -232,9 +264,9 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         corpus = load_corpus(d.corpus, val_fraction=0.05, seed=d.seed)
         bundle = get_bundle(cfg, corpus, run_dir)
         set_vocab(cfg, bundle.vocab_size)
-    if cfg.model.vocab_size != bundle.vocab_size:
+    if bundle.vocab_size > cfg.model.vocab_size:  # HF T5 pads its embedding to 32128 > 32100 tokens: fine
         raise ConfigInputError(
-            f"model.vocab_size={cfg.model.vocab_size} does not match the tokenizer's {bundle.vocab_size} tokens"
+            f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {bundle.vocab_size} tokens"
         )
     ids = token_ids(bundle)
     family = cfg.model.family.value

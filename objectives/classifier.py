@@ -29,25 +29,6 @@ from objectives.optim import OptimSettings, configure_adamw, decay_groups
 POOLINGS = ("cls", "last", "mean", "decoder")
 
 
-class ClassificationHeadModule(nn.Module):
-    """Optional BERT pooler (dense + tanh), dropout and a linear classifier on pooled `(B, C)` states."""
-
-    def __init__(self, dim: int, num_classes: int, dropout: float, pooler: bool) -> None:
-        super().__init__()
-        self.pooler = heads.Pooler(dim) if pooler else None
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(dim, num_classes)
-        # BERT's initialisation for a new head: normal(0.02), zero bias.
-        nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
-
-    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        """`(B, C)` pooled states -> `(B, K)` logits."""
-        if self.pooler is not None:
-            pooled = self.pooler(pooled)
-        return self.classifier(self.dropout(pooled))
-
-
 def _metrics(num_classes: int, prefix: str) -> MetricCollection:
     return MetricCollection(
         {
@@ -102,7 +83,7 @@ class ClassifierModule(L.LightningModule):
         self.pooling = pooling
         self.optim = optim
         self.head_lr = head_lr
-        self.head = ClassificationHeadModule(net.config.dim, num_classes, head_dropout, pooler=pooling == "cls")
+        self.head = heads.ClassificationHead(net.config.dim, num_classes, head_dropout, pooler=pooling == "cls")
         if pooler_state is not None:
             assert self.head.pooler is not None
             self.head.pooler.load_state_dict(pooler_state)

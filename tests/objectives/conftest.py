@@ -3,7 +3,9 @@
 from collections.abc import Callable
 
 import pytest
+import torch
 
+from families import ModelConfig, build_network
 from objectives import TokenIds
 
 
@@ -23,3 +25,17 @@ def make_ids() -> Callable[..., TokenIds]:
 @pytest.fixture
 def ids() -> TokenIds:
     return _make_ids()
+
+
+@pytest.fixture
+def tiny_net() -> Callable[..., torch.nn.Module]:
+    """A real tiny network of a family from `families` (dim 32, 2 layers, dropout 0)."""
+
+    def build(family: str, vocab_size: int = 1000, seed: int = 0, **overrides) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        settings = dict(family=family, vocab_size=vocab_size, dim=32, num_layers=2, num_heads=2, max_seq_len=64,
+                        dropout=0.0)
+        settings.update(overrides)
+        return build_network(ModelConfig(**settings))
+
+    return build

@@ -1,0 +1,59 @@
+"""AdamW parameter groups and the warmup + cosine schedule."""
+
+import math
+
+import pytest
+import torch
+
+from objectives import ObjectiveError, OptimSettings, configure_adamw, decay_groups, lr_factor
+
+
+def test_decay_only_matrices(tiny_net):
+    """>= 2-D weights (linears, embeddings) decay; biases and norm scales do not; each parameter appears once."""
+    net = tiny_net("bert")
+    decay, no_decay = decay_groups(net, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    ids = [id(p) for g in (decay, no_decay) for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(net.parameters()))
+    names = {id(p): n for n, p in net.named_parameters()}
+    assert any("norm" in names[id(p)] for p in no_decay["params"])
+    assert any("embed" in names[id(p)] for p in decay["params"])
+
+
+def test_schedule_values():
+    """nanoGPT's warmup (step + 1) / (warmup + 1), cosine to min_lr_ratio at max_steps, flat after."""
+    s = OptimSettings(lr=1.0, warmup_steps=10, max_steps=110, min_lr_ratio=0.1)
+    assert lr_factor(0, s) == pytest.approx(1 / 11)
+    assert lr_factor(9, s) == pytest.approx(10 / 11)
+    assert lr_factor(10, s) == pytest.approx(1.0)
+    assert lr_factor(60, s) == pytest.approx(0.1 + 0.9 * 0.5)  # half way: cos(pi / 2) = 0
+    assert lr_factor(35, s) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25)))
+    assert lr_factor(110, s) == pytest.approx(0.1) and lr_factor(500, s) == pytest.approx(0.1)
+    values = [lr_factor(i, s) for i in range(10, 111)]
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))
+
+
+def test_scheduler_steps_per_optimizer_step(tiny_net):
+    """The Lightning config steps every optimiser step; group rates follow lr * factor, head rate too."""
+    net = tiny_net("gpt")
+    s = OptimSettings(lr=1e-3, warmup_steps=2, max_steps=10)
+    head = torch.nn.Linear(32, 3)
+    config = configure_adamw(decay_groups(net, 0.1) + decay_groups(head, 0.1, lr=5e-3), s)
+    assert config["lr_scheduler"]["interval"] == "step"
+    optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    assert optimizer.defaults["fused"] is False  # auto: parameters are on the CPU
+    for step in range(5):
+        lrs = [g["lr"] for g in optimizer.param_groups]
+        assert lrs[0] == pytest.approx(1e-3 * lr_factor(step, s))
+        assert lrs[-1] == pytest.approx(5e-3 * lr_factor(step, s))
+        optimizer.step()
+        scheduler.step()
+
+
+@pytest.mark.parametrize(
+    "kwargs,key", [({"lr": 0}, "optim.lr"), ({"min_lr_ratio": 2}, "optim.min_lr_ratio"), ({"max_steps": 0}, "max")]
+)
+def test_bad_settings(kwargs, key):
+    with pytest.raises(ObjectiveError, match=key):
+        OptimSettings(**kwargs)

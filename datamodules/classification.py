@@ -1,0 +1,106 @@
+"""Classification data: tokenized examples (no special tokens) for an injected family collator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+from datamodules.sampler import PositionTrackingLoader, ResumableSampler
+from datamodules.tasks import Example, Task
+from datamodules.tokenizer import TokenizerBundle
+
+
+def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[dict[str, Any]]:
+    """Items ``{"input_ids", "pair_ids", "label"}`` with the raw token ids (no special tokens)."""
+    tok = bundle.tokenizer
+    ids = [e.ids for e in tok.encode_batch([ex.text for ex in examples], add_special_tokens=False)]
+    pair_idx = [i for i, ex in enumerate(examples) if ex.text_pair is not None]
+    pairs: list[list[int] | None] = [None] * len(examples)
+    if pair_idx:
+        encoded = tok.encode_batch([examples[i].text_pair for i in pair_idx], add_special_tokens=False)
+        for i, enc in zip(pair_idx, encoded, strict=True):
+            pairs[i] = enc.ids
+    return [{"input_ids": a, "pair_ids": b, "label": ex.label} for a, b, ex in zip(ids, pairs, examples, strict=True)]
+
+
+class ClassificationDataModule(pl.LightningDataModule):
+    """Train / val / test loaders of a ``Task``.
+
+    Training order comes from a ``ResumableSampler`` (shuffled per epoch from ``seed``, position
+    saved in checkpoints); validation and test visit every example exactly once, also under DDP.
+
+    Args:
+        task: the task (``load_task``).
+        bundle: the tokenizer.
+        batch_size: examples per batch and rank.
+        collate_fn: the family's collator, ``list[item] -> dict[str, Tensor]``.
+        seed: training order.
+        num_workers: DataLoader workers.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        bundle: TokenizerBundle,
+        *,
+        batch_size: int,
+        collate_fn: Callable[[list[dict[str, Any]]], Any],
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.task, self.bundle = task, bundle
+        self.batch_size, self.collate_fn = batch_size, collate_fn
+        self.seed, self.num_workers = seed, num_workers
+        self.items: dict[str, list[dict[str, Any]]] | None = None
+        self._train_sampler: ResumableSampler | None = None
+        self._pending_state: dict[str, Any] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.task.labels)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Tokenize every split once."""
+        if self.items is None:
+            self.items = {s: tokenize_examples(getattr(self.task, s), self.bundle) for s in ("train", "val", "test")}
+
+    def train_dataloader(self) -> DataLoader:
+        self.setup()
+        data = self.items["train"]
+        self._train_sampler = ResumableSampler(len(data), shuffle=True, seed=self.seed, drop_last=True)
+        if self._pending_state is not None:
+            self._train_sampler.load_state_dict(self._pending_state)
+            self._pending_state = None
+        return PositionTrackingLoader(data, batch_size=self.batch_size, sampler=self._train_sampler,
+                                       collate_fn=self.collate_fn, num_workers=self.num_workers)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        self.setup()
+        data = self.items[split]
+        sampler = ResumableSampler(len(data), shuffle=False, drop_last=False)
+        return DataLoader(data, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collate_fn,
+                          num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._train_sampler is not None:
+            return {"train_sampler": self._train_sampler.state_dict()}
+        return {"train_sampler": self._pending_state} if self._pending_state else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        sampler_state = state.get("train_sampler")
+        if not sampler_state:
+            return
+        if self._train_sampler is not None:
+            self._train_sampler.load_state_dict(sampler_state)
+        else:
+            self._pending_state = dict(sampler_state)

@@ -1,0 +1,43 @@
+"""Hugging Face ``datasets`` access (optional extra), imported lazily.
+
+``hf:<name>[:<config>]`` loads a hub dataset (from the user's cache, or the hub when online). For the
+file builders ``json``, ``csv``, ``text`` and ``parquet`` the part after the second colon is a local
+file or glob instead of a config (``hf:json:data/train.jsonl``), which loads offline through the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datamodules.errors import DataError
+
+FILE_BUILDERS = {"json", "csv", "text", "parquet"}
+
+
+def parse_hf_spec(spec: str) -> tuple[str, str | None]:
+    """``"hf:glue:sst2"`` -> ``("glue", "sst2")``; ``"hf:wikitext"`` -> ``("wikitext", None)``."""
+    body = spec[len("hf:") :]
+    name, _, config = body.partition(":")
+    if not name:
+        raise DataError(f"{spec}: expected hf:<name>[:<config>]")
+    return name, (config or None)
+
+
+def load_hf(spec: str) -> Any:
+    """Load ``spec`` as a ``datasets.DatasetDict``; any failure becomes one-line ``DataError``."""
+    name, config = parse_hf_spec(spec)
+    try:
+        import datasets
+    except ImportError as e:
+        raise DataError(f"{spec}: needs the Hugging Face 'datasets' package (pip install famlab[hf])") from e
+    try:
+        if name in FILE_BUILDERS and config is not None:
+            ds = datasets.load_dataset(name, data_files=config)
+        else:
+            ds = datasets.load_dataset(name, config)
+    except Exception as e:  # noqa: BLE001 - datasets raises many types (offline, missing, bad config)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise DataError(f"{spec}: cannot load dataset ({type(e).__name__}: {first})") from e
+    if not isinstance(ds, datasets.DatasetDict):
+        ds = datasets.DatasetDict({"train": ds})
+    return ds

@@ -1,0 +1,218 @@
+"""Packed pretraining data: tokenize once into memory-mapped token files, cut fixed-length blocks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.corpus import Corpus
+from datamodules.errors import DataError
+from datamodules.sampler import PositionTrackingLoader, ResumableSampler, dist_rank_world
+from datamodules.tokenizer import TokenizerBundle
+
+ENCODE_CHUNK = 8192  # documents per encode_batch call: bounds memory, keeps Rust-side parallelism
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits (halves the file), else int32."""
+    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
+
+
+def write_token_file(docs: list[str], bundle: TokenizerBundle, path: Path, *, separator_id: int, seed: int) -> int:
+    """Tokenize ``docs`` in a seeded order, each followed by ``separator_id``, into a flat binary file.
+
+    Returns:
+        The number of tokens written.
+    """
+    order = np.random.default_rng(seed).permutation(len(docs))
+    dtype = token_dtype(bundle.vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    total = 0
+    with open(tmp, "wb") as f:
+        for lo in range(0, len(order), ENCODE_CHUNK):
+            chunk = [docs[i] for i in order[lo : lo + ENCODE_CHUNK]]
+            encodings = bundle.tokenizer.encode_batch(chunk, add_special_tokens=False)
+            ids = [tok for enc in encodings for tok in (*enc.ids, separator_id)]
+            arr = np.asarray(ids, dtype=dtype)
+            arr.tofile(f)
+            total += arr.size
+    os.replace(tmp, path)  # atomic: another rank never reads half a file
+    return total
+
+
+class BlockDataset(Dataset):
+    """Consecutive ``block_len`` slices of a token stream; the remainder is dropped.
+
+    Args:
+        tokens: 1-D token ids (a memory map).
+        block_len: tokens per sample.
+        num_blocks: use only the first ``num_blocks`` blocks (default: all).
+    """
+
+    def __init__(self, tokens: np.ndarray, block_len: int, num_blocks: int | None = None) -> None:
+        self.tokens = tokens
+        self.block_len = block_len
+        full = len(tokens) // block_len
+        self.num_blocks = full if num_blocks is None else min(num_blocks, full)
+
+    def __len__(self) -> int:
+        return self.num_blocks
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        lo = index * self.block_len
+        return torch.from_numpy(np.asarray(self.tokens[lo : lo + self.block_len], dtype=np.int64))  # (block_len,)
+
+
+class PretrainDataModule(pl.LightningDataModule):
+    """Packed blocks of a corpus for any pretraining objective.
+
+    Args:
+        corpus: the corpus (``load_corpus``).
+        bundle: the tokenizer (``get_tokenizer``).
+        block_len: tokens per sample (the objective's raw block length).
+        batch_size: samples per batch and rank.
+        collate_fn: the objective's collator, ``list[Tensor(block_len)] -> dict[str, Tensor]``.
+        separator_id: token appended after every document (e.g. ``[EOS]``).
+        cache_dir: token files go to ``cache_dir/tokens/<key>/``.
+        seed: order of documents in the token file and of the block shuffle.
+        shuffle: permute training blocks per epoch (a pure function of (seed, epoch)).
+        num_workers: DataLoader workers.
+        val_batches: use only the first ``val_batches * batch_size`` validation blocks (all if None).
+    """
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        bundle: TokenizerBundle,
+        *,
+        block_len: int,
+        batch_size: int,
+        collate_fn: Callable[[list[torch.Tensor]], Any],
+        separator_id: int,
+        cache_dir: str | Path,
+        seed: int = 0,
+        shuffle: bool = False,
+        num_workers: int = 0,
+        val_batches: int | None = None,
+    ) -> None:
+        super().__init__()
+        if block_len < 1 or batch_size < 1:
+            raise DataError(f"block_len={block_len} and batch_size={batch_size} must be positive")
+        self.corpus, self.bundle = corpus, bundle
+        self.block_len, self.batch_size = block_len, batch_size
+        self.collate_fn, self.separator_id = collate_fn, separator_id
+        self.seed, self.shuffle = seed, shuffle
+        self.num_workers, self.val_batches = num_workers, val_batches
+        key = hashlib.sha256(f"{corpus.hash}|{bundle.hash}|{separator_id}|{seed}".encode()).hexdigest()[:20]
+        self.token_dir = Path(cache_dir) / "tokens" / key
+        self.train_tokens: np.ndarray | None = None
+        self.val_tokens: np.ndarray | None = None
+        self._train_sampler: ResumableSampler | None = None
+        self._pending_state: dict[str, Any] | None = None
+        self._counts: np.ndarray | None = None
+
+    # -- files -----------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Tokenize train and val once (skipped when the cached token files exist)."""
+        meta = self.token_dir / "meta.json"
+        if meta.exists():
+            return
+        sizes = {}
+        for split, docs in (("train", self.corpus.train), ("val", self.corpus.val)):
+            sizes[split] = write_token_file(
+                docs, self.bundle, self.token_dir / f"{split}.bin", separator_id=self.separator_id, seed=self.seed
+            )
+        info = {"dtype": token_dtype(self.bundle.vocab_size).name, "corpus": self.corpus.hash,
+                "tokenizer": self.bundle.hash, "separator_id": self.separator_id, "seed": self.seed, "tokens": sizes}
+        tmp = meta.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(info, indent=1))
+        os.replace(tmp, meta)  # written last: its presence means both token files are complete
+
+    def setup(self, stage: str | None = None) -> None:
+        """Open the token files as memory maps and check there is enough data for one batch."""
+        if self.train_tokens is not None:
+            return
+        if not (self.token_dir / "meta.json").exists():
+            self.prepare_data()
+        dtype = token_dtype(self.bundle.vocab_size)
+        self.train_tokens = self._open(self.token_dir / "train.bin", dtype)
+        self.val_tokens = self._open(self.token_dir / "val.bin", dtype)
+        _, world = dist_rank_world()
+        blocks = len(self.train_tokens) // self.block_len
+        if blocks // world < self.batch_size:
+            raise DataError(
+                f"corpus {self.corpus.name} too small: {len(self.train_tokens)} training tokens make {blocks} blocks "
+                f"of block_len={self.block_len}, fewer than one batch (batch_size={self.batch_size} x {world} ranks)"
+            )
+        if len(self.val_tokens) < self.block_len:
+            raise DataError(
+                f"corpus {self.corpus.name}: validation split has {len(self.val_tokens)} tokens "
+                f"({len(self.corpus.val)} documents), fewer than one block of block_len={self.block_len}"
+            )
+
+    @staticmethod
+    def _open(path: Path, dtype: np.dtype) -> np.ndarray:
+        if path.stat().st_size == 0:
+            return np.zeros(0, dtype=dtype)  # np.memmap refuses empty files
+        return np.memmap(path, dtype=dtype, mode="r")
+
+    # -- datasets --------------------------------------------------------------------------------
+    @property
+    def num_train_blocks(self) -> int:
+        """Number of ``block_len`` blocks in the training split (before sharding)."""
+        self.setup()
+        return len(self.train_tokens) // self.block_len
+
+    def train_token_counts(self) -> np.ndarray:
+        """Unigram counts ``(V,)`` of the training token stream (separators included)."""
+        self.setup()
+        if self._counts is None:
+            self._counts = np.bincount(np.asarray(self.train_tokens), minlength=self.bundle.vocab_size)
+        return self._counts
+
+    def train_dataloader(self) -> DataLoader:
+        self.setup()
+        dataset = BlockDataset(self.train_tokens, self.block_len)
+        self._train_sampler = ResumableSampler(len(dataset), shuffle=self.shuffle, seed=self.seed, drop_last=True)
+        if self._pending_state is not None:
+            self._train_sampler.load_state_dict(self._pending_state)
+            self._pending_state = None
+        return PositionTrackingLoader(
+            dataset, batch_size=self.batch_size, sampler=self._train_sampler, collate_fn=self.collate_fn,
+            num_workers=self.num_workers, drop_last=True, persistent_workers=False,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        self.setup()
+        num = None if self.val_batches is None else self.val_batches * self.batch_size
+        dataset = BlockDataset(self.val_tokens, self.block_len, num)
+        # Sequential, every block once, shards uneven rather than padded with duplicates.
+        sampler = ResumableSampler(len(dataset), shuffle=False, drop_last=False)
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collate_fn,
+                          num_workers=self.num_workers)
+
+    # -- resume ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The training sampler's (seed, epoch, position), saved in Lightning checkpoints."""
+        if self._train_sampler is not None:
+            return {"train_sampler": self._train_sampler.state_dict()}
+        return {"train_sampler": self._pending_state} if self._pending_state else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        sampler_state = state.get("train_sampler")
+        if not sampler_state:
+            return
+        if self._train_sampler is not None:
+            self._train_sampler.load_state_dict(sampler_state)
+        else:
+            self._pending_state = dict(sampler_state)  # applied when the train loader is built

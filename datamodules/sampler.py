@@ -1,0 +1,135 @@
+"""A sampler whose order is a pure function of (seed, epoch, rank) and whose position is saved.
+
+Why not Lightning's ``DistributedSampler`` or a shuffled ``DataLoader``: resuming those mid-epoch
+replays a fresh shuffle or loses the position (REFERENCE.md, "Observed resume traps"), and
+``DistributedSampler`` pads shards with duplicated samples, which biases evaluation metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Sampler
+
+
+def dist_rank_world() -> tuple[int, int]:
+    """(rank, world size) of the initialised default process group, else (0, 1)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class ResumableSampler(Sampler[int]):
+    """Indices ``0 .. num_samples-1`` for this rank, in an order that depends only on (seed, epoch, rank).
+
+    With ``shuffle`` the global order is a permutation drawn from ``(seed, epoch)``; otherwise it is
+    ``0, 1, 2, ...``. Rank ``r`` of ``W`` takes every ``W``-th index starting at ``r``. With
+    ``drop_last`` (training) the global order is first cut to a multiple of ``W`` so every rank has
+    the same number of samples (DDP needs equal step counts); without it (evaluation) every sample is
+    used exactly once and shards may differ in length by one — never padded with duplicates.
+
+    The position (samples of the current epoch already consumed) is saved by ``state_dict``; after
+    ``load_state_dict`` the next iteration resumes right after it. ``position`` counts the indices
+    handed out, which equals what the training loop consumed when the DataLoader has no workers; a
+    ``PositionTrackingLoader`` sets it from the batches actually consumed.
+
+    Args:
+        num_samples: size of the dataset.
+        shuffle: permute the order per epoch.
+        seed: seed of the permutation.
+        drop_last: cut the global order to a multiple of the world size (equal shards).
+        rank: this process's rank; default from ``torch.distributed`` at iteration time.
+        world_size: number of ranks; default from ``torch.distributed`` at iteration time.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self.num_samples = num_samples
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self._rank = rank
+        self._world_size = world_size
+        self.epoch = 0
+        self.position = 0  # samples of this epoch consumed so far
+        self._start = 0  # where the next __iter__ begins (set by load_state_dict / set_position)
+
+    @property
+    def rank(self) -> int:
+        return dist_rank_world()[0] if self._rank is None else self._rank
+
+    @property
+    def world_size(self) -> int:
+        return dist_rank_world()[1] if self._world_size is None else self._world_size
+
+    def indices(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's full index list for ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        if self.shuffle:
+            # SeedSequence of (seed, epoch): the same order on every machine and for every world size.
+            order = np.random.default_rng([self.seed, epoch]).permutation(self.num_samples)
+        else:
+            order = np.arange(self.num_samples)
+        world = self.world_size
+        if self.drop_last:
+            order = order[: (self.num_samples // world) * world]
+        return order[self.rank :: world]
+
+    def __len__(self) -> int:
+        world, rank = self.world_size, self.rank
+        if self.drop_last:
+            return self.num_samples // world
+        return len(range(rank, self.num_samples, world))
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.indices()
+        start, self._start = self._start, 0
+        self.position = start
+        for index in order[start:]:
+            self.position += 1
+            yield int(index)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning, unless it is the epoch a loaded state resumes."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._start = 0
+            self.position = 0
+
+    def set_position(self, position: int) -> None:
+        """Make the next iteration of this epoch begin after ``position`` samples."""
+        self._start = self.position = position
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self.set_position(int(state["position"]))
+
+
+class PositionTrackingLoader(DataLoader):
+    """A DataLoader that tells its ``ResumableSampler`` how many samples the consumer has taken.
+
+    With workers, the sampler runs ahead of the training loop (prefetching); the position saved in
+    a checkpoint must be what the loop consumed, so it is set here as each batch is handed out.
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        sampler: ResumableSampler = self.sampler  # type: ignore[assignment]
+        start, total = sampler._start, len(sampler)
+        for k, batch in enumerate(super().__iter__(), 1):
+            sampler.position = min(start + k * self.batch_size, total)
+            yield batch

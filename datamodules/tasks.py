@@ -1,0 +1,222 @@
+"""Classification tasks: bundled ``wordnet-supersense``, CSV / JSONL files, Hugging Face datasets."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datamodules.bundled import WORDNET_TASK, read_jsonl_gz
+from datamodules.errors import DataError
+from datamodules.hf import load_hf
+
+SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "dev": "val", "test": "test"}
+# GLUE column conventions, tried in order when the configured text column is absent.
+GLUE_COLUMNS = [("sentence", None), ("sentence1", "sentence2"), ("question1", "question2"),
+                ("premise", "hypothesis"), ("question", "sentence")]  # fmt: skip
+
+
+@dataclass
+class Example:
+    """One labelled example; ``label`` indexes ``Task.labels``."""
+
+    text: str
+    text_pair: str | None
+    label: int
+
+
+@dataclass
+class Task:
+    """A classification task split three ways.
+
+    Attributes:
+        train, val, test: the examples.
+        labels: label names; the label set comes from the training split.
+        name: the spec it was loaded from.
+    """
+
+    train: list[Example]
+    val: list[Example]
+    test: list[Example]
+    labels: list[str]
+    name: str
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    def majority_accuracy(self, split: str = "test") -> float:
+        """Accuracy on ``split`` of always predicting the most common training label."""
+        majority = collections.Counter(e.label for e in self.train).most_common(1)[0][0]
+        examples = getattr(self, split)
+        return sum(e.label == majority for e in examples) / max(len(examples), 1)
+
+
+# A raw row before label mapping: (split or None, text, text_pair, raw label, where-for-messages).
+_Row = tuple[str | None, str, str | None, Any, str]
+
+
+def load_task(
+    spec: str,
+    *,
+    text_column: str = "text",
+    text_pair_column: str | None = None,
+    label_column: str = "label",
+    split_column: str = "split",
+    val_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+) -> Task:
+    """Load a classification task.
+
+    Args:
+        spec: ``wordnet-supersense`` (bundled, 45 classes, fixed 80/10/10 split); a ``.csv`` or
+            ``.jsonl`` file; or ``hf:<name>[:<config>]`` (GLUE column names are recognised when
+            ``text_column`` is absent; rows labelled -1 are dropped; ``hf:csv:<file>`` /
+            ``hf:json:<file>`` load local files).
+        text_column, text_pair_column, label_column: column names (labels may be strings or ints).
+        split_column: optional column with ``train`` / ``val`` / ``validation`` / ``test``. Files
+            without it are split deterministically (seeded) by ``val_fraction`` / ``test_fraction``;
+            a split missing from the file (e.g. GLUE's unlabelled test) is carved from the training rows.
+        seed: seeds that split.
+
+    Raises:
+        DataError: missing file or column, empty file, bad JSON line, unknown split value, labels in
+            validation/test that the training split lacks.
+    """
+    if spec == "wordnet-supersense":
+        rows: list[_Row] = [(r["split"], r["text"], None, r["label"], "") for r in read_jsonl_gz(WORDNET_TASK)]
+        return _build(spec, rows, val_fraction, test_fraction, seed)
+    if spec.startswith("hf:"):
+        return _build(spec, _hf_rows(spec, text_column, text_pair_column, label_column), val_fraction,
+                      test_fraction, seed)
+    path = Path(spec)
+    if not path.is_file():
+        raise DataError(f"{path}: no such task file")
+    if path.suffix == ".csv":
+        records = _csv_records(path)
+    elif path.suffix == ".jsonl":
+        records = _jsonl_records(path)
+    else:
+        raise DataError(f"{path}: unsupported task file type '{path.suffix}' (use .csv, .jsonl or hf:<name>)")
+    if not records:
+        raise DataError(f"{path}: empty task file (no rows)")
+    rows = []
+    for where, record in records:
+        for column in (text_column, label_column, text_pair_column):
+            if column is not None and column not in record:
+                raise DataError(f"{where}: no column '{column}' (columns: {', '.join(record)})")
+        label = record[label_column]
+        if label is None or (isinstance(label, str) and not label.strip()):
+            raise DataError(f"{where}: empty label in column '{label_column}'")
+        split = record.get(split_column)
+        if split is not None and str(split).strip().lower() not in SPLIT_NAMES:
+            raise DataError(f"{where}: split '{split}' is not one of train, val, validation, test")
+        pair = None if text_pair_column is None else str(record[text_pair_column])
+        split_name = None if split is None else SPLIT_NAMES[str(split).strip().lower()]
+        rows.append((split_name, str(record[text_column]), pair, label, where))
+    return _build(spec, rows, val_fraction, test_fraction, seed)
+
+
+def _csv_records(path: Path) -> list[tuple[str, dict]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            return [(f"{path} line {reader.line_num}", row) for row in reader]
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+
+
+def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
+    records = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path} line {number}: not JSON ({e.msg})") from e
+        if not isinstance(row, dict):
+            raise DataError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
+        records.append((f"{path} line {number}", row))
+    return records
+
+
+def _hf_rows(spec: str, text_column: str, pair_column: str | None, label_column: str) -> list[_Row]:
+    ds = load_hf(spec)
+    first = ds[next(iter(ds))]
+    columns = first.column_names
+    if text_column not in columns:
+        found = next(((a, b) for a, b in GLUE_COLUMNS if a in columns and (b is None or b in columns)), None)
+        if found is None:
+            raise DataError(f"{spec}: no column '{text_column}' (columns: {', '.join(columns)})")
+        text_column, pair_column = found
+    for column in (label_column, pair_column):
+        if column is not None and column not in columns:
+            raise DataError(f"{spec}: no column '{column}' (columns: {', '.join(columns)})")
+    names = getattr(first.features[label_column], "names", None)  # ClassLabel: ints with names
+    rows: list[_Row] = []
+    for split, data in ds.items():
+        split_name = SPLIT_NAMES.get(split)
+        if split_name is None:
+            continue
+        pairs = data[pair_column] if pair_column else [None] * len(data)
+        for i, (text, pair, label) in enumerate(zip(data[text_column], pairs, data[label_column], strict=True)):
+            if label is None or label == -1:  # GLUE test splits hide their labels as -1
+                continue
+            label = names[label] if names is not None else label
+            rows.append((split_name, str(text), None if pair is None else str(pair), label, f"{spec} {split} row {i}"))
+    if not rows:
+        raise DataError(f"{spec}: no labelled rows")
+    return rows
+
+
+def _label_key(label: Any) -> tuple:
+    # Integers (or integer strings) sort numerically, everything else alphabetically after them.
+    text = str(label).strip()
+    try:
+        return (0, int(text), "")
+    except ValueError:
+        return (1, 0, text)
+
+
+def _build(name: str, rows: list[_Row], val_fraction: float, test_fraction: float, seed: int) -> Task:
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise DataError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must leave training rows")
+    splits = _assign_splits([r[0] for r in rows], val_fraction, test_fraction, seed)
+    train_labels = {str(r[3]).strip() for r, s in zip(rows, splits, strict=True) if s == "train"}
+    if not train_labels:
+        raise DataError(f"{name}: no training rows")
+    labels = sorted(train_labels, key=_label_key)
+    index = {label: i for i, label in enumerate(labels)}
+    held_out = {str(r[3]).strip() for r, s in zip(rows, splits, strict=True) if s != "train"}
+    unknown = sorted(held_out - train_labels, key=_label_key)
+    if unknown:
+        raise DataError(f"{name}: labels in validation/test but not in the training split: {', '.join(unknown)}")
+    out: dict[str, list[Example]] = {"train": [], "val": [], "test": []}
+    for (_, text, pair, label, _), split in zip(rows, splits, strict=True):
+        out[split].append(Example(text=text, text_pair=pair, label=index[str(label).strip()]))
+    return Task(train=out["train"], val=out["val"], test=out["test"], labels=labels, name=name)
+
+
+def _assign_splits(given: list[str | None], val_fraction: float, test_fraction: float, seed: int) -> list[str]:
+    """Fill in splits: rows without one go to train; a split with no rows is carved from train (seeded)."""
+    splits = [g or "train" for g in given]
+    rng = np.random.default_rng(seed)
+    for split, fraction in (("val", val_fraction), ("test", test_fraction)):
+        if split in splits or fraction == 0:
+            continue
+        train_idx = np.array([i for i, s in enumerate(splits) if s == "train"])
+        n = min(max(1, round(len(given) * fraction)), len(train_idx) - 1)
+        for i in rng.permutation(train_idx)[:max(n, 0)]:
+            splits[i] = split
+    return splits

@@ -1,0 +1,122 @@
+"""The bundled WordNet corpus and supersense task: splits, leakage, lemma masking, reproducible build."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from datamodules.bundled import DATA_DIR, WORDNET_CORPUS, WORDNET_TASK, read_jsonl_gz
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDNET_DIR = Path("/usr/share/wordnet")
+
+
+def _build_module():
+    spec = importlib.util.spec_from_file_location("build_wordnet", ROOT / "scripts" / "build_wordnet.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def task_rows() -> list[dict]:
+    return read_jsonl_gz(WORDNET_TASK)
+
+
+def test_bundled_files_are_small_and_licensed():
+    """The committed files stay a few MB and ship the WordNet 3.0 licence."""
+    sizes = {p.name: p.stat().st_size for p in DATA_DIR.iterdir()}
+    print("bundled data sizes (bytes):", sizes)
+    assert sum(sizes.values()) < 8_000_000
+    licence = (DATA_DIR / "LICENSE-WordNet.txt").read_text()
+    assert "WordNet 3.0 Copyright 2006 by Princeton University" in licence
+
+
+def test_task_has_45_supersenses_split_80_10_10_per_label(task_rows):
+    """Every one of the 45 lexicographer files is a class, and each is split about 80/10/10."""
+    build = _build_module()
+    labels = collections.Counter(r["label"] for r in task_rows)
+    assert set(labels) == set(build.LEXNAMES) and len(labels) == 45
+    per_label = collections.defaultdict(collections.Counter)
+    for r in task_rows:
+        per_label[r["label"]][r["split"]] += 1
+    for label, counts in per_label.items():
+        total = sum(counts.values())
+        for split, expected in (("val", 0.1), ("test", 0.1)):
+            # Groups of identical definitions make the cut slightly coarse; allow a few synsets.
+            assert abs(counts[split] - expected * total) <= 0.02 * total + 3, (label, counts)
+    totals = collections.Counter(r["split"] for r in task_rows)
+    print("task split sizes:", dict(totals))
+    assert abs(totals["test"] / len(task_rows) - 0.1) < 0.005
+
+
+def test_identical_definitions_share_one_split(task_rows):
+    """No definition text appears in two splits."""
+    splits = collections.defaultdict(set)
+    for r in task_rows:
+        splits[r["text"]].add(r["split"])
+    counts = collections.Counter(r["text"] for r in task_rows)
+    assert sum(c > 1 for c in counts.values()) > 100  # duplicates exist, so the property is not vacuous
+    assert all(len(s) == 1 for s in splits.values())
+
+
+def test_val_and_test_synsets_are_not_in_the_corpus(task_rows):
+    """Corpus documents are exactly the synsets whose task split is train (or that have no task row)."""
+    corpus_ids = {r["id"] for r in read_jsonl_gz(WORDNET_CORPUS)}
+    held_out = {r["id"] for r in task_rows if r["split"] != "train"}
+    train = {r["id"] for r in task_rows if r["split"] == "train"}
+    assert corpus_ids.isdisjoint(held_out)
+    assert train <= corpus_ids
+
+
+def test_definitions_hide_lemmas_and_examples():
+    """Parsing a real wndb line: lemmas masked as whole words, quoted examples dropped, adj markers removed."""
+    build = _build_module()
+    line = ("00001740 29 v 04 breathe 0 take_a_breath 0 respire 0 suspire 3 021 * 00005041 v 0000 | draw air into, "
+            'and expel out of, the lungs; "I can breathe better when the air is clean"; "The patient is respiring"  ')
+    s = build.parse_data_line(line)
+    assert s["label"] == "verb.body" and s["lemmas"] == ["breathe", "take a breath", "respire", "suspire"]
+    definition, examples = build.split_gloss(s["gloss"])
+    assert definition == "draw air into, and expel out of, the lungs"
+    assert examples == ['"I can breathe better when the air is clean"', '"The patient is respiring"']
+    assert build.mask_lemmas("to Take a breath; breathed, not breathe", s["lemmas"]) == "to _; breathed, not _"
+    adj = build.parse_data_line("00001740 00 a 01 able(a) 0 000 | (usually followed by `to') having ability")
+    assert adj["lemmas"] == ["able"] and adj["label"] == "adj.all"
+
+
+def test_no_task_text_contains_its_own_lemma(task_rows):
+    """Spot check against the source: single-word lemmas never survive in their synset's definition."""
+    if not WORDNET_DIR.exists():
+        pytest.skip("wordnet-base not installed")
+    build = _build_module()
+    synsets = {}
+    with open(WORDNET_DIR / "data.verb", encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("  "):
+                s = build.parse_data_line(line.rstrip("\n"))
+                synsets[s["id"]] = s
+    checked = 0
+    for r in task_rows:
+        s = synsets.get(r["id"])
+        if s is None:
+            continue
+        for lemma in s["lemmas"]:
+            assert not re.search(rf"(?<!\w){re.escape(lemma)}(?!\w)", r["text"], re.IGNORECASE), (lemma, r)
+        checked += 1
+    assert checked > 10_000
+
+
+@pytest.mark.slow
+def test_build_is_byte_reproducible(tmp_path):
+    """Rebuilding from wordnet-base gives the committed files byte for byte."""
+    if not WORDNET_DIR.exists():
+        pytest.skip("wordnet-base not installed")
+    build = _build_module()
+    stats = build.build(WORDNET_DIR, tmp_path, Path("/usr/share/doc/wordnet-base/copyright"), seed=0)
+    assert stats["synsets"] == 117659
+    for name in ("wordnet-supersense.jsonl.gz", "wordnet-corpus.jsonl.gz", "LICENSE-WordNet.txt"):
+        assert (tmp_path / name).read_bytes() == (DATA_DIR / name).read_bytes(), name

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from families.blocks.attention import Attention
 from families.blocks.feedforward import FeedForward
 from families.blocks.norms import make_norm
-from families.blocks.positions import Positions
+from families.blocks.positions import LearnedPositions, Positions, SinusoidalPositions
 
 LayerCache = dict[str, dict[str, Tensor]]
 
@@ -191,10 +191,10 @@ class Stack(nn.Module):
         steps = torch.arange(past, S, device=x.device)  # (T,)
         if position_ids is None:
             position_ids = steps
+        if S > self.max_len and isinstance(self.positions, (LearnedPositions, SinusoidalPositions)):
+            raise ValueError(f"sequence of {S} positions exceeds model.max_seq_len={self.max_len}")
         absolute = self.positions.embed(position_ids)
         if absolute is not None:
-            if S > self.max_len:
-                raise ValueError(f"sequence of {S} positions exceeds model.max_seq_len={self.max_len}")
             x = x + absolute
         if self.embed_norm is not None:
             x = self.embed_norm(x)

@@ -183,4 +183,5 @@ def _read_hf(spec: str) -> tuple[list[str], list[str] | None]:
         # The HF text loader keeps empty lines: drop them.
         return [t.strip() for t in ds[split]["text"] if isinstance(t, str) and t.strip()]
 
-    return texts("train"), (texts("validation") if "validation" in ds else None)
+    val = texts("validation") if "validation" in ds else []
+    return texts("train"), (val or None)  # no (or an empty) validation split: hold one out

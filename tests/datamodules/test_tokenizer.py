@@ -65,7 +65,8 @@ def test_path_loads_and_validates_special_tokens(small_bundle, small_corpus, tmp
     bad.write_text(json.dumps(data))
     with pytest.raises(DataError) as err:
         load_tokenizer(bad, num_sentinels=20)
-    assert str(err.value) == f"{bad}: tokenizer lacks special tokens: [R], [X], 1 sentinels (<extra_id_0> ... <extra_id_0>)"
+    expected = "tokenizer lacks special tokens: [R], [X], 1 sentinels (<extra_id_0> ... <extra_id_0>)"
+    assert str(err.value) == f"{bad}: {expected}"
     with pytest.raises(DataError, match="lacks special tokens: 10 sentinels"):
         load_tokenizer(small_bundle.path, num_sentinels=30)
     junk = tmp_path / "junk.json"

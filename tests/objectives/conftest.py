@@ -27,6 +27,14 @@ def ids() -> TokenIds:
     return _make_ids()
 
 
+# Each family's own block choices (as the presets), so tests see the networks experiments will build.
+FAITHFUL = {
+    "bert": dict(norm="layernorm", norm_position="post", pos="learned", activation="gelu", init="bert"),
+    "gpt": dict(norm="layernorm", norm_position="pre", pos="learned", activation="gelu_tanh", init="gpt2"),
+    "t5": dict(norm="rmsnorm", norm_position="pre", pos="t5_bias", activation="relu", bias=False, init="t5"),
+}
+
+
 @pytest.fixture
 def tiny_net() -> Callable[..., torch.nn.Module]:
     """A real tiny network of a family from `families` (dim 32, 2 layers, dropout 0)."""
@@ -35,6 +43,7 @@ def tiny_net() -> Callable[..., torch.nn.Module]:
         torch.manual_seed(seed)
         settings = dict(family=family, vocab_size=vocab_size, dim=32, num_layers=2, num_heads=2, max_seq_len=64,
                         dropout=0.0)
+        settings.update(FAITHFUL[family])
         settings.update(overrides)
         return build_network(ModelConfig(**settings))
 

@@ -61,7 +61,7 @@ def config_command(presets: list[str], overrides: list[str], flags: list[str]) -
 
 def presets_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """``famlab presets``: each preset with its one-line description, then the family x objective table."""
-    from objectives.pairs import OBJECTIVES
+    from objectives import OBJECTIVES
 
     names = preset_names()
     width = max(len(n) for n in names)

@@ -166,7 +166,7 @@ def to_dataclass(merged: DictConfig) -> Config:
 
 def cross_checks(cfg: Config) -> None:
     """Checks that involve more than one key; each message names every key involved."""
-    from objectives.pairs import OBJECTIVES, check_pair  # lazy: keeps `famlab config` / `presets` light
+    from objectives import OBJECTIVES, check_pair  # lazy: keeps `famlab config` / `presets` light
 
     family = cfg.model.family.value
     if cfg.objective.name is None:

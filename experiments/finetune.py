@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from experiments.compose import compose, to_dataclass
+from experiments.compose import compose, cross_checks, to_dataclass
 from experiments.config import Config, ConfigInputError
 from experiments.run import (
     close_wandb,
@@ -96,10 +96,14 @@ def _check_contradictions(explicit: dict[str, Any], loaded: ModelConfig, source:
 
 def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, Init]:
     """Compose the config, taking the model section from ``init`` when it points at a run."""
-    pre = compose(presets, overrides)
-    init = parse_init(pre.cfg.init)
+    from experiments.compose import parse_overrides
+
+    init_value = parse_overrides(overrides).get("init")
+    if init_value is None:  # init from a preset file: compose once to read it
+        init_value = compose(presets, overrides).cfg.init
+    init = parse_init(init_value)
     if init.kind != "run":
-        return pre.cfg, init
+        return compose(presets, overrides).cfg, init
     assert init.run_dir is not None
     run_cfg = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
     run_model = run_cfg["model"]
@@ -107,13 +111,16 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     try:
         loaded = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), run_model))
     except ValueError as e:
-        raise ConfigInputError(f"init={pre.cfg.init}: config.yaml has a bad model section ({e})") from None
-    _check_contradictions(composed.explicit_model, loaded, str(pre.cfg.init))
+        raise ConfigInputError(f"init={init_value}: config.yaml has a bad model section ({e})") from None
+    _check_contradictions(composed.explicit_model, loaded, str(init_value))
     cfg = composed.cfg
     cfg.model = loaded
     # the run's tokenizer is the model's; the family's pooling default follows the loaded family
     cfg.data.tokenizer.path = str(init.run_dir / "tokenizer.json")
-    cfg.data.tokenizer.kind = type(cfg.data.tokenizer.kind)(run_cfg["data"]["tokenizer"]["kind"])
+    run_tok = run_cfg["data"]["tokenizer"]
+    cfg.data.tokenizer.kind = type(cfg.data.tokenizer.kind)(run_tok["kind"])
+    cfg.data.tokenizer.num_sentinels = int(run_tok["num_sentinels"])
+    cross_checks(cfg)  # again, against the loaded model (e.g. data.max_len <= model.max_seq_len)
     return cfg, init
 
 
@@ -302,7 +309,9 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         trainer = make_trainer(
             cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=mode,
             max_steps=total, max_epochs=-1 if ft.max_steps else ft.epochs,
-            val_check_interval=None, limit_val_batches=None,
+            # by steps: validate every epoch or at the end of max_steps, whichever comes first
+            val_check_interval=min(ft.max_steps, steps_per_epoch) if ft.max_steps else None,
+            limit_val_batches=None,
         )
         trainer.fit(module, datamodule=dm)
         scores = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]

@@ -272,6 +272,9 @@ def make_trainer(
         enable_model_summary=False,
         num_sanity_val_steps=0,
         use_distributed_sampler=False,  # datamodules.ResumableSampler owns order and position
+        # no_grad instead of inference_mode for evaluation: metric states reset inside trainer.validate()
+        # (validate_first) would otherwise be inference tensors that fit's validation cannot update
+        inference_mode=False,
     )
 
 

@@ -1,0 +1,171 @@
+"""End to end: real Lightning runs of each family (tiny preset, a few steps) with real offline W&B runs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments import cli
+
+FAMILIES = ("bert", "gpt", "t5")
+FAST = ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.limit_val_batches=2", "data.batch_size=8",
+        "trainer.progress_bar=false"]
+
+
+def wandb_records(run_dir: Path) -> list[dict]:
+    """The records of the run's offline `.wandb` log, read with wandb's own reader (`wandb leet inspect`)."""
+    files = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1, files
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(files[0])],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, monkeypatch_module):
+    root = tmp_path_factory.mktemp("runs")
+    monkeypatch_module.setenv("WANDB_DIR", str(root / "wandb-dir"))
+    monkeypatch_module.setenv("FAMLAB_CACHE", str(root / "cache"))
+    monkeypatch_module.delenv("WANDB_API_KEY", raising=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def pretrained(env):
+    """One tiny pretraining run per family (shared by the tests below)."""
+    runs = {}
+    for family in FAMILIES:
+        run_dir = env / f"pre-{family}"
+        args = ["pretrain", family, "tiny", *FAST, "wandb.mode=offline", "wandb.group=e2e", f"run_dir={run_dir}"]
+        assert cli.main(args) == 0
+        runs[family] = run_dir
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pretrain_writes_the_run_directory(pretrained, family):
+    """config.yaml with provenance, tokenizer.json, checkpoints, metrics.csv, results.json."""
+    run_dir = pretrained[family]
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert cfg["model"]["family"] == family and cfg["model"]["vocab_size"] > 0
+    prov = cfg["provenance"]
+    assert prov["tokenizer_hash"] and prov["data_hash"] and prov["versions"]["torch"] and prov["python"]
+    assert "commit" in prov["git"] and prov["hardware"]["cpu_count"] >= 1
+    assert (run_dir / "tokenizer.json").is_file()
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert any(p.name.startswith("best-") for p in (run_dir / "checkpoints").iterdir())
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss", "val/loss", "val/unigram_loss"} <= set(header)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["steps"] == 6 and results["family"] == family
+    assert results["final"]["val/loss"] > 0 and "val/loss" in results["first"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pretrain_writes_a_real_offline_wandb_run(pretrained, family):
+    """The offline W&B run has the flattened config, group, job type, tags, and logged history."""
+    records = wandb_records(pretrained[family])
+    run = next(r["run"] for r in records if r["type"] == "run")
+    assert run["run_group"] == "e2e" and run["job_type"] == "pretrain"
+    objective = {"bert": "mlm", "gpt": "clm", "t5": "span"}[family]
+    pos = {"bert": "learned", "gpt": "learned", "t5": "t5_bias"}[family]
+    assert {family, objective, pos} <= set(run["tags"])
+    config = run["config"]["update"]
+    assert config["model.family"] == family and config["trainer.max_steps"] == 6
+    assert "provenance.tokenizer_hash" in config
+    assert not any(isinstance(v, dict) and v and k != "_wandb" for k, v in config.items())  # flat
+    history = [r["history"]["item"] for r in records if r["type"] == "history"]
+    assert any("val/loss" in h for h in history) and any("train/loss" in h for h in history)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_finetune_from_the_pretraining_run(pretrained, env, family):
+    """A real fine-tune from each family's run: results.json holds the test scores and the majority baseline."""
+    run_dir = env / f"ft-{family}"
+    args = ["finetune", f"init={pretrained[family]}", "finetune.max_steps=4", "data.batch_size=16",
+            "trainer.progress_bar=false", "wandb.mode=offline", f"run_dir={run_dir}", "finetune.seeds=[0,1]"]
+    assert cli.main(args) == 0
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["family"] == family and results["num_classes"] == 45
+    assert set(results["seeds"]) == {"0", "1"}
+    for scores in results["seeds"].values():
+        assert set(scores) == {"test/acc", "test/f1", "test/mcc"}
+        assert 0.0 <= scores["test/acc"] <= 1.0 and -1.0 <= scores["test/mcc"] <= 1.0
+    accs = [s["test/acc"] for s in results["seeds"].values()]
+    assert results["mean"]["test/acc"] == pytest.approx(sum(accs) / 2)
+    assert results["majority"]["test/mcc"] == 0.0 and 0 < results["majority"]["test/acc"] < 0.5
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert cfg["model"] == yaml.safe_load((pretrained[family] / "config.yaml").read_text())["model"]
+    run = next(r["run"] for r in wandb_records(run_dir / "seed-0") if r["type"] == "run")
+    assert run["job_type"] == "finetune" and run["config"]["update"]["init"] == str(pretrained[family])
+
+
+@pytest.mark.slow
+def test_finetune_contradicting_override_names_the_keys(pretrained, capsys):
+    """A preset/override that contradicts the loaded model config fails with the keys."""
+    assert cli.main(["finetune", f"init={pretrained['gpt']}", "model.dim=128", "model.num_layers=2"]) == 2
+    err = capsys.readouterr().err
+    assert "model.dim=128" in err and "model.num_layers" not in err  # num_layers=2 agrees with the run
+
+
+def _save_tiny_hf(family: str, tokenizer_file: Path, out: Path) -> None:
+    """A tiny randomly initialised HF model + fast tokenizer saved to `out` (no download)."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size(with_added_tokens=True)
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tokenizer_file), pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]", bos_token="[BOS]", eos_token="[EOS]",
+    )
+    if family == "bert":
+        config = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=64, max_position_embeddings=128)
+        model = transformers.BertForPreTraining(config)
+    elif family == "gpt":
+        config = transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=1, n_head=2, n_positions=128)
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.T5Config(vocab_size=vocab, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
+                                       decoder_start_token_id=0, pad_token_id=0)
+        model = transformers.T5ForConditionalGeneration(config)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_finetune_from_a_local_hf_model(pretrained, env, family):
+    """init=hf:<dir> loads HF weights through families.from_hf and the model's own tokenizer."""
+    hf_dir = env / f"hf-{family}"
+    _save_tiny_hf(family, pretrained[family] / "tokenizer.json", hf_dir)
+    run_dir = env / f"ft-hf-{family}"
+    args = ["finetune", f"init=hf:{hf_dir}", "finetune.max_steps=2", "data.batch_size=16", "data.max_len=64",
+            "trainer.progress_bar=false", "wandb.mode=disabled", f"run_dir={run_dir}"]
+    assert cli.main(args) == 0
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["family"] == family and set(results["seeds"]["0"]) == {"test/acc", "test/f1", "test/mcc"}
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert cfg["model"]["dim"] == 32 and cfg["init"] == f"hf:{hf_dir}"
+
+
+def test_finetune_init_pointing_at_nothing_fails(tmp_path, capsys):
+    assert cli.main(["finetune", f"init={tmp_path / 'missing'}"]) == 2
+    assert "is not a run directory" in capsys.readouterr().err
+    assert cli.main(["finetune", f"init=hf:{tmp_path / 'nothing-here'}", "wandb.mode=disabled",
+                     f"run_dir={tmp_path / 'r'}"]) == 2
+    assert "cannot be loaded" in capsys.readouterr().err

@@ -83,7 +83,8 @@ class ClassifierModule(L.LightningModule):
         self.pooling = pooling
         self.optim = optim
         self.head_lr = head_lr
-        self.head = heads.ClassificationHead(net.config.dim, num_classes, head_dropout, pooler=pooling == "cls")
+        dim: int = net.config.dim  # type: ignore[assignment]  # a families network's ModelConfig
+        self.head = heads.ClassificationHead(dim, num_classes, head_dropout, pooler=pooling == "cls")
         if pooler_state is not None:
             assert self.head.pooler is not None
             self.head.pooler.load_state_dict(pooler_state)
@@ -95,10 +96,12 @@ class ClassifierModule(L.LightningModule):
         """`(B, C)` pooled representation of the batch."""
         input_ids, mask = batch["input_ids"], batch["attention_mask"]
         if self.family == "t5":
-            encoded = self.net.encode(input_ids, attention_mask=mask)  # (B, T, C)
+            encoded = self.net.encode(input_ids, attention_mask=mask)  # type: ignore[operator]  # (B, T, C)
             if self.pooling != "decoder":
                 return heads.pool(encoded, mask, self.pooling)
-            decoded = self.net.decode(batch["decoder_input_ids"], encoded, encoder_attention_mask=mask)  # (B, 1, C)
+            decoded = self.net.decode(  # type: ignore[operator]
+                batch["decoder_input_ids"], encoded, encoder_attention_mask=mask
+            )  # (B, 1, C)
             return decoded[:, 0]
         if self.family == "bert":
             out = self.net(input_ids, attention_mask=mask, token_type_ids=batch.get("token_type_ids"),

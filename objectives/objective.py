@@ -107,7 +107,7 @@ class MaskedLM(Objective):
         selected = batch["labels"] != IGNORE  # (B, T)
         labels = batch["labels"][selected]  # (N,)
         # The vocabulary projection only at the ~15 % selected positions (cramming, Geiping & Goldstein 2022).
-        logits = net.project(out.hidden[selected])  # (N, V)
+        logits = net.project(out.hidden[selected])  # type: ignore[operator]  # (N, V)
         total, count = _summed_ce(logits, labels)
         return LossOutput(total / count.clamp(min=1), count, logits, labels)
 

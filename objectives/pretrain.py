@@ -58,6 +58,7 @@ class PretrainModule(L.LightningModule):
         self.flops_per_step = flops_per_step
         self.peak_flops = peak_flops
         # Not persistent: experiments recomputes it from the data; a checkpoint stays loadable without it.
+        self.unigram_log_probs: torch.Tensor | None
         self.register_buffer("unigram_log_probs", unigram_log_probs, persistent=False)
         # Sum metrics sync across ranks in compute(): ppl = exp(total NLL / total label tokens) over the
         # whole validation set, not a mean of per-batch means.

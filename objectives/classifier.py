@@ -50,7 +50,8 @@ class ClassifierModule(L.LightningModule):
         pooling: `cls` | `last` | `mean` | `decoder` (`decoder` needs an encoder-decoder).
         head_dropout: dropout before the classifier.
         head_lr: learning rate of the head (pooler + classifier); `None` = `optim.lr`.
-        pooler_state: state dict for BERT's pooler (`families.hf.hf_pooler_state`), when the checkpoint has one.
+        pooler_state: state dict for BERT's pooler (`families.hf.hf_pooler_state`), when the checkpoint has one;
+            used with `cls` pooling, ignored otherwise.
     """
 
     def __init__(
@@ -72,8 +73,6 @@ class ClassifierModule(L.LightningModule):
             raise ObjectiveError(f"finetune.pooling=decoder needs an encoder-decoder (t5), not model.family={family}")
         if num_classes < 2:
             raise ObjectiveError(f"num_classes={num_classes}: a classification task needs at least 2 labels")
-        if pooler_state is not None and pooling != "cls":
-            raise ObjectiveError(f"a BERT pooler state was given but finetune.pooling={pooling} (use cls)")
         self.save_hyperparameters(
             {"num_classes": num_classes, "pooling": pooling, "head_dropout": head_dropout, "head_lr": head_lr,
              "optim": asdict(optim)}
@@ -85,8 +84,8 @@ class ClassifierModule(L.LightningModule):
         self.head_lr = head_lr
         dim: int = net.config.dim  # type: ignore[assignment]  # a families network's ModelConfig
         self.head = heads.ClassificationHead(dim, num_classes, head_dropout, pooler=pooling == "cls")
-        if pooler_state is not None:
-            assert self.head.pooler is not None
+        # Only `cls` pooling has BERT's pooler; with other poolings a checkpoint's pooler weights go unused.
+        if pooler_state is not None and self.head.pooler is not None:
             self.head.pooler.load_state_dict(pooler_state)
         self.val_loss = MeanMetric()
         self.val_metrics = _metrics(num_classes, "val/")

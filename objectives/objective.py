@@ -4,7 +4,8 @@
 (docs/interfaces.md): `raw_block_len` (tokens per sample the data module must cut), `separator_id`
 (joined after every document), `collate(samples)`, `loss(net, batch)` and `tokens_in(batch)`.
 
-Legend: B batch, T model sequence length, Tt target length, N label tokens in the batch, V vocab, C model dim.
+Legend: B batch, T model sequence length, Tt target length, N label tokens in the batch,
+K MLM positions per row, V vocab, C model dim.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ class LossOutput:
         loss: scalar, summed cross-entropy / `num_label_tokens` (the mean over label tokens).
         num_label_tokens: N, the number of positions with a label (a Python int is avoided: a 0-d long
             tensor, so no device sync is forced).
-        logits: `(N, V)` logits at the label positions when the objective computes them sparsely (MLM), or
-            `(B, T, V)` dense logits (CLM, span); `None` when not kept.
+        logits: `(B, K, V)` logits at the K selected positions per row when the objective computes them
+            sparsely (MLM), or `(B, T, V)` dense logits (CLM, span); `None` when not kept.
         labels: target ids with the same leading shape as `logits` (`-100` = no label).
     """
 
@@ -94,6 +95,7 @@ class MaskedLM(Objective):
         self.mask_rate = mask_rate
         self.raw_block_len = seq_len - 1
         self.separator_id = ids.sep
+        self.num_select = max(1, round(mask_rate * self.raw_block_len))  # K, as mlm_mask selects
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
         block = _stack(samples, self.raw_block_len)  # (B, T - 1)
@@ -103,11 +105,17 @@ class MaskedLM(Objective):
         return {"input_ids": torch.cat([cls, inputs], 1), "labels": torch.cat([ignore, labels], 1)}  # (B, T)
 
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+        """Sparse MLM loss; `logits` `(B, K, V)` and `labels` `(B, K)` at the K selected positions per row."""
         out = net(batch["input_ids"], compute_logits=False)
-        selected = batch["labels"] != IGNORE  # (B, T)
-        labels = batch["labels"][selected]  # (N,)
+        selected = (batch["labels"] != IGNORE).float()  # (B, T)
+        # Every row of a batch from `collate` has exactly K selected positions (fewer only in rows made almost
+        # entirely of specials, padded here with unlabelled positions). Gathering a fixed K keeps shapes static
+        # for torch.compile, where boolean indexing would be data-dependent.
+        positions = selected.topk(self.num_select, dim=1).indices  # (B, K)
+        labels = batch["labels"].gather(1, positions)  # (B, K)
+        hidden = out.hidden.gather(1, positions[..., None].expand(-1, -1, out.hidden.shape[-1]))  # (B, K, C)
         # The vocabulary projection only at the ~15 % selected positions (cramming, Geiping & Goldstein 2022).
-        logits = net.project(out.hidden[selected])  # type: ignore[operator]  # (N, V)
+        logits = net.project(hidden)  # type: ignore[operator]  # (B, K, V)
         total, count = _summed_ce(logits, labels)
         return LossOutput(total / count.clamp(min=1), count, logits, labels)
 

@@ -84,8 +84,22 @@ def test_sparse_mlm_loss_equals_dense_loss(ids, tiny_net):
     for a, b in zip(sparse_grads, dense_grads, strict=True):
         if a is not None or b is not None:
             torch.testing.assert_close(a, b)
-    assert out.logits.shape == (4 * round(0.15 * 31), ids.vocab_size)
+    assert out.logits.shape == (4, round(0.15 * 31), ids.vocab_size)
     assert int(out.num_label_tokens) == 4 * round(0.15 * 31)
+
+
+def test_sparse_mlm_loss_with_a_row_of_specials(ids, tiny_net):
+    """A row with fewer non-special tokens than K is padded with unlabelled positions; loss still = dense loss."""
+    net = tiny_net("bert")
+    objective = make_objective("mlm", ids, seq_len=32)
+    samples = _samples(2, 31)
+    samples[1] = torch.full((31,), ids.sep)
+    samples[1][[4, 9]] = torch.tensor([50, 60])
+    batch = objective.collate(samples)
+    out = objective.loss(net, batch)
+    dense = F.cross_entropy(net(batch["input_ids"]).logits.flatten(0, 1), batch["labels"].flatten())
+    torch.testing.assert_close(out.loss, dense)
+    assert int(out.num_label_tokens) == round(0.15 * 31) + 2
 
 
 @pytest.mark.parametrize("name,family", [("clm", "gpt"), ("span", "t5"), ("mlm", "bert")])

@@ -1,19 +1,50 @@
 """WHERE tokens come from: corpora, tokenizers, packing, classification tasks, LightningDataModules.
 
 Imports neither ``families`` nor ``objectives``: the objective's / family's collator is injected.
+Names are loaded lazily (PEP 562), so ``from datamodules import ResumableSampler`` does not pay for
+importing Lightning (about 10 s of CPU on a small machine, per DDP worker process).
 """
 
-from datamodules.classification import ClassificationDataModule, tokenize_examples
-from datamodules.corpus import Corpus, load_corpus
-from datamodules.errors import DataError
-from datamodules.pretrain import BlockDataset, PretrainDataModule, token_dtype, write_token_file
-from datamodules.sampler import PositionTrackingLoader, ResumableSampler
-from datamodules.tasks import Example, Task, load_task
-from datamodules.tokenizer import SPECIAL_TOKENS, TokenizerBundle, get_tokenizer, load_tokenizer, sentinel_token
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "ClassificationDataModule": "classification", "tokenize_examples": "classification",
+    "Corpus": "corpus", "load_corpus": "corpus",
+    "DataError": "errors",
+    "BlockDataset": "pretrain", "PretrainDataModule": "pretrain", "token_dtype": "pretrain",
+    "write_token_file": "pretrain",
+    "PositionTrackingLoader": "sampler", "ResumableSampler": "sampler",
+    "Example": "tasks", "Task": "tasks", "load_task": "tasks",
+    "SPECIAL_TOKENS": "tokenizer", "TokenizerBundle": "tokenizer", "get_tokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer", "sentinel_token": "tokenizer",
+}  # fmt: skip
 __all__ = [
     "SPECIAL_TOKENS", "BlockDataset", "ClassificationDataModule", "Corpus", "DataError", "Example",
     "PositionTrackingLoader", "PretrainDataModule", "ResumableSampler", "Task", "TokenizerBundle",
     "get_tokenizer", "load_corpus", "load_task", "load_tokenizer", "sentinel_token", "token_dtype",
     "tokenize_examples", "write_token_file",
 ]  # fmt: skip
+
+if TYPE_CHECKING:
+    from datamodules.classification import ClassificationDataModule, tokenize_examples
+    from datamodules.corpus import Corpus, load_corpus
+    from datamodules.errors import DataError
+    from datamodules.pretrain import BlockDataset, PretrainDataModule, token_dtype, write_token_file
+    from datamodules.sampler import PositionTrackingLoader, ResumableSampler
+    from datamodules.tasks import Example, Task, load_task
+    from datamodules.tokenizer import SPECIAL_TOKENS, TokenizerBundle, get_tokenizer, load_tokenizer, sentinel_token
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'datamodules' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f"datamodules.{_EXPORTS[name]}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -133,3 +133,11 @@ class PositionTrackingLoader(DataLoader):
         for k, batch in enumerate(super().__iter__(), 1):
             sampler.position = min(start + k * self.batch_size, total)
             yield batch
+
+    # Lightning saves and restores a loader that has these (and warns on mid-epoch resume otherwise);
+    # the state is the sampler's, the same that the DataModule's own state_dict carries.
+    def state_dict(self) -> dict[str, Any]:
+        return self.sampler.state_dict()  # type: ignore[union-attr]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state)  # type: ignore[union-attr]

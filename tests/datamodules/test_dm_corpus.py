@@ -78,7 +78,7 @@ def test_missing_path_and_empty_directory(tmp_path):
         load_corpus(str(tmp_path))
 
 
-def test_undecodable_lines_are_skipped_with_a_count(tmp_path, caplog):
+def test_undecodable_lines_are_skipped_with_a_count(tmp_path):
     """Non-UTF-8 lines are dropped and counted in a warning; the rest of the file is used."""
     f = tmp_path / "mixed.txt"
     f.write_bytes(b"good line\n\xff\xfe bad\nanother good\n\x00\x01\x02\n")

@@ -94,6 +94,7 @@ def test_sentinel_names():
     assert [tok.id_to_token(tok.get_vocab_size() - 1 - i) for i in range(3)] == [sentinel_token(i) for i in range(3)]
 
 
+@pytest.mark.slow
 def test_bundled_corpus_tokenizes_in_under_10_seconds(wordnet_corpus, tmp_path_factory):
     """Tokenizing the whole bundled corpus with encode_batch takes < 10 s of CPU time (times printed).
 

@@ -24,14 +24,23 @@ class Bert(nn.Module):
         self.token_types = nn.Embedding(cfg.type_vocab_size, cfg.dim) if cfg.type_vocab_size else None
         self.encoder = make_stack(cfg, causal=False)
         self.head = MLMHead(
-            cfg.dim, cfg.vocab_size, activation=cfg.activation.value, norm=cfg.norm.value, norm_eps=cfg.norm_eps,
-            bias=cfg.bias, tied=cfg.tie_embeddings,
+            cfg.dim,
+            cfg.vocab_size,
+            activation=cfg.activation.value,
+            norm=cfg.norm.value,
+            norm_eps=cfg.norm_eps,
+            bias=cfg.bias,
+            tied=cfg.tie_embeddings,
         )
         init_weights(self, cfg)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None, compute_logits: bool = True,
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        compute_logits: bool = True,
     ) -> NetworkOutput:
         """Encode ``input_ids`` ``(B, T)``; ``logits`` ``(B, T, V)``, ``hidden`` ``(B, T, C)``.
 

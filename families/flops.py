@@ -24,8 +24,9 @@ def _ffn(cfg: ModelConfig, T: int) -> int:
     return 2 * T * cfg.dim * up + 2 * T * F * cfg.dim
 
 
-def forward_flops(cfg: ModelConfig, *, batch_size: int, seq_len: int, dec_len: int = 0,
-                  num_label_tokens: int | None = None) -> int:
+def forward_flops(
+    cfg: ModelConfig, *, batch_size: int, seq_len: int, dec_len: int = 0, num_label_tokens: int | None = None
+) -> int:
     """Forward matmul FLOPs of a batch.
 
     Args:
@@ -42,8 +43,11 @@ def forward_flops(cfg: ModelConfig, *, batch_size: int, seq_len: int, dec_len: i
     per_seq = 0
     if family == "t5":
         enc = _attention(C, H, K, D, seq_len, seq_len, self_attn=True) + _ffn(cfg, seq_len)
-        dec = (_attention(C, H, K, D, dec_len, dec_len, self_attn=True)
-               + _attention(C, H, K, D, dec_len, seq_len, self_attn=False) + _ffn(cfg, dec_len))
+        dec = (
+            _attention(C, H, K, D, dec_len, dec_len, self_attn=True)
+            + _attention(C, H, K, D, dec_len, seq_len, self_attn=False)
+            + _ffn(cfg, dec_len)
+        )
         per_seq = cfg.num_layers * enc + (cfg.num_decoder_layers or 0) * dec
         out_positions = batch_size * dec_len
     else:
@@ -56,8 +60,10 @@ def forward_flops(cfg: ModelConfig, *, batch_size: int, seq_len: int, dec_len: i
     return batch_size * per_seq + head
 
 
-def train_flops(cfg: ModelConfig, *, batch_size: int, seq_len: int, dec_len: int = 0,
-                num_label_tokens: int | None = None) -> int:
+def train_flops(
+    cfg: ModelConfig, *, batch_size: int, seq_len: int, dec_len: int = 0, num_label_tokens: int | None = None
+) -> int:
     """Training-step matmul FLOPs: the backward pass costs two forward passes (input and weight gradients)."""
-    return 3 * forward_flops(cfg, batch_size=batch_size, seq_len=seq_len, dec_len=dec_len,
-                             num_label_tokens=num_label_tokens)
+    return 3 * forward_flops(
+        cfg, batch_size=batch_size, seq_len=seq_len, dec_len=dec_len, num_label_tokens=num_label_tokens
+    )

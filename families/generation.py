@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 
 def sample_next(
-    logits: Tensor, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+    logits: Tensor,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Pick the next token ``(B,)`` from ``logits`` ``(B, V)``.
@@ -17,8 +23,10 @@ def sample_next(
     (nucleus sampling, Holtzman et al. 2020; the most likely token always stays), then sampled.
     """
     if temperature < 0 or top_k < 0 or not 0.0 < top_p <= 1.0:
-        raise ValueError(f"generation: need temperature >= 0, top_k >= 0, 0 < top_p <= 1 "
-                         f"(got temperature={temperature}, top_k={top_k}, top_p={top_p})")
+        raise ValueError(
+            f"generation: need temperature >= 0, top_k >= 0, 0 < top_p <= 1 "
+            f"(got temperature={temperature}, top_k={top_k}, top_p={top_p})"
+        )
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature
@@ -36,9 +44,18 @@ def sample_next(
 
 @torch.no_grad()
 def generate(
-    net: nn.Module, input_ids: Tensor, *, max_new_tokens: int, eos_id: int | None, temperature: float = 0.0,
-    top_k: int = 0, top_p: float = 1.0, decoder_start_id: int | None = None, attention_mask: Tensor | None = None,
-    generator: torch.Generator | None = None, use_cache: bool = True,
+    net: nn.Module,
+    input_ids: Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id: int | None,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    decoder_start_id: int | None = None,
+    attention_mask: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
 ) -> Tensor:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` ``(B, T)`` (GPT) or from its encoding (T5).
 
@@ -56,43 +73,47 @@ def generate(
         ``(B, N)`` generated ids, N <= ``max_new_tokens`` (generation stops once every row has emitted EOS);
         positions after a row's EOS hold ``net.config.pad_token_id``.
     """
+    model: Any = net  # a famlab network: family, config, encode/decode, decoder.new_cache, project
     family = getattr(net, "family", None)
     if family not in ("gpt", "t5"):
         raise ValueError(f"generate: needs a gpt or t5 network, got {family}")
     was_training = net.training
     net.eval()
     B = input_ids.shape[0]
-    pad = net.config.pad_token_id
+    pad = model.config.pad_token_id
     mask: Tensor | None = None
     positions: Tensor | None = None
     done = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
     out: list[Tensor] = []
     if family == "t5":
-        encoder_hidden = net.encode(input_ids, attention_mask)
+        encoder_hidden = model.encode(input_ids, attention_mask)
         start = pad if decoder_start_id is None else decoder_start_id
         seq = torch.full((B, 1), start, dtype=torch.long, device=input_ids.device)
-        cache = net.decoder.new_cache() if use_cache else None
+        cache = model.decoder.new_cache() if use_cache else None
 
         def step(new: Tensor) -> Tensor:
             tokens = new if use_cache else seq
-            return net.decode(tokens, encoder_hidden, attention_mask, cache=cache)[:, -1]
+            return model.decode(tokens, encoder_hidden, attention_mask, cache=cache)[:, -1]
 
         hidden = step(seq)
     else:
         seq = input_ids
         mask = attention_mask
         positions = None if mask is None else (mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding
-        cache = net.decoder.new_cache() if use_cache else None
+        cache = model.decoder.new_cache() if use_cache else None
 
         def step(new: Tensor) -> Tensor:
             if use_cache:
                 pos = None if positions is None else positions[:, -new.shape[1] :]
-                return net(new, attention_mask=mask, position_ids=pos, compute_logits=False, cache=cache).hidden[:, -1]
-            return net(seq, attention_mask=mask, position_ids=positions, compute_logits=False).hidden[:, -1]
+                result = model(new, attention_mask=mask, position_ids=pos, compute_logits=False, cache=cache)
+                return result.hidden[:, -1]
+            return model(seq, attention_mask=mask, position_ids=positions, compute_logits=False).hidden[:, -1]
 
         hidden = step(seq)
     for _ in range(max_new_tokens):
-        next_id = sample_next(net.project(hidden), temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        next_id = sample_next(
+            model.project(hidden), temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
+        )
         next_id = torch.where(done, torch.full_like(next_id, pad), next_id)
         out.append(next_id)
         if eos_id is not None:

@@ -26,15 +26,21 @@ class GPT(nn.Module):
         init_weights(self, cfg)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
-        compute_logits: bool = True, cache: list[LayerCache] | None = None,
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        compute_logits: bool = True,
+        cache: list[LayerCache] | None = None,
     ) -> NetworkOutput:
         """Decode ``input_ids`` ``(B, T)``; ``logits`` ``(B, T, V)``, ``hidden`` ``(B, T, C)``.
 
         ``cache`` (from ``net.decoder.new_cache()``) makes this an incremental step: ``input_ids`` are the new
         tokens and ``attention_mask`` (if any) covers the cached ones too.
         """
-        hidden = self.decoder(self.embed(input_ids), attention_mask=attention_mask, position_ids=position_ids, cache=cache)
+        hidden = self.decoder(
+            self.embed(input_ids), attention_mask=attention_mask, position_ids=position_ids, cache=cache
+        )
         return NetworkOutput(self.project(hidden) if compute_logits else None, hidden, None)
 
     def project(self, hidden: Tensor) -> Tensor:

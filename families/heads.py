@@ -32,6 +32,7 @@ class LMHead(nn.Module):
     def forward(self, hidden: Tensor, tied_weight: Tensor | None = None) -> Tensor:
         """``(..., C) -> (..., V)``."""
         weight = self.weight if self.weight is not None else tied_weight
+        assert weight is not None, "a tied head needs the embedding weight"
         if self.scale != 1.0:
             hidden = hidden * self.scale
         return F.linear(hidden, weight)
@@ -44,9 +45,18 @@ class MLMHead(nn.Module):
     projection is the most expensive matmul of a small BERT and only ~15 % of positions carry a label.
     """
 
+    bias: Tensor
+
     def __init__(
-        self, dim: int, vocab_size: int, *, activation: str = "gelu", norm: str = "layernorm", norm_eps: float = 1e-12,
-        bias: bool = True, tied: bool = True,
+        self,
+        dim: int,
+        vocab_size: int,
+        *,
+        activation: str = "gelu",
+        norm: str = "layernorm",
+        norm_eps: float = 1e-12,
+        bias: bool = True,
+        tied: bool = True,
     ) -> None:
         super().__init__()
         self.transform = nn.Linear(dim, dim, bias=bias)
@@ -58,6 +68,7 @@ class MLMHead(nn.Module):
     def forward(self, hidden: Tensor, tied_weight: Tensor | None = None) -> Tensor:
         """``(..., C) -> (..., V)``."""
         weight = self.weight if self.weight is not None else tied_weight
+        assert weight is not None, "a tied head needs the embedding weight"
         return F.linear(self.norm(self.act(self.transform(hidden))), weight, self.bias)
 
 

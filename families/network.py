@@ -41,15 +41,35 @@ def check_buildable(cfg: ModelConfig) -> None:
 def make_stack(cfg: ModelConfig, *, causal: bool, cross: bool = False, num_layers: int | None = None) -> Stack:
     """Build one :class:`Stack` from the config (the only place the blocks meet ``ModelConfig``)."""
     positions = make_positions(
-        cfg.pos, dim=cfg.dim, num_heads=cfg.num_heads, head_dim=cfg.head_dim or 0, max_len=cfg.max_seq_len,
-        causal=causal, rope_theta=cfg.rope_theta, num_buckets=cfg.rel_pos_buckets,
+        cfg.pos,
+        dim=cfg.dim,
+        num_heads=cfg.num_heads,
+        head_dim=cfg.head_dim or 0,
+        max_len=cfg.max_seq_len,
+        causal=causal,
+        rope_theta=cfg.rope_theta,
+        num_buckets=cfg.rel_pos_buckets,
         max_distance=cfg.rel_pos_max_distance,
     )
     return Stack(
-        positions, num_layers=num_layers or cfg.num_layers, causal=causal, max_len=cfg.max_seq_len, dim=cfg.dim,
-        norm=cfg.norm.value, norm_eps=cfg.norm_eps, pre_norm=cfg.norm_position is NormPosition.PRE, bias=cfg.bias,
-        dropout=cfg.dropout, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-        ffn_dim=cfg.ffn_dim, cross=cross, ffn=cfg.ffn.value, activation=cfg.activation.value, qk_scale=cfg.qk_scale,
+        positions,
+        num_layers=num_layers or cfg.num_layers,
+        causal=causal,
+        max_len=cfg.max_seq_len,
+        dim=cfg.dim,
+        norm=cfg.norm.value,
+        norm_eps=cfg.norm_eps,
+        pre_norm=cfg.norm_position is NormPosition.PRE,
+        bias=cfg.bias,
+        dropout=cfg.dropout,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        ffn_dim=cfg.ffn_dim,
+        cross=cross,
+        ffn=cfg.ffn.value,
+        activation=cfg.activation.value,
+        qk_scale=cfg.qk_scale,
         attn_impl=cfg.attn_impl.value,
     )
 
@@ -87,8 +107,9 @@ def init_weights(net: nn.Module, cfg: ModelConfig) -> None:
                 module.weight[module.padding_idx].zero_()
         elif isinstance(module, (nn.LayerNorm, RMSNorm)):
             nn.init.ones_(module.weight)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
+            norm_bias = getattr(module, "bias", None)
+            if isinstance(norm_bias, Tensor):
+                nn.init.zeros_(norm_bias)
         elif isinstance(module, LearnedPositions):
             nn.init.normal_(module.weight, std=factor if t5 else std)
         elif isinstance(module, T5RelativeBias):
@@ -97,11 +118,11 @@ def init_weights(net: nn.Module, cfg: ModelConfig) -> None:
             if module.weight is not None:
                 nn.init.normal_(module.weight, std=factor if t5 else std)
             if isinstance(module, MLMHead):
-                nn.init.zeros_(module.bias)
+                module.bias.zero_()
     for stack in (m for m in net.modules() if isinstance(m, Stack)):
         for module in stack.modules():
             if isinstance(module, Attention):
-                H, K, D = module.num_heads, module.num_kv_heads, module.head_dim
+                H, D = module.num_heads, module.head_dim
                 if t5:
                     q = module.q.weight if module.cross else module.qkv.weight[: H * D]
                     nn.init.normal_(q, std=factor * (C * D) ** -0.5)

@@ -32,18 +32,29 @@ class T5(nn.Module):
         return self.encoder(self.embed(input_ids), attention_mask=attention_mask)
 
     def decode(
-        self, decoder_input_ids: Tensor, encoder_hidden: Tensor, encoder_attention_mask: Tensor | None = None,
-        decoder_attention_mask: Tensor | None = None, cache: list[LayerCache] | None = None,
+        self,
+        decoder_input_ids: Tensor,
+        encoder_hidden: Tensor,
+        encoder_attention_mask: Tensor | None = None,
+        decoder_attention_mask: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Decoder hidden states ``(B, T, C)``; ``cache`` from ``net.decoder.new_cache()`` for incremental steps."""
         return self.decoder(
-            self.embed(decoder_input_ids), attention_mask=decoder_attention_mask, context=encoder_hidden,
-            context_mask=encoder_attention_mask, cache=cache,
+            self.embed(decoder_input_ids),
+            attention_mask=decoder_attention_mask,
+            context=encoder_hidden,
+            context_mask=encoder_attention_mask,
+            cache=cache,
         )
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, decoder_input_ids: Tensor | None = None,
-        decoder_attention_mask: Tensor | None = None, compute_logits: bool = True,
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        decoder_input_ids: Tensor | None = None,
+        decoder_attention_mask: Tensor | None = None,
+        compute_logits: bool = True,
     ) -> NetworkOutput:
         """Encode ``input_ids`` ``(B, S)`` and decode ``decoder_input_ids`` ``(B, T)``; ``logits`` ``(B, T, V)``."""
         if decoder_input_ids is None:

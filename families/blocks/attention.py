@@ -21,7 +21,14 @@ from families.blocks.positions import apply_rotary
 
 
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, is_causal: bool, scale: float, dropout: float = 0.0,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None,
+    is_causal: bool,
+    scale: float,
+    dropout: float = 0.0,
     impl: str = "sdpa",
 ) -> Tensor:
     """Scaled dot-product attention ``(B, H, T, D) x (B, H, S, D) -> (B, H, T, D)``.
@@ -30,7 +37,9 @@ def attend(
     (matmul, mask, fp32 softmax, matmul) used by tests and by FLOP counting, which sees no FLOPs in SDPA on CPU.
     """
     if impl == "sdpa":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale
+        )
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
     if is_causal:
         T, S = scores.shape[-2:]
@@ -60,8 +69,16 @@ class Attention(nn.Module):
     """
 
     def __init__(
-        self, dim: int, num_heads: int, *, num_kv_heads: int | None = None, head_dim: int | None = None,
-        cross: bool = False, bias: bool = True, dropout: float = 0.0, qk_scale: float | None = None,
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        cross: bool = False,
+        bias: bool = True,
+        dropout: float = 0.0,
+        qk_scale: float | None = None,
         impl: str = "sdpa",
     ) -> None:
         super().__init__()
@@ -88,8 +105,14 @@ class Attention(nn.Module):
         return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, D), a view
 
     def forward(
-        self, x: Tensor, context: Tensor | None = None, *, mask: Tensor | None = None, is_causal: bool = False,
-        rope: tuple[Tensor, Tensor] | None = None, cache: dict[str, Tensor] | None = None,
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        rope: tuple[Tensor, Tensor] | None = None,
+        cache: dict[str, Tensor] | None = None,
     ) -> Tensor:
         """Attend from ``x`` ``(B, T, C)`` to itself or to ``context`` ``(B, S, C)``; returns ``(B, T, C)``.
 
@@ -123,7 +146,13 @@ class Attention(nn.Module):
         if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
         y = attend(
-            q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, dropout=self.dropout if self.training else 0.0,
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=is_causal,
+            scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
             impl=self.impl,
         )  # (B, H, T, D)
         return self.o(y.transpose(1, 2).reshape(B, T, -1))  # (B, T, H*D) -> (B, T, C)

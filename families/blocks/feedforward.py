@@ -42,7 +42,13 @@ class FeedForward(nn.Module):
     """
 
     def __init__(
-        self, dim: int, hidden: int, *, activation: str = "gelu", gated: bool = False, bias: bool = True,
+        self,
+        dim: int,
+        hidden: int,
+        *,
+        activation: str = "gelu",
+        gated: bool = False,
+        bias: bool = True,
         dropout: float = 0.0,
     ) -> None:
         super().__init__()

@@ -25,7 +25,13 @@ def _is_compiling() -> bool:
 
 
 def prepare_mask(
-    attention_mask: Tensor | None, *, q_len: int, k_len: int, causal: bool, bias: Tensor | None = None
+    attention_mask: Tensor | None,
+    *,
+    q_len: int,
+    k_len: int,
+    causal: bool,
+    bias: Tensor | None = None,
+    device: torch.device | None = None,
 ) -> tuple[Tensor | None, bool]:
     """Turn a user mask into what :func:`attend` takes: ``(mask, is_causal)``.
 
@@ -37,6 +43,7 @@ def prepare_mask(
         k_len: S.
         causal: Whether the stack is causal.
         bias: Optional additive position bias ``(B|1, H, T, S)``.
+        device: Where a causal mask built here goes.
 
     Returns:
         ``(None, is_causal)``, a boolean ``(B|1, 1, T, S)`` mask, or a float ``(B|1, H, T, S)`` bias with
@@ -63,13 +70,14 @@ def prepare_mask(
             if tuple(mask.shape[-2:]) != (q_len, k_len):
                 raise ValueError(f"attention_mask is {tuple(mask.shape)}, expected (B, 1, {q_len}, {k_len})")
         else:
-            raise ValueError(f"attention_mask must be (B, S), (B, T, S) or (B, 1, T, S); got {tuple(attention_mask.shape)}")
+            raise ValueError(
+                f"attention_mask must be (B, S), (B, T, S) or (B, 1, T, S); got {tuple(attention_mask.shape)}"
+            )
     is_causal = False
     if mask is None and causal and q_len > 1:
         if bias is None and q_len == k_len:
             is_causal = True
         else:
-            device = bias.device if bias is not None else (attention_mask.device if user_mask else None)
             mask = _causal(q_len, k_len, device)
     if mask is not None and user_mask:
         mask = mask | ~mask.any(dim=-1, keepdim=True)  # open fully masked rows (see docstring)
@@ -96,9 +104,22 @@ class Layer(nn.Module):
     """
 
     def __init__(
-        self, *, dim: int, num_heads: int, num_kv_heads: int, head_dim: int, ffn_dim: int, cross: bool = False,
-        norm: str = "layernorm", norm_eps: float = 1e-5, pre_norm: bool = True, ffn: str = "plain",
-        activation: str = "gelu", bias: bool = True, dropout: float = 0.0, qk_scale: float | None = None,
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        ffn_dim: int,
+        cross: bool = False,
+        norm: str = "layernorm",
+        norm_eps: float = 1e-5,
+        pre_norm: bool = True,
+        ffn: str = "plain",
+        activation: str = "gelu",
+        bias: bool = True,
+        dropout: float = 0.0,
+        qk_scale: float | None = None,
         attn_impl: str = "sdpa",
     ) -> None:
         super().__init__()
@@ -110,25 +131,34 @@ class Layer(nn.Module):
         self.attn_norm = make_norm(norm, dim, eps=norm_eps, bias=bias)
         self.cross_attn = Attention(dim, num_heads, cross=True, **attn_args) if cross else None  # type: ignore[arg-type]
         self.cross_norm = make_norm(norm, dim, eps=norm_eps, bias=bias) if cross else None
-        self.ffn = FeedForward(dim, ffn_dim, activation=activation, gated=getattr(ffn, "value", ffn) == "gated", bias=bias)
+        self.ffn = FeedForward(
+            dim, ffn_dim, activation=activation, gated=getattr(ffn, "value", ffn) == "gated", bias=bias
+        )
         self.ffn_norm = make_norm(norm, dim, eps=norm_eps, bias=bias)
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(
-        self, x: Tensor, *, mask: Tensor | None, is_causal: bool, rope: tuple[Tensor, Tensor] | None = None,
-        context: Tensor | None = None, context_mask: Tensor | None = None, cache: LayerCache | None = None,
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None,
+        is_causal: bool,
+        rope: tuple[Tensor, Tensor] | None = None,
+        context: Tensor | None = None,
+        context_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> Tensor:
         """``(B, T, C) -> (B, T, C)``; ``context`` ``(B, S, C)`` feeds the cross-attention."""
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
         if self.pre_norm:
             x = x + self.drop(self.attn(self.attn_norm(x), mask=mask, is_causal=is_causal, rope=rope, cache=self_cache))
-            if self.cross_attn is not None:
+            if self.cross_attn is not None and self.cross_norm is not None:
                 x = x + self.drop(self.cross_attn(self.cross_norm(x), context, mask=context_mask, cache=cross_cache))
             x = x + self.drop(self.ffn(self.ffn_norm(x)))
         else:
             x = self.attn_norm(x + self.drop(self.attn(x, mask=mask, is_causal=is_causal, rope=rope, cache=self_cache)))
-            if self.cross_attn is not None:
+            if self.cross_attn is not None and self.cross_norm is not None:
                 x = self.cross_norm(x + self.drop(self.cross_attn(x, context, mask=context_mask, cache=cross_cache)))
             x = self.ffn_norm(x + self.drop(self.ffn(x)))
         return x
@@ -149,8 +179,19 @@ class Stack(nn.Module):
     """
 
     def __init__(
-        self, positions: Positions, *, num_layers: int, causal: bool, max_len: int, dim: int, norm: str = "layernorm",
-        norm_eps: float = 1e-5, pre_norm: bool = True, bias: bool = True, dropout: float = 0.0, **layer_args: object,
+        self,
+        positions: Positions,
+        *,
+        num_layers: int,
+        causal: bool,
+        max_len: int,
+        dim: int,
+        norm: str = "layernorm",
+        norm_eps: float = 1e-5,
+        pre_norm: bool = True,
+        bias: bool = True,
+        dropout: float = 0.0,
+        **layer_args: object,
     ) -> None:
         super().__init__()
         self.positions = positions
@@ -169,8 +210,14 @@ class Stack(nn.Module):
         return [{"self": {}, "cross": {}} for _ in self.layers]
 
     def forward(
-        self, x: Tensor, *, attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
-        context: Tensor | None = None, context_mask: Tensor | None = None, cache: list[LayerCache] | None = None,
+        self,
+        x: Tensor,
+        *,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        context: Tensor | None = None,
+        context_mask: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Run the stack on embedded tokens ``x`` ``(B, T, C)``; returns ``(B, T, C)``.
 
@@ -201,14 +248,19 @@ class Stack(nn.Module):
         x = self.drop(x)
         rope = self.positions.rotary(position_ids)
         bias = self.positions.bias(steps, torch.arange(S, device=x.device))  # (1, H, T, S) or None
-        mask, is_causal = prepare_mask(attention_mask, q_len=T, k_len=S, causal=self.causal, bias=bias)
+        mask, is_causal = prepare_mask(attention_mask, q_len=T, k_len=S, causal=self.causal, bias=bias, device=x.device)
         cross_mask = None
         if context_mask is not None:
             S_enc = context.shape[1] if context is not None else context_mask.shape[-1]
             cross_mask, _ = prepare_mask(context_mask, q_len=T, k_len=S_enc, causal=False)
         for i, layer in enumerate(self.layers):
             x = layer(
-                x, mask=mask, is_causal=is_causal, rope=rope, context=context, context_mask=cross_mask,
+                x,
+                mask=mask,
+                is_causal=is_causal,
+                rope=rope,
+                context=context,
+                context_mask=cross_mask,
                 cache=cache[i] if cache is not None else None,
             )
         if self.final_norm is not None:

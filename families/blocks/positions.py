@@ -45,6 +45,8 @@ class LearnedPositions(Positions):
 class SinusoidalPositions(Positions):
     """Fixed sin/cos absolute embeddings (Vaswani et al. 2017), a non-persistent buffer (not in the state dict)."""
 
+    table: Tensor
+
     def __init__(self, max_len: int, dim: int) -> None:
         super().__init__()
         pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
@@ -60,6 +62,8 @@ class SinusoidalPositions(Positions):
 
 class RotaryPositions(Positions):
     """Rotary embeddings (Su et al. 2021, RoFormer) in the rotate-half layout of GPT-NeoX / LLaMA."""
+
+    inv_freq: Tensor
 
     def __init__(self, head_dim: int, theta: float = 10000.0) -> None:
         super().__init__()
@@ -103,6 +107,8 @@ def alibi_slopes(num_heads: int) -> Tensor:
 class ALiBiPositions(Positions):
     """Attention bias ``-slope_h * |i - j|``: symmetric for encoders, the paper's form under a causal mask."""
 
+    slopes: Tensor
+
     def __init__(self, num_heads: int) -> None:
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
@@ -113,8 +119,10 @@ class ALiBiPositions(Positions):
         return bias if bias.dim() == 4 else bias[None]
 
 
-def t5_relative_bucket(relative_position: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
-    """T5's bucket for ``relative_position = key_pos - query_pos`` (Raffel et al. 2020; HF's ``_relative_position_bucket``).
+def t5_relative_bucket(
+    relative_position: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int
+) -> Tensor:
+    """T5's bucket for ``relative_position = key_pos - query_pos`` (Raffel et al. 2020; HF's T5Attention).
 
     Half the buckets hold exact small distances, the other half log-spaced distances up to ``max_distance``;
     a bidirectional table spends half of its buckets on each direction.
@@ -128,9 +136,12 @@ def t5_relative_bucket(relative_position: Tensor, *, bidirectional: bool, num_bu
         distance = -torch.clamp(relative_position, max=0)  # only the past counts
     max_exact = num_buckets // 2
     is_small = distance < max_exact
-    large = max_exact + (
-        torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    ).long()
+    large = (
+        max_exact
+        + (
+            torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+        ).long()
+    )
     large = torch.clamp(large, max=num_buckets - 1)
     return buckets + torch.where(is_small, distance, large)
 
@@ -156,8 +167,16 @@ class T5RelativeBias(Positions):
 
 
 def make_positions(
-    kind: str, *, dim: int, num_heads: int, head_dim: int, max_len: int, causal: bool, rope_theta: float = 10000.0,
-    num_buckets: int = 32, max_distance: int = 128,
+    kind: str,
+    *,
+    dim: int,
+    num_heads: int,
+    head_dim: int,
+    max_len: int,
+    causal: bool,
+    rope_theta: float = 10000.0,
+    num_buckets: int = 32,
+    max_distance: int = 128,
 ) -> Positions:
     """Build a position scheme by name (``learned | sinusoidal | rope | alibi | t5_bias | none``)."""
     kind = getattr(kind, "value", kind)

@@ -9,19 +9,57 @@ VOCAB = 97
 # name -> (constructor, kwargs); two shapes per family, T5 v1.0 and v1.1, tied and untied heads
 SPECS = {
     "bert-a": ("bert", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)),
-    "bert-b": ("bert", dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=3, intermediate_size=80,
-                            type_vocab_size=3)),
+    "bert-b": (
+        "bert",
+        dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=3, intermediate_size=80, type_vocab_size=3),
+    ),
     "gpt2-a": ("gpt", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64)),
     "gpt2-b": ("gpt", dict(n_embd=48, n_layer=3, n_head=6, n_positions=40, n_inner=96)),
-    "t5-v1.0": ("t5", dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-                          feed_forward_proj="relu")),
-    "t5-v1.0-deep-dec": ("t5", dict(d_model=40, d_kv=12, d_ff=56, num_layers=2, num_decoder_layers=3, num_heads=4,
-                                   feed_forward_proj="relu", relative_attention_num_buckets=8,
-                                   relative_attention_max_distance=20)),
-    "t5-v1.1": ("t5", dict(d_model=32, d_kv=16, d_ff=48, num_layers=3, num_decoder_layers=2, num_heads=4,
-                          feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
-    "t5-v1.1-untied": ("t5", dict(d_model=32, d_kv=16, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=2,
-                                 feed_forward_proj="gated-gelu", tie_word_embeddings=False, untie=True)),
+    "t5-v1.0": (
+        "t5",
+        dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, feed_forward_proj="relu"),
+    ),
+    "t5-v1.0-deep-dec": (
+        "t5",
+        dict(
+            d_model=40,
+            d_kv=12,
+            d_ff=56,
+            num_layers=2,
+            num_decoder_layers=3,
+            num_heads=4,
+            feed_forward_proj="relu",
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+        ),
+    ),
+    "t5-v1.1": (
+        "t5",
+        dict(
+            d_model=32,
+            d_kv=16,
+            d_ff=48,
+            num_layers=3,
+            num_decoder_layers=2,
+            num_heads=4,
+            feed_forward_proj="gated-gelu",
+            tie_word_embeddings=False,
+        ),
+    ),
+    "t5-v1.1-untied": (
+        "t5",
+        dict(
+            d_model=32,
+            d_kv=16,
+            d_ff=48,
+            num_layers=2,
+            num_decoder_layers=3,
+            num_heads=2,
+            feed_forward_proj="gated-gelu",
+            tie_word_embeddings=False,
+            untie=True,
+        ),
+    ),
 }
 
 
@@ -35,10 +73,12 @@ def make_hf(name: str, seed: int = 0):
         model = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=VOCAB, **kwargs))
     elif family == "gpt":
         model = transformers.GPT2LMHeadModel(
-            transformers.GPT2Config(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, **kwargs))
+            transformers.GPT2Config(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, **kwargs)
+        )
     else:
-        cfg = transformers.T5Config(vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0, eos_token_id=None,
-                                    **kwargs)
+        cfg = transformers.T5Config(
+            vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0, eos_token_id=None, **kwargs
+        )
         model = transformers.T5ForConditionalGeneration(cfg)
         if untie:  # transformers 5 always ties T5's head; give it its own weights to test the untied path
             model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight))

@@ -147,15 +147,18 @@ def test_t5_bucket_table_matches_hf(bidirectional):
     t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
     relative = torch.arange(-300, 300)[None, :] - torch.arange(0, 5)[:, None]
     ours = t5_relative_bucket(relative, bidirectional=bidirectional, num_buckets=32, max_distance=128)
-    ref = t5.T5Attention._relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=32, max_distance=128)
+    ref = t5.T5Attention._relative_position_bucket(
+        relative, bidirectional=bidirectional, num_buckets=32, max_distance=128
+    )
     assert torch.equal(ours, ref)
 
 
 def test_t5_bias_shared_table_lookup():
     rel = T5RelativeBias(3, bidirectional=True, num_buckets=8, max_distance=16)
     bias = rel.bias(torch.arange(4), torch.arange(6))  # (1, H, T, S)
-    buckets = t5_relative_bucket(torch.arange(6)[None] - torch.arange(4)[:, None], bidirectional=True, num_buckets=8,
-                                 max_distance=16)
+    buckets = t5_relative_bucket(
+        torch.arange(6)[None] - torch.arange(4)[:, None], bidirectional=True, num_buckets=8, max_distance=16
+    )
     assert_close(bias[0], rel.weight[buckets].permute(2, 0, 1))
 
 

@@ -12,8 +12,13 @@ from families.network import set_attn_impl
 
 @pytest.mark.parametrize(
     ("family", "overrides"),
-    [("gpt", {}), ("gpt", dict(num_kv_heads=2, ffn="gated", activation="silu")), ("bert", {}),
-     ("t5", dict(head_dim=12, num_decoder_layers=3, ffn="gated")), ("t5", dict(pos="t5_bias", bias=False))],
+    [
+        ("gpt", {}),
+        ("gpt", dict(num_kv_heads=2, ffn="gated", activation="silu")),
+        ("bert", {}),
+        ("t5", dict(head_dim=12, num_decoder_layers=3, ffn="gated")),
+        ("t5", dict(pos="t5_bias", bias=False)),
+    ],
 )
 def test_train_flops_match_flop_counter(family, overrides):
     torch.manual_seed(0)
@@ -35,8 +40,10 @@ def test_train_flops_match_flop_counter(family, overrides):
         else:
             loss = net(ids).logits.sum()
         loss.backward()
-    expected = train_flops(cfg, batch_size=B, seq_len=T, dec_len=T_dec if family == "t5" else 0,
-                           num_label_tokens=labels)
+    expected = train_flops(
+        cfg, batch_size=B, seq_len=T, dec_len=T_dec if family == "t5" else 0, num_label_tokens=labels
+    )
     assert counter.get_total_flops() == expected
-    assert expected == 3 * forward_flops(cfg, batch_size=B, seq_len=T, dec_len=T_dec if family == "t5" else 0,
-                                         num_label_tokens=labels)
+    assert expected == 3 * forward_flops(
+        cfg, batch_size=B, seq_len=T, dec_len=T_dec if family == "t5" else 0, num_label_tokens=labels
+    )

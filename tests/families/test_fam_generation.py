@@ -18,8 +18,18 @@ def test_kv_cache_equals_full_recompute(family, pos, make_net):
         outs = []
         for use_cache in (True, False):
             g = torch.Generator().manual_seed(3)
-            outs.append(generate(net, ids, max_new_tokens=7, eos_id=None, attention_mask=mask, generator=g,
-                                 use_cache=use_cache, **kwargs))
+            outs.append(
+                generate(
+                    net,
+                    ids,
+                    max_new_tokens=7,
+                    eos_id=None,
+                    attention_mask=mask,
+                    generator=g,
+                    use_cache=use_cache,
+                    **kwargs,
+                )
+            )
         assert outs[0].shape == (3, 7)
         assert torch.equal(outs[0], outs[1])
 
@@ -33,14 +43,16 @@ def test_cached_step_logits_equal_full_forward(family, make_net):
         if family == "gpt":
             full = net(ids).hidden
             cache = net.decoder.new_cache()
-            steps = [net(ids[:, :4], cache=cache).hidden] + [net(ids[:, t:t + 1], cache=cache).hidden for t in range(4, 9)]
+            steps = [net(ids[:, :4], cache=cache).hidden] + [
+                net(ids[:, t : t + 1], cache=cache).hidden for t in range(4, 9)
+            ]
         else:
             src = torch.randint(1, VOCAB, (2, 5))
             enc = net.encode(src)
             full = net.decode(ids, enc)
             cache = net.decoder.new_cache()
             steps = [net.decode(ids[:, :4], enc, cache=cache)]
-            steps += [net.decode(ids[:, t:t + 1], enc, cache=cache) for t in range(4, 9)]
+            steps += [net.decode(ids[:, t : t + 1], enc, cache=cache) for t in range(4, 9)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 

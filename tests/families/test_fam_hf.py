@@ -36,13 +36,29 @@ def test_parameter_count_equals_reference(name):
 
 def _init_specs():
     return {
-        "bert": transformers.BertForMaskedLM(transformers.BertConfig(
-            vocab_size=800, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128)),
-        "gpt": transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=800, n_embd=64, n_layer=4, n_head=4, n_positions=128, bos_token_id=None, eos_token_id=None)),
-        "t5": transformers.T5ForConditionalGeneration(transformers.T5Config(
-            vocab_size=800, d_model=64, d_kv=16, d_ff=128, num_layers=3, num_heads=4, decoder_start_token_id=0,
-            pad_token_id=0, feed_forward_proj="gated-gelu")),
+        "bert": transformers.BertForMaskedLM(
+            transformers.BertConfig(
+                vocab_size=800, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128
+            )
+        ),
+        "gpt": transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                vocab_size=800, n_embd=64, n_layer=4, n_head=4, n_positions=128, bos_token_id=None, eos_token_id=None
+            )
+        ),
+        "t5": transformers.T5ForConditionalGeneration(
+            transformers.T5Config(
+                vocab_size=800,
+                d_model=64,
+                d_kv=16,
+                d_ff=128,
+                num_layers=3,
+                num_heads=4,
+                decoder_start_token_id=0,
+                pad_token_id=0,
+                feed_forward_proj="gated-gelu",
+            )
+        ),
     }
 
 
@@ -61,13 +77,16 @@ def test_init_std_per_parameter_matches_reference(family):
         # sampling error of a std estimate is ~ std / sqrt(2n); allow 6 of those plus slack for tiny tensors
         tol = 6 * max(ref_std, 1e-8) / (2 * ref.numel()) ** 0.5 + 0.02 * ref_std + 1e-7
         assert abs(got_std - ref_std) <= tol, (key, got_std, ref_std)
-        assert abs(got.float().mean().item() - ref.float().mean().item()) <= 6 * ref_std / ref.numel() ** 0.5 + 1e-6, key
+        assert abs(got.float().mean().item() - ref.float().mean().item()) <= 6 * ref_std / ref.numel() ** 0.5 + 1e-6, (
+            key
+        )
 
 
 def test_bert_pooler_state_from_bert_model_and_pretraining():
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                  intermediate_size=64)
+    cfg = transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64
+    )
     pre = transformers.BertForPreTraining(cfg).eval()
     state = hf_pooler_state(pre)
     assert torch.equal(state["dense.weight"], pre.bert.pooler.dense.weight)

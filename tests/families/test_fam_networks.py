@@ -35,8 +35,14 @@ def test_every_family_position_norm_runs_forward_and_backward(family, pos, norm_
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(num_kv_heads=1), dict(num_kv_heads=2), dict(norm="rmsnorm"), dict(ffn="gated", activation="silu"),
-     dict(ffn="gated", activation="gelu_tanh", head_dim=12), dict(bias=False, tie_embeddings=False)],
+    [
+        dict(num_kv_heads=1),
+        dict(num_kv_heads=2),
+        dict(norm="rmsnorm"),
+        dict(ffn="gated", activation="silu"),
+        dict(ffn="gated", activation="gelu_tanh", head_dim=12),
+        dict(bias=False, tie_embeddings=False),
+    ],
 )
 @pytest.mark.parametrize("family", FAMILIES)
 def test_block_choices_run_in_every_family(family, overrides, make_net):
@@ -84,8 +90,12 @@ def test_padding_invariance(family, pos, make_net):
     mask = torch.cat([torch.ones(2, 7), torch.zeros(2, 3)], 1).long()
     if family == "t5":
         dec = torch.randint(1, VOCAB, (2, 4))
-        assert_close(net(ids, decoder_input_ids=dec).logits, net(padded, mask, decoder_input_ids=dec).logits,
-                     atol=1e-5, rtol=1e-5)
+        assert_close(
+            net(ids, decoder_input_ids=dec).logits,
+            net(padded, mask, decoder_input_ids=dec).logits,
+            atol=1e-5,
+            rtol=1e-5,
+        )
         dec_padded = torch.cat([dec, torch.zeros(2, 2, dtype=torch.long)], 1)
         dec_mask = torch.cat([torch.ones(2, 4), torch.zeros(2, 2)], 1).long()
         out = net(ids, decoder_input_ids=dec_padded, decoder_attention_mask=dec_mask).logits[:, :4]
@@ -149,7 +159,9 @@ def test_project_on_selected_positions_equals_full_logits(family, make_net):
     select[0, 1] = select[1, 3] = True
     assert_close(net.project(sparse[select]), out.logits[select])
     assert run(net, ids).logits is not None
-    no_logits = net(ids, compute_logits=False) if family != "t5" else net(ids, decoder_input_ids=ids, compute_logits=False)
+    no_logits = (
+        net(ids, compute_logits=False) if family != "t5" else net(ids, decoder_input_ids=ids, compute_logits=False)
+    )
     assert no_logits.logits is None
 
 

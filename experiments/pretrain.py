@@ -109,6 +109,7 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
         limit_val_batches=cfg.trainer.limit_val_batches,
     )
     ckpt_path = _resume_path(cfg, run_dir)
+    setup_s = time.time() - started
     first: dict[str, float] = {}
     if cfg.trainer.validate_first and ckpt_path is None:
         first = {k: float(v) for k, v in trainer.validate(module, datamodule=dm, verbose=False)[0].items()}
@@ -126,7 +127,9 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
         "num_params": int(num_params),
         "first": first,
         "final": final,
-        "wall_s": round(time.time() - started, 1),
+        "wall_s": round(time.time() - started, 1),  # from composition to the end (imports not included)
+        "setup_s": round(setup_s, 1),  # corpus, tokenizer, token file, network, W&B start
+        "cpu_s": round(time.process_time(), 1),  # CPU seconds of this process: less sensitive to a busy machine
         "threads": torch.get_num_threads(),
     }
     if trainer.is_global_zero:

@@ -231,7 +231,7 @@ def make_trainer(
 ) -> Any:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
     import lightning as L
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
     t = cfg.trainer
     callbacks: list[Any] = [
@@ -245,7 +245,6 @@ def make_trainer(
             save_top_k=1,
             save_last=True,
         ),
-        LearningRateMonitor(logging_interval="step"),
     ]
     if t.progress_bar:
         callbacks.append(RichProgressBar(leave=True))

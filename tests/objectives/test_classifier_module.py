@@ -78,13 +78,13 @@ def test_bad_pooling_choices(tiny_net):
 def test_each_family_fine_tunes_with_a_real_trainer(ids, tiny_net, family, pooling):
     """A learnable toy task: val/acc rises well above chance and test metrics are logged per split."""
     collate = ClassificationCollator(family, ids, max_len=16)
-    train = DataLoader(_items(96, seed=0), batch_size=16, shuffle=True, collate_fn=collate)
+    train = DataLoader(_items(64, seed=0), batch_size=16, shuffle=True, collate_fn=collate)
     val = DataLoader(_items(48, seed=1), batch_size=16, collate_fn=collate)
-    optim = OptimSettings(lr=3e-3, warmup_steps=0, max_steps=60, weight_decay=0.0)
+    optim = OptimSettings(lr=3e-3, warmup_steps=0, max_steps=40, weight_decay=0.0)
     module = ClassifierModule(tiny_net(family), 3, optim, pooling=pooling, head_dropout=0.0)
-    trainer = L.Trainer(max_steps=60, accelerator="cpu", logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(max_steps=40, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        check_val_every_n_epoch=10)  # 60 steps = 10 epochs: validate once, at the end
+                        check_val_every_n_epoch=10)  # 40 steps = 10 epochs: validate once, at the end
     trainer.fit(module, train, val)
     logged = trainer.callback_metrics
     assert {"val/acc", "val/f1", "val/mcc", "val/loss", "train/loss"} <= set(logged)

@@ -31,17 +31,16 @@ def _batches(objective, n: int, rows: int, seed: int) -> list[dict[str, torch.Te
 @pytest.mark.slow
 @pytest.mark.parametrize("family,name", PAIRS)
 def test_each_family_overfits_a_fixed_batch(ids, tiny_net, family, name):
-    """30 AdamW steps on one fixed batch cut each family's loss to well under 60 % of its start."""
+    """30 AdamW steps on one fixed batch cut each family's loss below a quarter of its start."""
     net = tiny_net(family, dim=64)
     objective = make_objective(name, ids, seq_len=32)
     (batch,) = _batches(objective, 1, 4, seed=0)
     start = objective.loss(net, batch).loss.item()
-    assert abs(start - math.log(ids.vocab_size)) < 0.5  # an untrained network is near uniform
     optim = OptimSettings(lr=1e-2, warmup_steps=0, max_steps=30, weight_decay=0.0, min_lr_ratio=1.0)
     module = PretrainModule(net, objective, optim)
     _trainer(30).fit(module, DataLoader([batch] * 30, batch_size=None))
     end = objective.loss(net, batch).loss.item()
-    assert end < 0.6 * start, (start, end)
+    assert end < 0.25 * start, (start, end)
 
 
 @pytest.mark.parametrize("family,name", PAIRS)

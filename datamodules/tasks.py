@@ -93,8 +93,8 @@ def load_task(
         rows: list[_Row] = [(r["split"], r["text"], None, r["label"], "") for r in read_jsonl_gz(WORDNET_TASK)]
         return _build(spec, rows, val_fraction, test_fraction, seed)
     if spec.startswith("hf:"):
-        return _build(spec, _hf_rows(spec, text_column, text_pair_column, label_column), val_fraction,
-                      test_fraction, seed)
+        rows, names = _hf_rows(spec, text_column, text_pair_column, label_column)
+        return _build(spec, rows, val_fraction, test_fraction, seed, label_order=names)
     path = Path(spec)
     if not path.is_file():
         raise DataError(f"{path}: no such task file")
@@ -151,7 +151,10 @@ def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
     return records
 
 
-def _hf_rows(spec: str, text_column: str, pair_column: str | None, label_column: str) -> list[_Row]:
+def _hf_rows(
+    spec: str, text_column: str, pair_column: str | None, label_column: str
+) -> tuple[list[_Row], list[str] | None]:
+    """Rows of every train/validation/test split, and the ClassLabel names when the label column has them."""
     ds = load_hf(spec)
     first = ds[next(iter(ds))]
     columns = first.column_names
@@ -177,7 +180,7 @@ def _hf_rows(spec: str, text_column: str, pair_column: str | None, label_column:
             rows.append((split_name, str(text), None if pair is None else str(pair), label, f"{spec} {split} row {i}"))
     if not rows:
         raise DataError(f"{spec}: no labelled rows")
-    return rows
+    return rows, (list(names) if names is not None else None)
 
 
 def _label_key(label: Any) -> tuple:
@@ -189,14 +192,19 @@ def _label_key(label: Any) -> tuple:
         return (1, 0, text)
 
 
-def _build(name: str, rows: list[_Row], val_fraction: float, test_fraction: float, seed: int) -> Task:
+def _build(
+    name: str, rows: list[_Row], val_fraction: float, test_fraction: float, seed: int,
+    label_order: list[str] | None = None,
+) -> Task:
     if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
         raise DataError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must leave training rows")
     splits = _assign_splits([r[0] for r in rows], val_fraction, test_fraction, seed)
     train_labels = {str(r[3]).strip() for r, s in zip(rows, splits, strict=True) if s == "train"}
     if not train_labels:
         raise DataError(f"{name}: no training rows")
-    labels = sorted(train_labels, key=_label_key)
+    # A dataset's own label order (HF ClassLabel) is kept, so label i means what the dataset says it means.
+    order = {label: i for i, label in enumerate(label_order or [])}
+    labels = sorted(train_labels, key=lambda lab: (order.get(lab, len(order)), _label_key(lab)))
     index = {label: i for i, label in enumerate(labels)}
     held_out = {str(r[3]).strip() for r, s in zip(rows, splits, strict=True) if s != "train"}
     unknown = sorted(held_out - train_labels, key=_label_key)

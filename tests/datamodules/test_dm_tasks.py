@@ -116,6 +116,20 @@ def test_hf_glue_columns_and_hidden_test_labels(tmp_path):
         load_task(f"hf:json:{g}")
 
 
+def test_hf_class_label_order_is_kept(tmp_path):
+    """A ClassLabel column keeps the dataset's label order (MNLI: entailment, neutral, contradiction)."""
+    datasets = pytest.importorskip("datasets")
+    names = ["entailment", "neutral", "contradiction"]
+    ds = datasets.Dataset.from_dict({"premise": [f"p{i}" for i in range(31)], "hypothesis": ["h"] * 31,
+                                     "label": [i % 3 for i in range(30)] + [-1]})
+    f = tmp_path / "mnli.parquet"
+    ds.cast_column("label", datasets.ClassLabel(names=names)).to_parquet(str(f))
+    t = load_task(f"hf:parquet:{f}")
+    assert t.labels == names
+    assert all(t.labels[e.label] == names[int(e.text[1:]) % 3] and e.text_pair == "h" for e in t.train + t.val + t.test)
+    assert len(t.train + t.val + t.test) == 30  # the label -1 row is dropped
+
+
 def test_classification_datamodule_items_and_loaders(small_bundle, tmp_path):
     """Items carry raw ids without special tokens; eval loaders see every example once; train resumes."""
     f = tmp_path / "t.jsonl"

@@ -114,7 +114,7 @@ def _read_file(path: Path) -> list[str]:
 
 def _decode_lines(path: Path) -> list[tuple[int, str]]:
     """(1-based line number, text) of every UTF-8 line; undecodable / binary lines are skipped."""
-    raw = path.read_bytes().split(b"\n")
+    raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")  # drop a UTF-8 byte-order mark
     if raw and raw[-1] == b"":
         raw.pop()
     lines, bad = [], 0

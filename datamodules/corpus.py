@@ -36,7 +36,7 @@ class Corpus:
     hash: str
 
 
-def load_corpus(spec: str, *, val_fraction: float = 0.05, seed: int = 0) -> Corpus:
+def load_corpus(spec: str | Path, *, val_fraction: float = 0.05, seed: int = 0) -> Corpus:
     """Load a pretraining corpus and hold out a validation split.
 
     Args:
@@ -59,6 +59,7 @@ def load_corpus(spec: str, *, val_fraction: float = 0.05, seed: int = 0) -> Corp
     """
     if not 0.0 <= val_fraction < 1.0:
         raise DataError(f"val_fraction={val_fraction} must be in [0, 1)")
+    spec = str(spec)
     val: list[str] | None = None
     if spec == "wordnet":
         docs = [row["text"] for row in read_jsonl_gz(WORDNET_CORPUS)]

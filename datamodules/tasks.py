@@ -62,7 +62,7 @@ _Row = tuple[str | None, str, str | None, Any, str]
 
 
 def load_task(
-    spec: str,
+    spec: str | Path,
     *,
     text_column: str = "text",
     text_pair_column: str | None = None,
@@ -89,6 +89,7 @@ def load_task(
         DataError: missing file or column, empty file, bad JSON line, unknown split value, labels in
             validation/test that the training split lacks.
     """
+    spec = str(spec)
     if spec == "wordnet-supersense":
         rows: list[_Row] = [(r["split"], r["text"], None, r["label"], "") for r in read_jsonl_gz(WORDNET_TASK)]
         return _build(spec, rows, val_fraction, test_fraction, seed)

@@ -27,7 +27,7 @@ def test_txt_without_blank_lines_is_one_document_per_line(tmp_path):
     """A file with no blank line at all gives one document per line (CRLF and a byte-order mark tolerated)."""
     f = tmp_path / "c.txt"
     f.write_bytes(b"\xef\xbb\xbffirst doc\r\nsecond doc\r\nthird doc\r\n")
-    assert load_corpus(str(f), val_fraction=0.0).train == ["first doc", "second doc", "third doc"]
+    assert load_corpus(f, val_fraction=0.0).train == ["first doc", "second doc", "third doc"]  # a Path works too
 
 
 def test_val_split_is_seeded_disjoint_and_covering(tmp_path):

@@ -182,26 +182,66 @@ def make_objective(
     noise_density: float = 0.15,
     mean_span: float = 3.0,
     generator: torch.Generator | None = None,
+    family: str | None = None,
+    prefix_fraction: float | None = None,
+    ul2_rates: Sequence[float] = (0.4, 0.4, 0.2),
+    ul2_x_density: float = 0.5,
+    ul2_x_mean_span: float = 8.0,
+    span_p: float = 0.2,
+    max_span: int = 10,
 ) -> Objective:
-    """Build the objective `name` (`mlm` | `clm` | `span`) for sequences of `seq_len` tokens.
+    """Build the objective `name` for `family` and sequences of `seq_len` tokens.
+
+    `span`, `prefix_lm` and `ul2` differ by family (decoder-only vs encoder-decoder), so pass `family`;
+    without it `span` means T5's and the others need it. See `objectives.denoisers` for the new pairs.
 
     Args:
-        name: objective name (`objective.name`).
+        name: objective name (`objective.name`): mlm | span_mlm | clm | span | prefix_lm | ul2.
         ids: the tokenizer's special ids.
         seq_len: tokens the network reads per sequence (encoder side for T5).
-        mask_rate: MLM selection rate.
-        noise_density, mean_span: T5 span corruption settings.
+        mask_rate: MLM / span-MLM masking rate.
+        noise_density, mean_span: span corruption settings (also UL2's R denoiser).
         generator: randomness for the corruption; `None` uses torch's global generator.
+        family: `bert` | `gpt` | `t5`.
+        prefix_fraction: prefix LM split point as a fraction of the sequence; None = uniform per row.
+        ul2_rates: UL2 mixing rates of the R, X and S denoisers.
+        ul2_x_density, ul2_x_mean_span: UL2's X (extreme) denoiser.
+        span_p, max_span: SpanBERT's geometric span-length parameter and cap.
     """
+    from objectives import denoisers as dn  # the new pairs build on this module's classes
+
     if seq_len < 4:
         raise ObjectiveError(f"sequence length {seq_len} is too short to train on (need at least 4)")
+    if prefix_fraction is not None and not 0.0 < prefix_fraction < 1.0:
+        raise ObjectiveError(f"objective.prefix_fraction={prefix_fraction} must be in (0, 1) or None")
+    if name in ("prefix_lm", "ul2") and family not in ("gpt", "t5"):
+        raise ObjectiveError(f"objective.name={name} needs model.family gpt or t5, got {family}")
     if name == "mlm":
         return MaskedLM(ids, seq_len, mask_rate, generator)
+    if name == "span_mlm":
+        return dn.SpanMaskedLM(ids, seq_len, mask_rate, span_p, max_span, generator)
     if name == "clm":
         return CausalLM(ids, seq_len, generator)
+    if name == "span" and family == "gpt":
+        t5_lengths(seq_len, noise_density, mean_span)  # same setting checks as T5's
+        return dn.GPTSpan(ids, seq_len, noise_density, mean_span, generator)
     if name == "span":
         return SpanCorruption(ids, seq_len, noise_density, mean_span, generator)
-    raise ObjectiveError(f"objective.name={name} is not one of ['clm', 'mlm', 'span']")
+    if name == "prefix_lm":
+        cls = dn.GPTPrefixLM if family == "gpt" else dn.T5PrefixLM
+        return cls(ids, seq_len, prefix_fraction, generator)
+    if name == "ul2":
+        t5_lengths(seq_len, noise_density, mean_span)
+        if not 0.0 < ul2_x_density <= 0.5 or ul2_x_mean_span < 1:
+            raise ObjectiveError(
+                f"objective.ul2_x_density={ul2_x_density} must be in (0, 0.5] and "
+                f"objective.ul2_x_mean_span={ul2_x_mean_span} >= 1"
+            )
+        return dn.UL2(
+            ids, seq_len, decoder_only=family == "gpt", rates=ul2_rates, r=(noise_density, mean_span),
+            x=(ul2_x_density, ul2_x_mean_span), prefix_fraction=prefix_fraction, generator=generator,
+        )
+    raise ObjectiveError(f"objective.name={name} is not one of ['clm', 'mlm', 'prefix_lm', 'span', 'span_mlm', 'ul2']")
 
 
 __all__ = ["LossOutput", "Objective", "MaskedLM", "CausalLM", "SpanCorruption", "make_objective"]

@@ -154,14 +154,12 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
     return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=dict(model_explicit))
 
 
-def to_dataclass(merged: DictConfig) -> Config:
+def to_dataclass(merged: DictConfig) -> Any:
     """``OmegaConf.to_object`` with errors turned into one line (runs ModelConfig's own checks)."""
     try:
-        cfg = OmegaConf.to_object(merged)
+        return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise ConfigInputError(format_omegaconf_error(e)) from None
-    assert isinstance(cfg, Config)
-    return cfg
 
 
 def cross_checks(cfg: Config) -> None:

@@ -11,8 +11,8 @@ import yaml
 from experiments import cli
 
 FAMILIES = ("bert", "gpt", "t5")
-FAST = ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.limit_val_batches=2", "data.batch_size=8",
-        "trainer.progress_bar=false"]
+FAST = ["trainer.max_steps=6", "trainer.log_every_n_steps=2", "trainer.val_check_interval=3",
+        "trainer.limit_val_batches=2", "data.batch_size=8", "trainer.progress_bar=false"]
 
 
 def wandb_records(run_dir: Path) -> list[dict]:

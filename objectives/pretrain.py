@@ -1,7 +1,7 @@
 """`PretrainModule`: the LightningModule that pretrains any family with its objective.
 
 It receives the network and the objective (it never builds them) and logs
-`train/loss`, `train/lr`, `val/loss`, `val/ppl`, `val/mlm_acc` (MLM), `val/unigram_loss`,
+`train/loss`, `train/lr`, `val/loss`, `val/ppl`, `val/mlm_acc` (MLM, span MLM), `val/unigram_loss`,
 `budget/tokens`, `perf/tokens_per_sec`, and `budget/flops` / `perf/mfu` when given a FLOP count.
 """
 
@@ -115,7 +115,7 @@ class PretrainModule(L.LightningModule):
         self.val_nll.update(out.loss.detach().float() * out.num_label_tokens)
         self.val_tokens.update(out.num_label_tokens)
         valid = out.labels != IGNORE
-        if self.objective.name == "mlm" and out.logits is not None:
+        if self.objective.name in ("mlm", "span_mlm") and out.logits is not None:
             self.val_correct.update(((out.logits.argmax(-1) == out.labels) & valid).sum())
         if self.unigram_log_probs is not None:
             self.val_unigram_nll.update(-self.unigram_log_probs[out.labels[valid]].double().sum())
@@ -126,7 +126,7 @@ class PretrainModule(L.LightningModule):
             loss = self.val_nll.compute() / count
             self.log("val/loss", loss, prog_bar=True)
             self.log("val/ppl", torch.exp(loss))
-            if self.objective.name == "mlm":
+            if self.objective.name in ("mlm", "span_mlm"):
                 self.log("val/mlm_acc", self.val_correct.compute() / count)
             if self.unigram_log_probs is not None:
                 self.log("val/unigram_loss", self.val_unigram_nll.compute() / count)

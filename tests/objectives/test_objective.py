@@ -21,9 +21,11 @@ def test_block_lengths_and_separators(ids):
 
 def test_unknown_objective_and_bad_pairs(ids):
     """Unknown names and incompatible family x objective pairs fail with one line listing the valid pairs."""
-    with pytest.raises(ObjectiveError, match="objective.name=ul2"):
+    with pytest.raises(ObjectiveError, match="objective.name=xlm"):
+        make_objective("xlm", ids, seq_len=32)
+    with pytest.raises(ObjectiveError, match="objective.name=ul2 needs model.family gpt or t5"):
         make_objective("ul2", ids, seq_len=32)
-    with pytest.raises(ObjectiveError, match="bert x mlm, gpt x clm, t5 x span") as err:
+    with pytest.raises(ObjectiveError, match="bert x mlm, bert x span_mlm, gpt x clm") as err:
         check_pair("bert", "clm")
     assert "\n" not in str(err.value)
     with pytest.raises(ObjectiveError, match="model.family=xlnet"):

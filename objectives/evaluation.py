@@ -1,0 +1,310 @@
+"""Zero-shot yardsticks that mean the same thing for every tokenizer: bits per byte, and length extrapolation.
+
+Scoring rules (exact; a text is split into chunks of at most `max_len` scored tokens, each chunk scored on
+its own, so no chunk ever sees more context than the network was built for):
+
+- GPT, `bits_per_byte`: causal log-likelihood of the text's tokens given one leading token — `[EOS]` (the
+  document separator GPT's objectives join documents with), or `[S]` for a UL2-trained GPT (the S mode is
+  its language-model mode). Attention is plain causal.
+- T5, `bits_per_byte`: the decoder scores the text's tokens given an encoder input that holds no text:
+  `<extra_id_0> [EOS]` with `<extra_id_0>` given as the decoder's first token for `span` (the whole text is
+  one masked span), `[EOS]` for `prefix_lm` (an empty prefix), `[S] [EOS]` for `ul2`.
+- BERT, `pll_bits_per_byte`: pseudo-log-likelihood (Salazar et al. 2020): `[CLS] text [SEP]` with one
+  token at a time replaced by `[MASK]`, summing log p(token | rest). It is not a likelihood (it does not
+  normalise over texts), so it is its own measure and must never share an axis with `bits_per_byte`.
+
+In every rule the end-of-text token is not scored, and bytes are the UTF-8 bytes of the texts scored
+(`len(text.encode("utf-8"))`); bits = -log2 p summed over the scored tokens.
+
+`length_extrapolation` evaluates an objective's validation loss at 1x, 2x, 4x the training length; absolute
+position tables (`learned`, `sinusoidal`) cannot go past `model.max_seq_len`, which gives `loss=None` with
+the reason.
+
+Legend: B batch, T sequence length, V vocab, C model dim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from objectives.errors import ObjectiveError
+from objectives.objective import Objective, make_objective
+from objectives.tokens import TokenIds
+
+Encode = Callable[[str], Sequence[int]]
+LN2 = math.log(2.0)
+
+
+@dataclass
+class ByteScore:
+    """A byte-normalised score of some texts.
+
+    Attributes:
+        measure: `bits_per_byte` (GPT, T5: a true log-likelihood) or `pll_bits_per_byte` (BERT).
+        value: `total_bits / num_bytes`.
+        total_bits: -log2 of the (pseudo-)likelihood, summed over scored tokens.
+        num_bytes: UTF-8 bytes of the texts.
+        num_tokens: tokens scored.
+        num_texts: texts scored (empty texts are skipped).
+    """
+
+    measure: str
+    value: float
+    total_bits: float
+    num_bytes: int
+    num_tokens: int
+    num_texts: int
+
+
+@dataclass
+class LengthPoint:
+    """Validation loss at `multiple` x the training length (`loss=None` with a `reason` when not defined)."""
+
+    multiple: int
+    seq_len: int
+    loss: float | None
+    num_label_tokens: int
+    reason: str | None = None
+
+
+def _chunks(tokens: Sequence[int], size: int) -> list[list[int]]:
+    return [list(tokens[i : i + size]) for i in range(0, len(tokens), size)]
+
+
+def _family(net: nn.Module) -> str:
+    family = getattr(net, "family", None)
+    if family not in ("bert", "gpt", "t5"):
+        raise ObjectiveError(f"expected a famlab network (bert, gpt or t5), got {type(net).__name__}")
+    return str(family)
+
+
+def _score_items(
+    net: nn.Module, items: list[tuple[list[int], list[int], list[int]]], pad: int, batch_size: int
+) -> torch.Tensor:
+    """Summed log-probabilities (nats, float64) of every item's scored tokens.
+
+    An item is `(encoder_ids, given, scored)`: GPT reads `given + scored[:-1]` and predicts `scored` after
+    `given`; T5 encodes `encoder_ids` and decodes `[PAD] + given + scored[:-1]` the same way. Rows are right
+    padded, which causal attention never sees before a real token.
+    """
+    family = _family(net)
+    total = torch.zeros((), dtype=torch.float64)
+    device = next(net.parameters()).device
+    for start in range(0, len(items), batch_size):
+        group = items[start : start + batch_size]
+        if family == "gpt":
+            seqs = [given + scored for _, given, scored in group]
+        else:
+            seqs = [[pad] + given + scored for _, given, scored in group]
+        width = max(len(s) for s in seqs)
+        seq = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=device)  # (B, T + 1)
+        labels = torch.full_like(seq, -100)
+        for row, (_, given, scored) in enumerate(group):
+            offset = len(given) + (0 if family == "gpt" else 1)
+            labels[row, offset : offset + len(scored)] = torch.tensor(scored)
+        if family == "gpt":
+            logits = net(seq[:, :-1]).logits  # (B, T, V)
+        else:
+            enc_w = max(len(e) for e, _, _ in group)
+            enc = torch.tensor([e + [pad] * (enc_w - len(e)) for e, _, _ in group], device=device)
+            enc_mask = torch.tensor([[1] * len(e) + [0] * (enc_w - len(e)) for e, _, _ in group], device=device)
+            logits = net(enc, attention_mask=enc_mask, decoder_input_ids=seq[:, :-1]).logits  # (B, T, V)
+        target = labels[:, 1:]
+        nll = F.cross_entropy(logits.double().transpose(1, 2), target, reduction="sum", ignore_index=-100)
+        total -= nll.cpu()
+    return total
+
+
+@torch.no_grad()
+def bits_per_byte(
+    net: nn.Module,
+    texts: Sequence[str],
+    encode: Encode,
+    ids: TokenIds,
+    *,
+    objective: str | None = None,
+    max_len: int | None = None,
+    batch_size: int = 16,
+) -> ByteScore:
+    """Bits per UTF-8 byte of `texts` under a GPT or T5 network (rules in the module docstring).
+
+    Args:
+        net: a GPT or T5 network (BERT: use `pll_bits_per_byte`).
+        texts: held-out texts.
+        encode: text -> token ids with no special tokens (e.g. `lambda t: tok.encode(t, add_special_tokens=False).ids`).
+        ids: the tokenizer's special ids.
+        objective: the objective the network was trained with (`clm`, `prefix_lm`, `span`, `ul2`); selects the
+            conditioning tokens. None = the family's default (`clm` / `span`).
+        max_len: longest sequence fed to the network; None = `net.config.max_seq_len`.
+        batch_size: chunks per forward pass.
+    """
+    family = _family(net)
+    if family == "bert":
+        raise ObjectiveError("bits_per_byte needs a gpt or t5 network; BERT has pll_bits_per_byte (not a likelihood)")
+    max_len = max_len or int(net.config.max_seq_len)  # type: ignore[union-attr]
+    objective = objective or ("clm" if family == "gpt" else "span")
+    if family == "gpt":
+        encoder: list[int] = []
+        given = [ids.s if objective == "ul2" else ids.eos]
+    elif objective == "span":
+        encoder, given = [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
+    else:
+        encoder, given = ([ids.s, ids.eos] if objective == "ul2" else [ids.eos]), []
+    size = max_len - len(given) - (0 if family == "gpt" else 1) + 1  # tokens scored per chunk
+    items, num_bytes, num_texts = [], 0, 0
+    for text in texts:
+        tokens = list(encode(text))
+        if not text or not tokens:
+            continue
+        num_bytes += len(text.encode("utf-8"))
+        num_texts += 1
+        items += [(encoder, given, chunk) for chunk in _chunks(tokens, size)]
+    was_training = net.training
+    net.eval()
+    try:
+        log_prob = _score_items(net, items, ids.pad, batch_size)
+    finally:
+        net.train(was_training)
+    bits = float(-log_prob / LN2)
+    count = sum(len(chunk) for _, _, chunk in items)
+    return ByteScore("bits_per_byte", bits / max(num_bytes, 1), bits, num_bytes, count, num_texts)
+
+
+@torch.no_grad()
+def pll_bits_per_byte(
+    net: nn.Module,
+    texts: Sequence[str],
+    encode: Encode,
+    ids: TokenIds,
+    *,
+    max_len: int | None = None,
+    batch_size: int = 64,
+) -> ByteScore:
+    """BERT's pseudo-log-likelihood in bits per UTF-8 byte (`measure="pll_bits_per_byte"`; see module docstring).
+
+    One forward pass per scored token (batched); the vocabulary projection only at the masked position.
+    """
+    if _family(net) != "bert":
+        raise ObjectiveError("pll_bits_per_byte needs a bert network; gpt and t5 have bits_per_byte")
+    max_len = max_len or int(net.config.max_seq_len)  # type: ignore[union-attr]
+    device = next(net.parameters()).device
+    rows: list[tuple[list[int], int]] = []  # (sequence with one [MASK], masked position)
+    targets: list[int] = []
+    num_bytes = num_texts = 0
+    for text in texts:
+        tokens = list(encode(text))
+        if not text or not tokens:
+            continue
+        num_bytes += len(text.encode("utf-8"))
+        num_texts += 1
+        for chunk in _chunks(tokens, max_len - 2):
+            seq = [ids.cls] + chunk + [ids.sep]
+            for i in range(1, len(chunk) + 1):
+                rows.append((seq[:i] + [ids.mask] + seq[i + 1 :], i))
+                targets.append(seq[i])
+    was_training = net.training
+    net.eval()
+    total = torch.zeros((), dtype=torch.float64)
+    try:
+        for start in range(0, len(rows), batch_size):
+            group = rows[start : start + batch_size]
+            width = max(len(s) for s, _ in group)
+            seq = torch.tensor([s + [ids.pad] * (width - len(s)) for s, _ in group], device=device)  # (B, T)
+            mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in group], device=device)
+            hidden = net(seq, attention_mask=mask, compute_logits=False).hidden  # (B, T, C)
+            pos = torch.tensor([p for _, p in group], device=device)
+            logits = net.project(hidden[torch.arange(len(group), device=device), pos])  # type: ignore[operator]
+            target = torch.tensor(targets[start : start + len(group)], device=device)
+            total -= F.cross_entropy(logits.double(), target, reduction="sum").cpu()
+    finally:
+        net.train(was_training)
+    bits = float(-total / LN2)
+    return ByteScore("pll_bits_per_byte", bits / max(num_bytes, 1), bits, num_bytes, len(rows), num_texts)
+
+
+def byte_score(
+    net: nn.Module, texts: Sequence[str], encode: Encode, ids: TokenIds, *, objective: str | None = None,
+    max_len: int | None = None,
+) -> ByteScore:
+    """`pll_bits_per_byte` for BERT, `bits_per_byte` for GPT and T5 — check `ByteScore.measure` before
+    putting two scores on one axis."""
+    if _family(net) == "bert":
+        return pll_bits_per_byte(net, texts, encode, ids, max_len=max_len)
+    return bits_per_byte(net, texts, encode, ids, objective=objective, max_len=max_len)
+
+
+ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
+
+
+@torch.no_grad()
+def length_extrapolation(
+    net: nn.Module,
+    tokens: torch.Tensor,
+    ids: TokenIds,
+    *,
+    objective: str,
+    train_seq_len: int,
+    multiples: Sequence[int] = (1, 2, 4),
+    max_tokens: int = 32_768,
+    batch_size: int = 8,
+    seed: int = 0,
+    **objective_kwargs: object,
+) -> list[LengthPoint]:
+    """Validation loss of `objective` at `m x train_seq_len` for each m in `multiples`.
+
+    Blocks are cut from the 1-D validation token stream `tokens` (documents already joined by the
+    objective's separator, as `PretrainDataModule` stores them), at most `max_tokens` raw tokens per length,
+    corrupted with a generator seeded by `seed` (the same masks on every call). The loss is the mean over all
+    label tokens, as `val/loss`.
+
+    Returns:
+        One `LengthPoint` per multiple. `loss=None` when the position scheme is absolute and the batch would
+        need more than `model.max_seq_len` positions, or when `tokens` hold less than one block.
+    """
+    family = _family(net)
+    cfg = net.config  # type: ignore[union-attr]
+    pos = getattr(cfg.pos, "value", cfg.pos)
+    points = []
+    was_training = net.training
+    net.eval()
+    try:
+        for m in multiples:
+            seq_len = m * train_seq_len
+
+            def build(seq_len: int = seq_len) -> Objective:
+                # A fresh seeded generator per build: the same masks on every call, the probe below included.
+                generator = torch.Generator().manual_seed(seed)
+                return make_objective(
+                    objective, ids, seq_len=seq_len, family=family, generator=generator, **objective_kwargs  # type: ignore[arg-type]
+                )
+
+            obj = build()
+            raw = obj.raw_block_len
+            num = min(len(tokens), max_tokens) // raw
+            if num == 0:
+                points.append(LengthPoint(m, seq_len, None, 0, f"fewer than {raw} validation tokens"))
+                continue
+            blocks = tokens[: num * raw].reshape(num, raw).long()
+            first = build().collate(list(blocks[:1]))
+            needed = max(first["input_ids"].shape[1], first.get("decoder_input_ids", first["input_ids"]).shape[1])
+            if pos in ABSOLUTE_POSITIONS and needed > cfg.max_seq_len:
+                reason = f"model.pos={pos} covers model.max_seq_len={cfg.max_seq_len} positions, {m}x needs {needed}"
+                points.append(LengthPoint(m, seq_len, None, 0, reason))
+                continue
+            nll, count = 0.0, 0
+            device = next(net.parameters()).device
+            for start in range(0, num, batch_size):
+                batch = obj.collate(list(blocks[start : start + batch_size]))
+                out = obj.loss(net, {k: v.to(device) for k, v in batch.items()})
+                nll += float(out.loss) * int(out.num_label_tokens)
+                count += int(out.num_label_tokens)
+            points.append(LengthPoint(m, seq_len, nll / max(count, 1), count))
+    finally:
+        net.train(was_training)
+    return points

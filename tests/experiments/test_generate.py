@@ -1,0 +1,109 @@
+"""`famlab generate` / `famlab fill` on real (tiny, untrained) run directories of every family x objective."""
+
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from datamodules import get_tokenizer, load_corpus
+from experiments.cli import main
+from experiments.generate import _spans, fill_text, generate_text, load_run
+from families import ModelConfig, build_network
+from objectives.prefix import prefix_lm_mask
+
+OPTS = {"max_new_tokens": 6, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+PAIRS = [("bert", "mlm"), ("bert", "span_mlm"), ("gpt", "clm"), ("gpt", "prefix_lm"), ("gpt", "span"),
+         ("gpt", "ul2"), ("t5", "span"), ("t5", "prefix_lm"), ("t5", "ul2")]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tok")
+    text = root / "corpus.txt"
+    text.write_text("\n".join(f"the cat number {i} sat on the mat and looked at the dog" for i in range(60)))
+    corpus = load_corpus(str(text), val_fraction=0.1)
+    return get_tokenizer(corpus, kind="bpe", vocab_size=400, num_sentinels=10, cache_dir=root)
+
+
+@pytest.fixture(scope="module")
+def make_run(bundle, tmp_path_factory):
+    """A run directory as `famlab pretrain` leaves it: config.yaml, tokenizer.json, checkpoints/last.ckpt."""
+
+    def build(family: str, objective: str):
+        run_dir = tmp_path_factory.mktemp(f"{family}-{objective}")
+        model = dict(family=family, vocab_size=bundle.vocab_size, dim=32, num_layers=1, num_heads=2, max_seq_len=48,
+                     dropout=0.0)
+        torch.manual_seed(0)
+        net = build_network(ModelConfig(**model))
+        config = {"model": model, "objective": {"name": objective}, "data": {"tokenizer": {"num_sentinels": 10}}}
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        shutil.copyfile(bundle.path, run_dir / "tokenizer.json")
+        (run_dir / "checkpoints").mkdir()
+        torch.save({"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}},
+                   run_dir / "checkpoints" / "last.ckpt")
+        return run_dir, net
+
+    return build
+
+
+@pytest.mark.parametrize("family,objective", PAIRS)
+def test_every_pair_fills_or_fails_clearly(make_run, family, objective):
+    """Each [MASK] becomes one bracketed fill with the text around it kept; gpt x clm refuses with one line."""
+    run_dir, _ = make_run(family, objective)
+    run = load_run(str(run_dir))
+    text = "the cat [MASK] on the mat" if objective != "prefix_lm" else "the cat sat on [MASK]"
+    if objective == "clm":
+        with pytest.raises(ValueError, match="cannot infill"):
+            fill_text(run, text, OPTS)
+        return
+    filled = fill_text(run, text, OPTS)
+    head, tail = text.split("[MASK]")
+    assert filled.startswith(head + "[") and filled.endswith("]" + tail) and filled.count("[") == 1
+    if family == "bert":  # one argmax token per mask, straight from the network
+        ids = run.ids
+        seq = [ids.cls] + run.encode(head) + [ids.mask] + run.encode(tail) + [ids.sep]
+        with torch.no_grad():
+            best = int(run.net(torch.tensor([seq])).logits[0, seq.index(ids.mask)].argmax())
+        assert filled == f"{head}[{run.decode([best]).strip()}]{tail}"
+
+
+@pytest.mark.parametrize("family,objective", [p for p in PAIRS if p[0] != "bert"])
+def test_generate_is_deterministic_and_bert_refuses(make_run, family, objective):
+    """Greedy generation repeats exactly; a bert run points to fill."""
+    run = load_run(str(make_run(family, objective)[0]))
+    first = generate_text(run, "the cat", OPTS)
+    assert isinstance(first, str) and first == generate_text(run, "the cat", OPTS)
+    bert = load_run(str(make_run("bert", "mlm")[0]))
+    with pytest.raises(ValueError, match="famlab fill"):
+        generate_text(bert, "the cat", OPTS)
+
+
+def test_prefix_lm_generation_reads_the_prompt_bidirectionally(make_run):
+    """gpt x prefix_lm: the first greedy token is the argmax under the prefix mask, not the causal one."""
+    run_dir, net = make_run("gpt", "prefix_lm")
+    run = load_run(str(run_dir))
+    prefix = [run.ids.eos] + run.encode("the cat sat on the")
+    seq = torch.tensor([prefix])
+    with torch.no_grad():
+        logits = net(seq, attention_mask=prefix_lm_mask(torch.tensor([len(prefix)]), len(prefix))).logits[0, -1]
+    out = generate_text(run, "the cat sat on the", dict(OPTS, max_new_tokens=1))
+    assert out == run.decode([int(logits.argmax())])
+
+
+def test_spans_parse_sentinel_output():
+    """`s0 a b s1 c [missing s2]` -> [[a, b], [c], []]."""
+    assert _spans([100, 1, 2, 99, 3], [100, 99, 98], 3) == [[1, 2], [3], []]
+
+
+def test_cli_errors_exit_2_with_one_line(make_run, capsys):
+    """Unknown option, missing prompt, and a middle [MASK] for prefix_lm fail with one line."""
+    run_dir, _ = make_run("t5", "prefix_lm")
+    assert main(["generate", str(run_dir), "promt=x"]) == 2
+    assert main(["generate", str(run_dir)]) == 2
+    assert main(["fill", str(run_dir), "text=a [MASK] b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("famlab: error:") for line in err)
+    assert "promt" in err[0] and "prompt=" in err[1] and "prefix_lm" in err[2]
+    assert main(["generate", str(run_dir), "prompt=the cat", "max_new_tokens=3"]) == 0
+    assert capsys.readouterr().out.startswith("the cat")

@@ -142,7 +142,15 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         raise ConfigInputError(f"preset {named[0]} contradicts model.family={resolved}; name one family only")
 
     family_node = load_yaml(preset_path(resolved))
-    others = [node for name, node in loaded if name != resolved]
+    others = []
+    for name, node in loaded:
+        if name == resolved:
+            continue
+        # `by_family.<family>`: a size preset's adjustment for one family, merged right after that preset
+        by_family = node.pop("by_family", None) if isinstance(node, DictConfig) else None
+        others.append(node)
+        if by_family is not None and resolved in by_family:
+            others.append(by_family[resolved])
     try:
         merged = OmegaConf.merge(schema(), family_node, *others, over)
         explicit = OmegaConf.merge(*others, over) if others or over else OmegaConf.create({})

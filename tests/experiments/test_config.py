@@ -119,3 +119,13 @@ def test_flatten_and_plain_use_dotted_keys_and_enum_values():
     assert flat["model.family"] == "t5" and flat["model.pos"] == "t5_bias"
     assert flat["data.tokenizer.vocab_size"] == 2048
     assert not any(isinstance(v, dict) and v for v in flat.values())
+
+
+def test_size_preset_by_family_adjusts_only_that_family(tmp_path):
+    """`by_family.<family>` in a size preset applies to that family only, right after the preset."""
+    assert compose(["bert", "tiny"], []).cfg.optim.lr_scale == 30.0
+    assert compose(["gpt", "tiny"], []).cfg.optim.lr_scale == 10.0
+    assert compose(["tiny"], ["model.family=bert", "optim.lr_scale=2"]).cfg.optim.lr_scale == 2.0  # overrides win
+    path = tmp_path / "later.yaml"
+    path.write_text("optim:\n  lr_scale: 5.0\n")
+    assert compose(["bert", "tiny", str(path)], []).cfg.optim.lr_scale == 5.0  # later presets win too

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from experiments.compose import compose, cross_checks, to_dataclass
+from experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass
 from experiments.config import Config, ConfigInputError
 from experiments.run import (
     close_wandb,
@@ -107,6 +107,9 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     assert init.run_dir is not None
     run_cfg = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
     run_model = run_cfg["model"]
+    size = run_cfg.get("size")
+    if not presets and size and (PRESET_DIR / f"{size}.yaml").is_file():
+        presets = [size]  # the run's size preset brings its fine-tuning budget and batch size along
     composed = compose(presets, overrides, family=run_model["family"])
     try:
         loaded = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), run_model))
@@ -251,15 +254,15 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
 
     started = time.time()
     d = cfg.data
+    if init.kind == "hf":
+        # the family (and so the run name) is only known once the model is loaded; fail early if it cannot be
+        net0, _ = _hf_network(init.hf or "")
+        cfg.model = net0.config
     task = load_task(
         d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
         split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
         test_fraction=d.test_fraction, seed=d.seed,
     )
-    if init.kind == "hf":
-        # the family (and so the run name) is only known once the model is loaded
-        net0, _ = _hf_network(init.hf or "")
-        cfg.model = net0.config
     run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
     if init.kind == "hf":
         bundle = hf_bundle(init.hf or "", run_dir)
@@ -284,6 +287,7 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     ft = cfg.finetune
     steps_per_epoch = math.ceil(len(task.train) / d.batch_size)
     total = ft.max_steps or ft.epochs * steps_per_epoch
+    val_every = ft.val_every or (max(1, min(steps_per_epoch, total // 4)) if ft.max_steps else None)
     per_seed: dict[str, dict[str, float]] = {}
     for seed in ft.seeds:
         L.seed_everything(seed, workers=True, verbose=False)
@@ -309,8 +313,7 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         trainer = make_trainer(
             cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=mode,
             max_steps=total, max_epochs=-1 if ft.max_steps else ft.epochs,
-            # by steps: validate every epoch or at the end of max_steps, whichever comes first
-            val_check_interval=min(ft.max_steps, steps_per_epoch) if ft.max_steps else None,
+            val_check_interval=val_every,
             limit_val_batches=None,
         )
         trainer.fit(module, datamodule=dm)

@@ -42,6 +42,23 @@ def monkeypatch_module():
 
 
 @pytest.fixture(scope="module")
+def task_csv(env) -> Path:
+    """A small 3-class CSV task with its own column names and string labels (no split column)."""
+    import random
+
+    words = {"animal": ["dog", "cat", "horse", "bird", "fish"], "colour": ["red", "blue", "green", "white", "black"],
+             "motion": ["run", "walk", "swim", "fly", "jump"]}
+    rng = random.Random(0)
+    lines = ["sentence,topic"]
+    for i in range(240):
+        topic = list(words)[i % 3]
+        lines.append(f"a {' '.join(rng.choices(words[topic], k=4))} thing,{topic}")
+    path = env / "task.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
 def pretrained(env):
     """One tiny pretraining run per family (shared by the tests below)."""
     runs = {}
@@ -93,21 +110,23 @@ def test_pretrain_writes_a_real_offline_wandb_run(pretrained, family):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_finetune_from_the_pretraining_run(pretrained, env, family):
+def test_finetune_from_the_pretraining_run(pretrained, env, task_csv, family):
     """A real fine-tune from each family's run: results.json holds the test scores and the majority baseline."""
     run_dir = env / f"ft-{family}"
-    args = ["finetune", f"init={pretrained[family]}", "finetune.max_steps=4", "data.batch_size=16",
+    args = ["finetune", f"init={pretrained[family]}", "finetune.max_steps=4", "finetune.val_every=2",
+            "data.batch_size=16", f"data.task={task_csv}", "data.text_column=sentence", "data.label_column=topic",
             "trainer.progress_bar=false", "wandb.mode=offline", f"run_dir={run_dir}", "finetune.seeds=[0,1]"]
     assert cli.main(args) == 0
     results = json.loads((run_dir / "results.json").read_text())
-    assert results["family"] == family and results["num_classes"] == 45
+    assert results["family"] == family and results["num_classes"] == 3
+    assert sum(results["sizes"].values()) == 240
     assert set(results["seeds"]) == {"0", "1"}
     for scores in results["seeds"].values():
         assert set(scores) == {"test/acc", "test/f1", "test/mcc"}
         assert 0.0 <= scores["test/acc"] <= 1.0 and -1.0 <= scores["test/mcc"] <= 1.0
     accs = [s["test/acc"] for s in results["seeds"].values()]
     assert results["mean"]["test/acc"] == pytest.approx(sum(accs) / 2)
-    assert results["majority"]["test/mcc"] == 0.0 and 0 < results["majority"]["test/acc"] < 0.5
+    assert results["majority"]["test/mcc"] == 0.0 and 0.2 < results["majority"]["test/acc"] < 0.5
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert cfg["model"] == yaml.safe_load((pretrained[family] / "config.yaml").read_text())["model"]
     run = next(r["run"] for r in wandb_records(run_dir / "seed-0") if r["type"] == "run")
@@ -149,12 +168,13 @@ def _save_tiny_hf(family: str, tokenizer_file: Path, out: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_finetune_from_a_local_hf_model(pretrained, env, family):
+def test_finetune_from_a_local_hf_model(pretrained, env, task_csv, family):
     """init=hf:<dir> loads HF weights through families.from_hf and the model's own tokenizer."""
     hf_dir = env / f"hf-{family}"
     _save_tiny_hf(family, pretrained[family] / "tokenizer.json", hf_dir)
     run_dir = env / f"ft-hf-{family}"
     args = ["finetune", f"init=hf:{hf_dir}", "finetune.max_steps=2", "data.batch_size=16", "data.max_len=64",
+            f"data.task={task_csv}", "data.text_column=sentence", "data.label_column=topic",
             "trainer.progress_bar=false", "wandb.mode=disabled", f"run_dir={run_dir}"]
     assert cli.main(args) == 0
     results = json.loads((run_dir / "results.json").read_text())
@@ -167,5 +187,5 @@ def test_finetune_init_pointing_at_nothing_fails(tmp_path, capsys):
     assert cli.main(["finetune", f"init={tmp_path / 'missing'}"]) == 2
     assert "is not a run directory" in capsys.readouterr().err
     assert cli.main(["finetune", f"init=hf:{tmp_path / 'nothing-here'}", "wandb.mode=disabled",
-                     f"run_dir={tmp_path / 'r'}"]) == 2
+                     f"run_dir={tmp_path / 'r'}", "data.task=/no/such/task.csv"]) == 2
     assert "cannot be loaded" in capsys.readouterr().err

@@ -27,8 +27,15 @@ import yaml
 from experiments.config import Config, ConfigInputError
 
 MASK = "[MASK]"
-OPTIONS = {"prompt": str, "text": str, "max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float,
-           "seed": int}
+OPTIONS = {
+    "prompt": str,
+    "text": str,
+    "max_new_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "seed": int,
+}
 
 
 @dataclass
@@ -65,8 +72,9 @@ def load_run(run_dir: str) -> Run:
     cfg.model = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
     net, _ = load_network(cfg, init)
     num_sentinels = int(saved.get("data", {}).get("tokenizer", {}).get("num_sentinels", 100))
-    bundle = get_tokenizer(None, path=init.run_dir / "tokenizer.json", num_sentinels=num_sentinels,
-                           cache_dir=init.run_dir)
+    bundle = get_tokenizer(
+        None, path=init.run_dir / "tokenizer.json", num_sentinels=num_sentinels, cache_dir=init.run_dir
+    )
     family = cfg.model.family.value
     objective = (saved.get("objective") or {}).get("name") or {"bert": "mlm", "gpt": "clm", "t5": "span"}[family]
     return Run(net.eval(), bundle.tokenizer, token_ids(bundle), family, objective)
@@ -87,15 +95,16 @@ def parse_options(presets: list[str], overrides: list[str], required: str) -> tu
         except ValueError:
             raise ConfigInputError(f"{key}={value} is not a valid {OPTIONS[key].__name__}") from None
     if required not in options:
-        raise ConfigInputError(f"{required}= is required (e.g. {required}=\"The cat\")")
+        raise ConfigInputError(f'{required}= is required (e.g. {required}="The cat")')
     return presets[0], options
 
 
 def _sample(run: Run, logits: Any, opts: dict[str, Any], generator: Any) -> Any:
     from families.generation import sample_next
 
-    return sample_next(logits, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"],
-                       generator=generator)
+    return sample_next(
+        logits, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"], generator=generator
+    )
 
 
 def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
@@ -127,8 +136,16 @@ def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: An
 
     from families.generation import generate
 
-    ids = generate(run.net, torch.tensor([encoder]), max_new_tokens=opts["max_new_tokens"], eos_id=run.ids.eos,
-                   temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"], generator=generator)
+    ids = generate(
+        run.net,
+        torch.tensor([encoder]),
+        max_new_tokens=opts["max_new_tokens"],
+        eos_id=run.ids.eos,
+        temperature=opts["temperature"],
+        top_k=opts["top_k"],
+        top_p=opts["top_p"],
+        generator=generator,
+    )
     out = ids[0].tolist()
     return out[: out.index(run.ids.eos)] if run.ids.eos in out else out
 
@@ -142,16 +159,23 @@ def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
     generator = torch.Generator().manual_seed(opts["seed"])
     tokens, ids = run.encode(prompt), run.ids
     if run.family == "bert":
-        raise ConfigInputError("a bert run cannot generate; use famlab fill <run_dir> text=\"... [MASK] ...\"")
+        raise ConfigInputError('a bert run cannot generate; use famlab fill <run_dir> text="... [MASK] ..."')
     if run.objective == "span":
         return fill_text(run, prompt + MASK, opts)
     if run.family == "t5":
         lead = [ids.s] if run.objective == "ul2" else []
         return run.decode(_t5_decode(run, lead + tokens + [ids.eos], opts, generator))
     if run.objective == "clm":
-        out = generate(run.net, torch.tensor([[ids.eos] + tokens]), max_new_tokens=opts["max_new_tokens"],
-                       eos_id=ids.eos, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"],
-                       generator=generator)[0].tolist()
+        out = generate(
+            run.net,
+            torch.tensor([[ids.eos] + tokens]),
+            max_new_tokens=opts["max_new_tokens"],
+            eos_id=ids.eos,
+            temperature=opts["temperature"],
+            top_k=opts["top_k"],
+            top_p=opts["top_p"],
+            generator=generator,
+        )[0].tolist()
         return run.decode(out[: out.index(ids.eos)] if ids.eos in out else out)
     lead = ids.s if run.objective == "ul2" else ids.eos
     return run.decode(_prefix_decode(run, [lead] + tokens, opts, generator))

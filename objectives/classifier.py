@@ -74,8 +74,13 @@ class ClassifierModule(L.LightningModule):
         if num_classes < 2:
             raise ObjectiveError(f"num_classes={num_classes}: a classification task needs at least 2 labels")
         self.save_hyperparameters(
-            {"num_classes": num_classes, "pooling": pooling, "head_dropout": head_dropout, "head_lr": head_lr,
-             "optim": asdict(optim)}
+            {
+                "num_classes": num_classes,
+                "pooling": pooling,
+                "head_dropout": head_dropout,
+                "head_lr": head_lr,
+                "optim": asdict(optim),
+            }
         )
         self.net = net
         self.family = family
@@ -103,8 +108,9 @@ class ClassifierModule(L.LightningModule):
             )  # (B, 1, C)
             return decoded[:, 0]
         if self.family == "bert":
-            out = self.net(input_ids, attention_mask=mask, token_type_ids=batch.get("token_type_ids"),
-                           compute_logits=False)
+            out = self.net(
+                input_ids, attention_mask=mask, token_type_ids=batch.get("token_type_ids"), compute_logits=False
+            )
         else:
             # Left padding shifts the text; count positions from the first real token so they match pretraining.
             positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)

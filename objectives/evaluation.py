@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +76,11 @@ class LengthPoint:
 
 def _chunks(tokens: Sequence[int], size: int) -> list[list[int]]:
     return [list(tokens[i : i + size]) for i in range(0, len(tokens), size)]
+
+
+def _config(net: nn.Module) -> Any:
+    """The network's `ModelConfig` (typed loosely: `nn.Module.__getattr__` would claim a Tensor)."""
+    return getattr(net, "config")  # noqa: B009
 
 
 def _family(net: nn.Module) -> str:
@@ -147,7 +153,7 @@ def bits_per_byte(
     family = _family(net)
     if family == "bert":
         raise ObjectiveError("bits_per_byte needs a gpt or t5 network; BERT has pll_bits_per_byte (not a likelihood)")
-    max_len = max_len or int(net.config.max_seq_len)  # type: ignore[union-attr]
+    max_len = max_len or int(_config(net).max_seq_len)
     objective = objective or ("clm" if family == "gpt" else "span")
     if family == "gpt":
         encoder: list[int] = []
@@ -192,7 +198,7 @@ def pll_bits_per_byte(
     """
     if _family(net) != "bert":
         raise ObjectiveError("pll_bits_per_byte needs a bert network; gpt and t5 have bits_per_byte")
-    max_len = max_len or int(net.config.max_seq_len)  # type: ignore[union-attr]
+    max_len = max_len or int(_config(net).max_seq_len)
     device = next(net.parameters()).device
     rows: list[tuple[list[int], int]] = []  # (sequence with one [MASK], masked position)
     targets: list[int] = []
@@ -204,10 +210,10 @@ def pll_bits_per_byte(
         num_bytes += len(text.encode("utf-8"))
         num_texts += 1
         for chunk in _chunks(tokens, max_len - 2):
-            seq = [ids.cls] + chunk + [ids.sep]
+            full = [ids.cls] + chunk + [ids.sep]
             for i in range(1, len(chunk) + 1):
-                rows.append((seq[:i] + [ids.mask] + seq[i + 1 :], i))
-                targets.append(seq[i])
+                rows.append((full[:i] + [ids.mask] + full[i + 1 :], i))
+                targets.append(full[i])
     was_training = net.training
     net.eval()
     total = torch.zeros((), dtype=torch.float64)
@@ -229,7 +235,12 @@ def pll_bits_per_byte(
 
 
 def byte_score(
-    net: nn.Module, texts: Sequence[str], encode: Encode, ids: TokenIds, *, objective: str | None = None,
+    net: nn.Module,
+    texts: Sequence[str],
+    encode: Encode,
+    ids: TokenIds,
+    *,
+    objective: str | None = None,
     max_len: int | None = None,
 ) -> ByteScore:
     """`pll_bits_per_byte` for BERT, `bits_per_byte` for GPT and T5 — check `ByteScore.measure` before
@@ -268,7 +279,7 @@ def length_extrapolation(
         need more than `model.max_seq_len` positions, or when `tokens` hold less than one block.
     """
     family = _family(net)
-    cfg = net.config  # type: ignore[union-attr]
+    cfg = _config(net)
     pos = getattr(cfg.pos, "value", cfg.pos)
     points = []
     was_training = net.training
@@ -281,7 +292,12 @@ def length_extrapolation(
                 # A fresh seeded generator per build: the same masks on every call, the probe below included.
                 generator = torch.Generator().manual_seed(seed)
                 return make_objective(
-                    objective, ids, seq_len=seq_len, family=family, generator=generator, **objective_kwargs  # type: ignore[arg-type]
+                    objective,
+                    ids,
+                    seq_len=seq_len,
+                    family=family,
+                    generator=generator,
+                    **objective_kwargs,  # type: ignore[arg-type]
                 )
 
             obj = build()

@@ -238,8 +238,14 @@ def make_objective(
                 f"objective.ul2_x_mean_span={ul2_x_mean_span} >= 1"
             )
         return dn.UL2(
-            ids, seq_len, decoder_only=family == "gpt", rates=ul2_rates, r=(noise_density, mean_span),
-            x=(ul2_x_density, ul2_x_mean_span), prefix_fraction=prefix_fraction, generator=generator,
+            ids,
+            seq_len,
+            decoder_only=family == "gpt",
+            rates=ul2_rates,
+            r=(noise_density, mean_span),
+            x=(ul2_x_density, ul2_x_mean_span),
+            prefix_fraction=prefix_fraction,
+            generator=generator,
         )
     raise ObjectiveError(f"objective.name={name} is not one of ['clm', 'mlm', 'prefix_lm', 'span', 'span_mlm', 'ul2']")
 

@@ -49,8 +49,12 @@ class PretrainModule(L.LightningModule):
         super().__init__()
         # Plain values only: the network and objective are never pickled into the checkpoint's hparams.
         self.save_hyperparameters(
-            {"objective": objective.name, "optim": asdict(optim), "flops_per_step": flops_per_step,
-             "peak_flops": peak_flops}
+            {
+                "objective": objective.name,
+                "optim": asdict(optim),
+                "flops_per_step": flops_per_step,
+                "peak_flops": peak_flops,
+            }
         )
         self.net = net
         self.objective = objective
@@ -145,4 +149,3 @@ class PretrainModule(L.LightningModule):
         budget = checkpoint.get("famlab_budget", {})
         self.tokens_seen = int(budget.get("tokens", 0))
         self.flops_seen = int(budget.get("flops", 0))
-

@@ -13,8 +13,17 @@ from families import ModelConfig, build_network
 from objectives.prefix import prefix_lm_mask
 
 OPTS = {"max_new_tokens": 6, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
-PAIRS = [("bert", "mlm"), ("bert", "span_mlm"), ("gpt", "clm"), ("gpt", "prefix_lm"), ("gpt", "span"),
-         ("gpt", "ul2"), ("t5", "span"), ("t5", "prefix_lm"), ("t5", "ul2")]
+PAIRS = [
+    ("bert", "mlm"),
+    ("bert", "span_mlm"),
+    ("gpt", "clm"),
+    ("gpt", "prefix_lm"),
+    ("gpt", "span"),
+    ("gpt", "ul2"),
+    ("t5", "span"),
+    ("t5", "prefix_lm"),
+    ("t5", "ul2"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +41,18 @@ def make_run(bundle, tmp_path_factory):
 
     def build(family: str, objective: str):
         run_dir = tmp_path_factory.mktemp(f"{family}-{objective}")
-        model = dict(family=family, vocab_size=bundle.vocab_size, dim=32, num_layers=1, num_heads=2, max_seq_len=48,
-                     dropout=0.0)
+        model = dict(
+            family=family, vocab_size=bundle.vocab_size, dim=32, num_layers=1, num_heads=2, max_seq_len=48, dropout=0.0
+        )
         torch.manual_seed(0)
         net = build_network(ModelConfig(**model))
         config = {"model": model, "objective": {"name": objective}, "data": {"tokenizer": {"num_sentinels": 10}}}
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
         shutil.copyfile(bundle.path, run_dir / "tokenizer.json")
         (run_dir / "checkpoints").mkdir()
-        torch.save({"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}},
-                   run_dir / "checkpoints" / "last.ckpt")
+        torch.save(
+            {"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}}, run_dir / "checkpoints" / "last.ckpt"
+        )
         return run_dir, net
 
     return build

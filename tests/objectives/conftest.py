@@ -12,7 +12,17 @@ from objectives import TokenIds
 def _make_ids(vocab_size: int = 1000, num_sentinels: int = 100) -> TokenIds:
     """The fixed layout of docs/interfaces.md: specials 0..9, sentinels counting down from the top."""
     return TokenIds(
-        vocab_size=vocab_size, pad=0, unk=1, cls=2, sep=3, mask=4, bos=5, eos=6, r=7, x=8, s=9,
+        vocab_size=vocab_size,
+        pad=0,
+        unk=1,
+        cls=2,
+        sep=3,
+        mask=4,
+        bos=5,
+        eos=6,
+        r=7,
+        x=8,
+        s=9,
         sentinel_ids=[vocab_size - 1 - i for i in range(num_sentinels)],
     )
 
@@ -41,8 +51,9 @@ def tiny_net() -> Callable[..., torch.nn.Module]:
 
     def build(family: str, vocab_size: int = 1000, seed: int = 0, **overrides) -> torch.nn.Module:
         torch.manual_seed(seed)
-        settings = dict(family=family, vocab_size=vocab_size, dim=32, num_layers=2, num_heads=2, max_seq_len=64,
-                        dropout=0.0)
+        settings = dict(
+            family=family, vocab_size=vocab_size, dim=32, num_layers=2, num_heads=2, max_seq_len=64, dropout=0.0
+        )
         settings.update(FAITHFUL[family])
         settings.update(overrides)
         return build_network(ModelConfig(**settings))

@@ -31,8 +31,10 @@ def test_pooling_ignores_padding(ids, tiny_net, family, pooling, pad_side):
     """A padded row pools to the same vector as the row alone (so `last` finds the last real token)."""
     module = ClassifierModule(tiny_net(family), 3, OptimSettings(), pooling=pooling).eval()
     collate = ClassificationCollator(family, ids, max_len=16, pad_side=pad_side)
-    items = [{"input_ids": [11, 12, 13, 14, 15, 16], "pair_ids": None, "label": 0},
-             {"input_ids": [21, 22], "pair_ids": None, "label": 1}]
+    items = [
+        {"input_ids": [11, 12, 13, 14, 15, 16], "pair_ids": None, "label": 0},
+        {"input_ids": [21, 22], "pair_ids": None, "label": 1},
+    ]
     with torch.no_grad():
         together = module.pooled(collate(items))  # (2, C), row 1 padded
         alone = module.pooled(collate(items[1:]))  # (1, C), no padding
@@ -55,8 +57,14 @@ def test_last_pooling_picks_the_last_real_token(tiny_net, ids):
 def test_pooler_state_and_head_learning_rate(tiny_net):
     """A given pooler state is loaded into BERT's pooler; head parameters get head_lr, the network optim.lr."""
     pooler = heads.Pooler(32)
-    module = ClassifierModule(tiny_net("bert"), 4, OptimSettings(lr=1e-4, warmup_steps=0), pooling="cls",
-                              head_lr=1e-2, pooler_state=pooler.state_dict())
+    module = ClassifierModule(
+        tiny_net("bert"),
+        4,
+        OptimSettings(lr=1e-4, warmup_steps=0),
+        pooling="cls",
+        head_lr=1e-2,
+        pooler_state=pooler.state_dict(),
+    )
     torch.testing.assert_close(module.head.pooler.dense.weight, pooler.dense.weight)
     optimizer = module.configure_optimizers()["optimizer"]
     head_ids = {id(p) for p in module.head.parameters()}
@@ -82,9 +90,16 @@ def test_each_family_fine_tunes_with_a_real_trainer(ids, tiny_net, family, pooli
     val = DataLoader(_items(48, seed=1), batch_size=16, collate_fn=collate)
     optim = OptimSettings(lr=3e-3, warmup_steps=0, max_steps=40, weight_decay=0.0)
     module = ClassifierModule(tiny_net(family), 3, optim, pooling=pooling, head_dropout=0.0)
-    trainer = L.Trainer(max_steps=40, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        check_val_every_n_epoch=10)  # 40 steps = 10 epochs: validate once, at the end
+    trainer = L.Trainer(
+        max_steps=40,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=10,
+    )  # 40 steps = 10 epochs: validate once, at the end
     trainer.fit(module, train, val)
     logged = trainer.callback_metrics
     assert {"val/acc", "val/f1", "val/mcc", "val/loss", "train/loss"} <= set(logged)

@@ -10,8 +10,14 @@ from objectives.corruption import IGNORE
 from objectives.prefix import prefix_lm_mask, split_prefix
 from objectives.spans import geometric_span_lengths, span_mlm_mask
 
-NEW_PAIRS = [("bert", "span_mlm"), ("gpt", "prefix_lm"), ("gpt", "span"), ("gpt", "ul2"), ("t5", "prefix_lm"),
-             ("t5", "ul2")]
+NEW_PAIRS = [
+    ("bert", "span_mlm"),
+    ("gpt", "prefix_lm"),
+    ("gpt", "span"),
+    ("gpt", "ul2"),
+    ("t5", "prefix_lm"),
+    ("t5", "ul2"),
+]
 
 
 def _block(objective, rows: int, seed: int = 0) -> torch.Tensor:

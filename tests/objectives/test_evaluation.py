@@ -124,5 +124,7 @@ def test_length_extrapolation_loss_is_the_token_weighted_val_loss(ids, tiny_net)
     assert point.num_label_tokens == count
     assert math.isclose(point.loss, nll / count, rel_tol=1e-5)
     other = make_objective("span", ids, seq_len=32, family="t5", generator=torch.Generator().manual_seed(5))
-    assert not torch.equal(other.collate(list(blocks[:2]))["labels"], obj.__class__(
-        ids, 32, 0.15, 3.0, torch.Generator().manual_seed(0)).collate(list(blocks[:2]))["labels"])  # masks vary
+    assert not torch.equal(
+        other.collate(list(blocks[:2]))["labels"],
+        obj.__class__(ids, 32, 0.15, 3.0, torch.Generator().manual_seed(0)).collate(list(blocks[:2]))["labels"],
+    )  # masks vary

@@ -14,8 +14,13 @@ PAIRS = [("bert", "mlm"), ("gpt", "clm"), ("t5", "span")]
 
 def _trainer(max_steps: int) -> L.Trainer:
     return L.Trainer(
-        max_steps=max_steps, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0,
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
 
 
@@ -23,8 +28,7 @@ def _batches(objective, n: int, rows: int, seed: int) -> list[dict[str, torch.Te
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # the collators draw their masks from torch's global generator
     return [
-        objective.collate(list(torch.randint(10, 900, (rows, objective.raw_block_len), generator=g)))
-        for _ in range(n)
+        objective.collate(list(torch.randint(10, 900, (rows, objective.raw_block_len), generator=g))) for _ in range(n)
     ]
 
 

@@ -10,6 +10,15 @@ from torch.utils.data import DataLoader
 from objectives import OptimSettings, PretrainModule, make_objective
 
 PAIRS = [("bert", "mlm"), ("gpt", "clm"), ("t5", "span")]
+# issue 8's pairs: padded T5 batches, prefix masks and SpanBERT spans through the same LightningModule
+NEW_PAIRS = [
+    ("bert", "span_mlm"),
+    ("gpt", "prefix_lm"),
+    ("gpt", "span"),
+    ("gpt", "ul2"),
+    ("t5", "prefix_lm"),
+    ("t5", "ul2"),
+]
 
 
 def _trainer(max_steps: int) -> L.Trainer:
@@ -47,14 +56,14 @@ def test_each_family_overfits_a_fixed_batch(ids, tiny_net, family, name):
     assert end < 0.25 * start, (start, end)
 
 
-@pytest.mark.parametrize("family,name", PAIRS)
+@pytest.mark.parametrize("family,name", PAIRS + NEW_PAIRS)
 def test_logged_metrics_are_token_weighted_over_the_val_set(ids, tiny_net, family, name):
     """val/loss is summed NLL / label tokens over all val batches; ppl, mlm_acc, unigram loss, budget follow."""
     net = tiny_net(family)
-    objective = make_objective(name, ids, seq_len=16)
+    objective = make_objective(name, ids, seq_len=16, family=family)
     train = _batches(objective, 3, 2, seed=1)
     val = _batches(objective, 2, 3, seed=2)
-    if name != "mlm":  # unequal label counts per batch: a mean of batch means would differ
+    if name not in ("mlm", "span_mlm"):  # unequal label counts per batch: a mean of batch means would differ
         val[0]["labels"] = val[0]["labels"].clone()
         val[0]["labels"][:, 3:] = -100
     counts = torch.randint(1, 50, (ids.vocab_size,), generator=torch.Generator().manual_seed(0)).double()
@@ -74,12 +83,12 @@ def test_logged_metrics_are_token_weighted_over_the_val_set(ids, tiny_net, famil
     torch.testing.assert_close(logged["val/ppl"], torch.exp(logged["val/loss"]))
     labels = torch.cat([o.labels[o.labels != -100] for o in outs])
     torch.testing.assert_close(logged["val/unigram_loss"].double(), -unigram[labels].mean(), rtol=1e-5, atol=1e-6)
-    if name == "mlm":
+    if name in ("mlm", "span_mlm"):
         correct = sum(int((o.logits.argmax(-1) == o.labels).sum()) for o in outs)
         torch.testing.assert_close(logged["val/mlm_acc"].double(), torch.tensor(correct / count, dtype=torch.double))
     else:
         assert "val/mlm_acc" not in logged
-    assert logged["budget/tokens"] == 3 * objective.tokens_in(train[0])
+    assert logged["budget/tokens"] == sum(objective.tokens_in(b) for b in train)
     assert logged["budget/flops"] == 3 * 1000
     assert logged["perf/tokens_per_sec"] > 0 and 0 < logged["perf/mfu"]
     assert logged["train/lr"] == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5))))

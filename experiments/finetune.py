@@ -175,7 +175,8 @@ def _hf_network(src: str) -> tuple[Any, Any]:
     from families.hf import hf_pooler_state
 
     model, has_pooler = _hf_model(src)
-    net = from_hf(model)
+    # train mode: Lightning keeps modules' modes, and an eval-mode network would fine-tune without dropout
+    net = from_hf(model).train()
     pooler = hf_pooler_state(model) if has_pooler else None
     if net.family == "bert" and pooler is None:
         log.warning("init=hf:%s has no pooler weights: the BERT pooler starts untrained", src)

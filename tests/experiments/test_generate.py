@@ -118,3 +118,23 @@ def test_cli_errors_exit_2_with_one_line(make_run, capsys):
     assert "promt" in err[0] and "prompt=" in err[1] and "prefix_lm" in err[2]
     assert main(["generate", str(run_dir), "prompt=the cat", "max_new_tokens=3"]) == 0
     assert capsys.readouterr().out.startswith("the cat")
+
+
+@pytest.mark.parametrize("sweep", ["objectives_x_family", "ul2_rates"])
+def test_example_sweep_trials_compose(sweep):
+    """Every grid point of the issue-8 sweep files composes with its command's presets (valid pairs, known keys)."""
+    import itertools
+    from pathlib import Path
+
+    from experiments.compose import compose
+
+    spec = yaml.safe_load((Path("experiments/configs/sweeps") / f"{sweep}.yaml").read_text())
+    presets = [t for t in spec["command"][2:] if not t.startswith("${")]
+    params = spec["parameters"]
+    keys = sorted(params)
+    grids = [params[k]["values"] if "values" in params[k] else [params[k]["value"]] for k in keys]
+    trials = list(itertools.product(*grids))
+    assert len(trials) == {"objectives_x_family": 6, "ul2_rates": 10}[sweep]
+    for values in trials:
+        cfg = compose(presets, [f"{k}={v}" for k, v in zip(keys, values, strict=True)]).cfg
+        assert cfg.objective.name in ("span", "prefix_lm", "ul2") and cfg.size == "tiny"

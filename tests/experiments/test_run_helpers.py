@@ -1,0 +1,55 @@
+"""Run-assembly helpers: W&B mode resolution, run directories, provenance, cache location."""
+
+import re
+
+import pytest
+
+from experiments.compose import compose
+from experiments.config import ConfigInputError
+from experiments.run import cache_dir, make_run_dir, provenance, run_name, wandb_mode
+
+
+def test_wandb_auto_mode_follows_credentials(monkeypatch, tmp_path):
+    """auto -> offline without credentials, online with WANDB_API_KEY or a ~/.netrc entry for api.wandb.ai."""
+    cfg = compose(["gpt", "tiny"], ["wandb.mode=auto"]).cfg
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert wandb_mode(cfg) == "offline"
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password x\n")
+    assert wandb_mode(cfg) == "online"
+    (tmp_path / "netrc").write_text("machine example.com\n")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_mode(cfg) == "online"
+    assert wandb_mode(compose(["gpt"], ["wandb.mode=disabled"]).cfg) == "disabled"
+
+
+def test_default_run_dir_is_readable_and_timestamped(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(["t5", "tiny"], []).cfg
+    name = run_name(cfg, "pretrain")
+    assert name == "t5-span-tiny"
+    path = make_run_dir(cfg, name)
+    assert re.fullmatch(r"t5-span-tiny-\d{8}-\d{6}", path.name) and path.parent.name == "runs"
+    assert make_run_dir(cfg, name) != path  # rerunning never collides
+
+
+def test_explicit_nonempty_run_dir_without_resume_fails(tmp_path):
+    (tmp_path / "config.yaml").write_text("x: 1\n")
+    cfg = compose(["gpt"], [f"run_dir={tmp_path}"]).cfg
+    with pytest.raises(ConfigInputError, match="exists and is not empty"):
+        make_run_dir(cfg, "x")
+
+
+def test_cache_dir_precedence(monkeypatch, tmp_path):
+    monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "env"))
+    assert cache_dir(compose(["gpt"], []).cfg) == tmp_path / "env"
+    assert cache_dir(compose(["gpt"], [f"data.cache_dir={tmp_path / 'cfg'}"]).cfg) == tmp_path / "cfg"
+    monkeypatch.delenv("FAMLAB_CACHE")
+    assert cache_dir(compose(["gpt"], []).cfg).parts[-2:] == (".cache", "famlab")
+
+
+def test_provenance_records_versions_git_and_hashes():
+    prov = provenance(tokenizer_hash="abc", data_hash="def")
+    assert prov["tokenizer_hash"] == "abc" and prov["data_hash"] == "def"
+    assert prov["versions"]["torch"] and prov["versions"]["lightning"] and prov["python"].count(".") == 2
+    assert set(prov["git"]) == {"commit", "dirty"} and prov["hardware"]["cpu_count"] >= 1

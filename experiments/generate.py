@@ -160,8 +160,8 @@ def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
     tokens, ids = run.encode(prompt), run.ids
     if run.family == "bert":
         raise ConfigInputError('a bert run cannot generate; use famlab fill <run_dir> text="... [MASK] ..."')
-    if run.objective == "span":
-        return fill_text(run, prompt + MASK, opts)
+    if run.objective == "span":  # a span model continues by filling one masked span at the end
+        return infill(run, [prompt, ""], opts)[0]
     if run.family == "t5":
         lead = [ids.s] if run.objective == "ul2" else []
         return run.decode(_t5_decode(run, lead + tokens + [ids.eos], opts, generator))
@@ -194,23 +194,32 @@ def _spans(tokens: list[int], sentinels: list[int], count: int) -> list[list[int
 
 
 def fill_text(run: Run, text: str, opts: dict[str, Any]) -> str:
-    """``text`` with every ``[MASK]`` filled (see the module docstring for each pair)."""
-    import torch
-
+    """``text`` with every ``[MASK]`` filled, each fill in brackets (see the module docstring for each pair)."""
     pieces = text.split(MASK)
-    count = len(pieces) - 1
-    if count == 0:
+    if len(pieces) == 1:
         raise ConfigInputError(f"text= has no {MASK} to fill")
-    ids = run.ids
     if run.objective == "clm":
         raise ConfigInputError(
             "a gpt run trained with clm cannot infill; use famlab generate, or pretrain with "
             "objective.name=prefix_lm, span or ul2"
         )
     if run.objective == "prefix_lm":
-        if count > 1 or pieces[-1].strip():
+        if len(pieces) > 2 or pieces[-1].strip():
             raise ConfigInputError(f"a prefix_lm run can only fill one {MASK} at the end of text= (a continuation)")
-        return pieces[0] + f"[{generate_text(run, pieces[0], opts).strip()}]"
+        fills = [generate_text(run, pieces[0], opts)]
+    else:
+        fills = infill(run, pieces, opts)
+    filled = pieces[0]
+    for fill, piece in zip(fills, pieces[1:], strict=True):
+        filled += f"[{fill.strip()}]" + piece
+    return filled
+
+
+def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
+    """The decoded text of each gap between ``pieces`` (BERT: one token each; span / ul2: sentinel spans)."""
+    import torch
+
+    ids, count = run.ids, len(pieces) - 1
     encoded = [run.encode(p) for p in pieces]
     if run.family == "bert":
         seq = [ids.cls]
@@ -219,26 +228,19 @@ def fill_text(run: Run, text: str, opts: dict[str, Any]) -> str:
         seq += encoded[-1] + [ids.sep]
         with torch.no_grad():
             logits = run.net(torch.tensor([seq])).logits[0]  # (T, V)
-        positions = [i for i, t in enumerate(seq) if t == ids.mask]
-        fills = [[int(logits[i].argmax())] for i in positions]
+        return [run.decode([int(logits[i].argmax())]) for i, t in enumerate(seq) if t == ids.mask]
+    if count > len(ids.sentinel_ids):
+        raise ConfigInputError(f"text= has {count} {MASK}s but the tokenizer has {len(ids.sentinel_ids)} sentinels")
+    corrupted = [ids.r] if run.objective == "ul2" else []  # UL2's R mode: regular span corruption
+    for piece, sentinel in zip(encoded[:-1], ids.sentinel_ids[:count], strict=True):
+        corrupted += piece + [sentinel]
+    corrupted += encoded[-1] + [ids.eos]
+    generator = torch.Generator().manual_seed(opts["seed"])
+    if run.family == "t5":
+        out = _t5_decode(run, corrupted, opts, generator)
     else:
-        sentinels = list(ids.sentinel_ids[:count])
-        if count > len(ids.sentinel_ids):
-            raise ConfigInputError(f"text= has {count} {MASK}s but the tokenizer has {len(ids.sentinel_ids)} sentinels")
-        corrupted = [ids.r] if run.objective == "ul2" else []
-        for piece, sentinel in zip(encoded[:-1], sentinels, strict=True):
-            corrupted += piece + [sentinel]
-        corrupted += encoded[-1] + [ids.eos]
-        generator = torch.Generator().manual_seed(opts["seed"])
-        if run.family == "t5":
-            out = _t5_decode(run, corrupted, opts, generator)
-        else:
-            out = _prefix_decode(run, corrupted, opts, generator)
-        fills = _spans(out, list(ids.sentinel_ids), count)
-    filled = pieces[0]
-    for fill, piece in zip(fills, pieces[1:], strict=True):
-        filled += f"[{run.decode(fill).strip()}]" + piece
-    return filled
+        out = _prefix_decode(run, corrupted, opts, generator)
+    return [run.decode(span) for span in _spans(out, list(ids.sentinel_ids), count)]
 
 
 def generate_main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
@@ -256,4 +258,4 @@ def fill_main(presets: list[str], overrides: list[str], flags: list[str]) -> int
     return 0
 
 
-__all__ = ["Run", "fill_text", "generate_text", "load_run"]
+__all__ = ["Run", "fill_text", "generate_text", "infill", "load_run"]

@@ -13,6 +13,10 @@ UL2 (Tay et al. 2022): R = regular span corruption (mean span 3, density 0.15), 
 and/or density 0.5), S = sequential (prefix LM); the mode token `[R]` / `[X]` / `[S]` goes first, so a
 prompt can later ask for a mode. The mode is drawn per row with `rates`.
 
+Position schemes under a prefix mask (GPT): learned, sinusoidal, RoPE and ALiBi (symmetric distance) tell
+a later prefix token from an earlier one; `t5_bias` in a causal stack has only past buckets, so every
+later prefix key shares the distance-0 bucket (a limitation of the unidirectional table, not of the mask).
+
 Legend: B batch, R raw block length, T model sequence length, Q target length.
 """
 

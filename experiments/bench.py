@@ -185,7 +185,8 @@ def make_step(
     """A closure running forward + loss + backward + AdamW (weight-decay groups as famlab's) and returning the loss."""
     from objectives.optim import decay_groups
 
-    opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=lr, fused=device.type == "cuda")
+    # fused AdamW on both sides (torch has a fused CPU kernel too): the same implementation, ~3x faster than foreach
+    opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=lr, fused=True)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     def step() -> float:

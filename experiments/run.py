@@ -187,7 +187,14 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
     try:
         from lightning.pytorch.loggers import WandbLogger
 
-        logger = WandbLogger(
+        class FlatConfigWandbLogger(WandbLogger):
+            """Skips Lightning's ``log_hyperparams``: the module's nested hparams (``optim: {...}``) would add
+            a second, nested copy of keys already in the flat config (duplicate columns, wandb #5477)."""
+
+            def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        logger = FlatConfigWandbLogger(
             project=cfg.wandb.project,
             entity=cfg.wandb.entity,
             name=cfg.wandb.name or name,
@@ -292,8 +299,10 @@ def maybe_compile(cfg: Config, module: Any) -> Any:
 
 def close_wandb(loggers: list[Any]) -> None:
     """Finish the W&B run so the offline files are complete before the next run starts."""
+    from lightning.pytorch.loggers import WandbLogger
+
     for logger in loggers:
-        if type(logger).__name__ == "WandbLogger":
+        if isinstance(logger, WandbLogger):
             try:
                 logger.experiment.finish()
             except Exception:  # noqa: BLE001

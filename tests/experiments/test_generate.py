@@ -128,7 +128,8 @@ def test_example_sweep_trials_compose(sweep):
 
     from experiments.compose import compose
 
-    spec = yaml.safe_load((Path("experiments/configs/sweeps") / f"{sweep}.yaml").read_text())
+    root = Path(__file__).resolve().parents[2]
+    spec = yaml.safe_load((root / "experiments/configs/sweeps" / f"{sweep}.yaml").read_text())
     presets = [t for t in spec["command"][2:] if not t.startswith("${")]
     params = spec["parameters"]
     keys = sorted(params)
@@ -138,3 +139,38 @@ def test_example_sweep_trials_compose(sweep):
     for values in trials:
         cfg = compose(presets, [f"{k}={v}" for k, v in zip(keys, values, strict=True)]).cfg
         assert cfg.objective.name in ("span", "prefix_lm", "ul2") and cfg.size == "tiny"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,objective", [("gpt", "ul2"), ("t5", "prefix_lm"), ("bert", "span_mlm")])
+def test_pretrain_a_new_pair_then_generate_and_fill(tmp_path, monkeypatch, capsys, family, objective):
+    """`famlab pretrain <family> tiny objective.name=...` runs end to end and leaves a run `fill` / `generate` read."""
+    monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"the cat number {i} sat on the mat and looked at the dog" for i in range(300)))
+    run_dir = tmp_path / "run"
+    args = [
+        "pretrain",
+        family,
+        "tiny",
+        f"objective.name={objective}",
+        f"data.corpus={corpus}",
+        "data.tokenizer.vocab_size=400",
+        "data.tokenizer.num_sentinels=20",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=2",
+        "trainer.limit_val_batches=1",
+        "data.batch_size=4",
+        "trainer.progress_bar=false",
+        "wandb.mode=disabled",
+        f"run_dir={run_dir}",
+    ]
+    assert main(args) == 0
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["objective"]["name"] == objective and "ul2_rates" in saved["objective"]
+    capsys.readouterr()
+    text = "the cat [MASK]" if objective == "prefix_lm" else "the [MASK] sat on the mat"
+    assert main(["fill", str(run_dir), f"text={text}", "max_new_tokens=4"]) == 0
+    assert capsys.readouterr().out.startswith("the ")
+    expected = 2 if family == "bert" else 0
+    assert main(["generate", str(run_dir), "prompt=the cat", "max_new_tokens=4"]) == expected

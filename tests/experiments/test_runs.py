@@ -104,6 +104,8 @@ def test_pretrain_writes_a_real_offline_wandb_run(pretrained, family):
     assert config["model.family"] == family and config["trainer.max_steps"] == 6
     assert "provenance.tokenizer_hash" in config
     assert not any(isinstance(v, dict) and v and k != "_wandb" for k, v in config.items())  # flat
+    later = [r["config"]["update"] for r in records if r["type"] == "config"]
+    assert not any(isinstance(v, dict) and v and k != "_wandb" for u in later for k, v in u.items())  # still flat
     history = [r["history"]["item"] for r in records if r["type"] == "history"]
     assert any("val/loss" in h for h in history) and any("train/loss" in h for h in history)
 

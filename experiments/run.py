@@ -288,12 +288,10 @@ def maybe_compile(cfg: Config, module: Any) -> Any:
     """``torch.compile`` the network when ``trainer.compile``; eager if compilation is unavailable."""
     if not cfg.trainer.compile:
         return module
-    import torch
+    from families.compile import compile_network
 
-    try:
-        module.net = torch.compile(module.net)
-    except Exception as e:  # noqa: BLE001 - eager fallback (DESIGN.md)
-        warnings.warn(f"torch.compile failed ({type(e).__name__}: {e}); running eager", stacklevel=2)
+    # In place (parameter names unchanged); compiled lazily, with a logged eager fallback on the first call.
+    compile_network(module.net)
     return module
 
 

@@ -29,6 +29,7 @@ def _loss_and_grads(net, objective, batch):
     return loss.detach(), [p.grad.clone() for p in net.parameters() if p.grad is not None]
 
 
+@pytest.mark.slow  # ~20 s per family of tracing on 2 loaded cores
 @pytest.mark.parametrize("family", ["bert", "gpt", "t5"])
 def test_compiled_network_runs_through_dynamo_and_matches_eager(family):
     """Dynamo traces frames of the network (its counters move) and loss + gradients equal eager's."""

@@ -1,0 +1,50 @@
+"""``torch.compile`` a network in place, with an eager fallback that logs when it is taken.
+
+``nn.Module.compile`` (not ``torch.compile(net)``) keeps the parameter names, so checkpoints of compiled and
+eager runs load into each other (``torch.compile(net)`` would prefix every key with ``_orig_mod.``).
+Compilation is lazy: errors (no C++ compiler for inductor, an unsupported op) surface on the first call, so
+that call is guarded; if it fails the network runs eagerly from then on and a warning says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from torch import nn
+
+log = logging.getLogger("famlab.compile")
+
+
+def compile_network(net: nn.Module, *, backend: str = "inductor", **options: Any) -> nn.Module:
+    """Compile ``net``'s forward in place; returns ``net`` (compiled, or eager after a logged fallback).
+
+    Args:
+        net: Any module (a famlab network).
+        backend: ``torch.compile`` backend (``inductor``; ``aot_eager`` / ``eager`` for debugging).
+        **options: Passed to ``torch.compile`` (e.g. ``dynamic=False``, ``mode="max-autotune"``).
+    """
+    try:
+        net.compile(backend=backend, **options)
+    except Exception as e:  # noqa: BLE001 - any failure means "run eager" (DESIGN.md)
+        log.warning("torch.compile unavailable (%s: %s); running eager", type(e).__name__, e)
+        return net
+    compiled = net._compiled_call_impl
+
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = compiled(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001
+            log.warning("torch.compile failed on the first call (%s: %s); running eager", type(e).__name__, e)
+            net._compiled_call_impl = None
+            return net._call_impl(*args, **kwargs)
+        net._compiled_call_impl = compiled  # compiled and working: drop this guard
+        return out
+
+    net._compiled_call_impl = first_call
+    return net
+
+
+def is_compiled(net: nn.Module) -> bool:
+    """Whether ``net`` runs through ``torch.compile`` (False after an eager fallback)."""
+    return getattr(net, "_compiled_call_impl", None) is not None

@@ -4,8 +4,10 @@ Scoring rules (exact; a text is split into chunks of at most `max_len` scored to
 its own, so no chunk ever sees more context than the network was built for):
 
 - GPT, `bits_per_byte`: causal log-likelihood of the text's tokens given one leading token — `[EOS]` (the
-  document separator GPT's objectives join documents with), or `[S]` for a UL2-trained GPT (the S mode is
-  its language-model mode). Attention is plain causal.
+  document separator GPT's objectives join documents with) for `clm` and `prefix_lm`, or `[S]` for a
+  UL2-trained GPT (the S mode is its language-model mode); attention is plain causal. A GPT trained with
+  decoder-only `span` gets T5's span rule in one sequence: prefix `<extra_id_0> [EOS]` (bidirectional),
+  then `<extra_id_0>` given, then the text scored.
 - T5, `bits_per_byte`: the decoder scores the text's tokens given an encoder input that holds no text:
   `<extra_id_0> [EOS]` with `<extra_id_0>` given as the decoder's first token for `span` (the whole text is
   one masked span), `[EOS]` for `prefix_lm` (an empty prefix), `[S] [EOS]` for `ul2`.
@@ -36,6 +38,7 @@ from torch import nn
 
 from objectives.errors import ObjectiveError
 from objectives.objective import Objective, make_objective
+from objectives.prefix import prefix_lm_mask
 from objectives.tokens import TokenIds
 
 Encode = Callable[[str], Sequence[int]]
@@ -95,9 +98,10 @@ def _score_items(
 ) -> torch.Tensor:
     """Summed log-probabilities (nats, float64) of every item's scored tokens.
 
-    An item is `(encoder_ids, given, scored)`: GPT reads `given + scored[:-1]` and predicts `scored` after
-    `given`; T5 encodes `encoder_ids` and decodes `[PAD] + given + scored[:-1]` the same way. Rows are right
-    padded, which causal attention never sees before a real token.
+    An item is `(encoder_ids, given, scored)`: GPT reads `encoder_ids + given + scored[:-1]` with
+    `encoder_ids` as a bidirectional prefix (`prefix_lm_mask`; plain causal when it is empty) and predicts
+    `scored` after `given`; T5 encodes `encoder_ids` and decodes `[PAD] + given + scored[:-1]` the same way.
+    Rows are right padded, which causal attention never sees before a real token.
     """
     family = _family(net)
     total = torch.zeros((), dtype=torch.float64)
@@ -105,16 +109,20 @@ def _score_items(
     for start in range(0, len(items), batch_size):
         group = items[start : start + batch_size]
         if family == "gpt":
-            seqs = [given + scored for _, given, scored in group]
+            seqs = [enc + given + scored for enc, given, scored in group]
         else:
             seqs = [[pad] + given + scored for _, given, scored in group]
         width = max(len(s) for s in seqs)
         seq = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=device)  # (B, T + 1)
         labels = torch.full_like(seq, -100)
-        for row, (_, given, scored) in enumerate(group):
-            offset = len(given) + (0 if family == "gpt" else 1)
+        for row, (enc_ids, given, scored) in enumerate(group):
+            offset = len(enc_ids) + len(given) if family == "gpt" else len(given) + 1
             labels[row, offset : offset + len(scored)] = torch.tensor(scored)
-        if family == "gpt":
+        if family == "gpt" and any(enc for enc, _, _ in group):
+            prefix = torch.tensor([len(enc) for enc, _, _ in group], device=device)
+            mask = prefix_lm_mask(prefix, width - 1)  # (B, 1, T, T)
+            logits = net(seq[:, :-1], attention_mask=mask).logits  # (B, T, V)
+        elif family == "gpt":
             logits = net(seq[:, :-1]).logits  # (B, T, V)
         else:
             enc_w = max(len(e) for e, _, _ in group)
@@ -155,14 +163,16 @@ def bits_per_byte(
         raise ObjectiveError("bits_per_byte needs a gpt or t5 network; BERT has pll_bits_per_byte (not a likelihood)")
     max_len = max_len or int(_config(net).max_seq_len)
     objective = objective or ("clm" if family == "gpt" else "span")
-    if family == "gpt":
-        encoder: list[int] = []
-        given = [ids.s if objective == "ul2" else ids.eos]
+    if family == "gpt" and objective == "span":  # as T5's span rule, in one sequence with a prefix mask
+        encoder, given = [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
+    elif family == "gpt":
+        encoder, given = [], [ids.s if objective == "ul2" else ids.eos]
     elif objective == "span":
         encoder, given = [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
     else:
         encoder, given = ([ids.s, ids.eos] if objective == "ul2" else [ids.eos]), []
-    size = max_len - len(given) - (0 if family == "gpt" else 1) + 1  # tokens scored per chunk
+    # tokens scored per chunk: GPT reads encoder + given + chunk[:-1], T5's decoder [PAD] + given + chunk[:-1]
+    size = max_len - len(encoder) - len(given) + 1 if family == "gpt" else max_len - len(given)
     items, num_bytes, num_texts = [], 0, 0
     for text in texts:
         tokens = list(encode(text))

@@ -7,6 +7,7 @@ import torch
 
 from objectives import ObjectiveError
 from objectives.evaluation import bits_per_byte, byte_score, length_extrapolation, pll_bits_per_byte
+from objectives.prefix import prefix_lm_mask
 
 TEXTS = ["a cat sat", "", "the dog ran far away from home", "élan vital ✓"]
 
@@ -43,6 +44,23 @@ def test_gpt_bits_per_byte_matches_a_token_by_token_loop(ids, tiny_net, objectiv
     assert score.num_tokens == _num_bytes()
     assert math.isclose(score.total_bits, expected, rel_tol=1e-5)
     assert math.isclose(score.value, expected / _num_bytes(), rel_tol=1e-5)
+
+
+def test_gpt_span_bits_per_byte_uses_the_span_rule_under_a_prefix_mask(ids, tiny_net):
+    """A span-trained GPT: `<s0> [EOS]` as a bidirectional prefix, `<s0>` given, then the text, token by token."""
+    net = tiny_net("gpt", vocab_size=1000).eval()
+    score = bits_per_byte(net, TEXTS, _encode, ids, objective="span", max_len=9)
+    s0 = ids.sentinel_ids[0]
+    bits = 0.0
+    for text in TEXTS:
+        tokens = _encode(text)
+        for c in range(0, len(tokens), 7):  # 9 - 3 context tokens + 1
+            piece = tokens[c : c + 7]
+            for k, token in enumerate(piece):
+                seq = torch.tensor([[s0, ids.eos, s0] + piece[:k]])
+                logits = net(seq, attention_mask=prefix_lm_mask(torch.tensor([2]), seq.shape[1])).logits[0, -1]
+                bits -= logits.double().log_softmax(-1)[token].item() / math.log(2)
+    assert math.isclose(score.total_bits, bits, rel_tol=1e-5)
 
 
 @pytest.mark.parametrize("objective", ["span", "prefix_lm", "ul2"])

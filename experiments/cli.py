@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("experiments.sweep:main", "run a W&B sweep file locally (--dry-run lists the trials)"),
     "report": ("experiments.report:main", "rebuild the comparison report from run directories"),
     "bench": ("experiments.bench:main", "throughput / MFU benchmarks against Hugging Face"),
+    "generate": ("experiments.generate:generate_main", "generate text from a pretraining run"),
+    "fill": ("experiments.generate:fill_main", "fill masked spans / sentinels with a pretraining run"),
     "config": ("experiments.cli:config_command", "print the resolved config (or the validation error)"),
     "presets": ("experiments.cli:presets_command", "list presets and the family x objective table"),
 }

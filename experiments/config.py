@@ -83,6 +83,12 @@ class ObjectiveConfig:
     mask_rate: float = 0.15  # MLM: fraction of non-special tokens selected (80 % [MASK], 10 % random, 10 % kept)
     noise_density: float = 0.15  # span corruption: fraction of raw tokens that are noise
     mean_span: float = 3.0  # span corruption: mean noise-span length in tokens
+    prefix_fraction: float | None = None  # prefix_lm: prefix length / seq_len; None = uniform per row
+    ul2_rates: list[float] = field(default_factory=lambda: [0.4, 0.4, 0.2])  # ul2: R, X, S mode rates (normalised)
+    ul2_x_density: float = 0.5  # ul2: noise density of the extreme (X) denoiser
+    ul2_x_mean_span: float = 8.0  # ul2: mean span of the extreme (X) denoiser
+    span_p: float = 0.2  # span_mlm: geometric span-length parameter (SpanBERT; mean 3.8 with max_span 10)
+    max_span: int = 10  # span_mlm: longest masked span
 
 
 @dataclass

@@ -71,7 +71,9 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     o = cfg.objective
     objective = make_objective(
         o.name, ids, seq_len=cfg.data.seq_len, mask_rate=o.mask_rate, noise_density=o.noise_density,
-        mean_span=o.mean_span,
+        mean_span=o.mean_span, family=cfg.model.family.value, prefix_fraction=o.prefix_fraction,
+        ul2_rates=tuple(o.ul2_rates), ul2_x_density=o.ul2_x_density, ul2_x_mean_span=o.ul2_x_mean_span,
+        span_p=o.span_p, max_span=o.max_span,
     )
     dm = PretrainDataModule(
         corpus,

@@ -74,6 +74,7 @@ class BenchSettings:
     data: bool = True  # measure the real loader's share of step time and the corpus tokenization time
     profile: bool = False  # print a torch.profiler table of one step per side
     device: str = "auto"  # auto | cpu | cuda
+    peak_size: int = 2048  # n of the n x n x n fp32 matmul whose rate is the CPU peak
     seed: int = 0
 
     def family_list(self) -> list[str]:
@@ -315,7 +316,7 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
     use_cuda = s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if use_cuda else "cpu")
     precision = "bf16-mixed" if use_cuda else "fp32"
-    peak, how = peak_flops(device)
+    peak, how = peak_flops(device, size=s.peak_size)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     out(f"famlab bench: device={device.type} precision={precision} threads={torch.get_num_threads()} "
         f"load1={load:.2f} torch={torch.__version__}")

@@ -36,6 +36,8 @@ def attend(
     ``impl="sdpa"`` calls ``F.scaled_dot_product_attention``; ``impl="math"`` is the plain reference
     (matmul, mask, fp32 softmax, matmul) used by tests and by FLOP counting, which sees no FLOPs in SDPA on CPU.
     """
+    if impl == "sdpa" and mask is not None and mask.dtype != torch.bool and mask.requires_grad and not q.is_cuda:
+        return _biased(q, k, v, mask, scale=scale, dropout=dropout)
     if impl == "sdpa":
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale
@@ -51,6 +53,23 @@ def attend(
     if dropout > 0:
         weights = F.dropout(weights, p=dropout)
     return weights @ v  # (B, H, T, D)
+
+
+def _biased(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *, scale: float, dropout: float) -> Tensor:
+    """Attention with an additive bias that needs a gradient (T5's learned relative bias), off CUDA.
+
+    CPU SDPA has no fused kernel for a bias with a gradient and takes its math path, which scales q and k
+    separately (even by 1.0, as T5's scale is) and guards fully masked rows (isneginf / all / where): about
+    six extra passes over ``(B, H, T, S)`` per layer, forward and backward. Here: matmul, in-place bias add,
+    softmax, matmul; ``prepare_mask`` already opened fully masked rows, so none can give NaN.
+    """
+    if scale != 1.0:
+        q = q * scale  # (B, H, T, D): cheaper than scaling the (B, H, T, S) scores
+    scores = torch.matmul(q, k.transpose(-2, -1)).add_(bias)  # (B, H, T, S); matmul saves q, k, not its output
+    weights = scores.softmax(-1) if scores.dtype == torch.float32 else scores.float().softmax(-1).to(q.dtype)
+    if dropout > 0:
+        weights = F.dropout(weights, p=dropout)
+    return torch.matmul(weights, v)  # (B, H, T, D)
 
 
 class Attention(nn.Module):

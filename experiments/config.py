@@ -79,7 +79,8 @@ class DataConfig:
 
 @dataclass
 class ObjectiveConfig:
-    name: str | None = None  # mlm | clm | span (see `famlab presets`); None = the family's default
+    # bert: mlm | span_mlm; gpt: clm | prefix_lm | span | ul2; t5: span | prefix_lm | ul2 (see `famlab presets`)
+    name: str | None = None  # the objective; None = the family's default (the first listed)
     mask_rate: float = 0.15  # MLM: fraction of non-special tokens selected (80 % [MASK], 10 % random, 10 % kept)
     noise_density: float = 0.15  # span corruption: fraction of raw tokens that are noise
     mean_span: float = 3.0  # span corruption: mean noise-span length in tokens

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     peak, how = peak_flops(device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"gpu_bench: device={name} precision={'bf16-mixed' if device.type == 'cuda' else 'fp32'} "
-          f"peak={peak / 1e12:.1f} TFLOP/s ({how}) torch={torch.__version__}")
+          f"peak={peak / 1e12:.3g} TFLOP/s ({how}) torch={torch.__version__}")
     started = time.perf_counter()
     for family in [f.strip() for f in args.families.split(",") if f.strip()]:
         shape, batch = BASE[family]

@@ -17,6 +17,7 @@ Usage: ``famlab bench [--families=bert,gpt,t5] [--pairs=20] [--dim=256] [--layer
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -264,35 +265,34 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def loader_share(family: str, s: BenchSettings, step_s: float) -> tuple[float, float, float]:
+def loader_share(family: str, s: BenchSettings, step_s: float, workdir: str) -> tuple[float, float, float]:
     """(corpus tokenization s, loader s/batch, loader share of step time) on the bundled corpus.
 
-    The real ``PretrainDataModule`` with the objective's collator, tokenizing into a fresh cache directory so
-    the tokenization is timed; the tokenizer itself is trained (or reused) in that directory first.
+    The real ``PretrainDataModule`` with the objective's real collator. The tokenizer is trained once under
+    ``workdir``; each family tokenizes into a fresh directory of its own, so the tokenization is timed.
     """
-    import tempfile
+    from pathlib import Path
 
     from datamodules import PretrainDataModule, get_tokenizer, load_corpus
     from objectives import TokenIds, make_objective
 
     corpus = load_corpus("wordnet")
-    with tempfile.TemporaryDirectory(prefix="famlab-bench-") as tmp:
-        bundle = get_tokenizer(corpus, vocab_size=s.vocab, cache_dir=tmp)
-        ids = TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
-        objective = make_objective(OBJECTIVE_OF[family], ids, seq_len=s.seq, family=family)
-        dm = PretrainDataModule(corpus, bundle, block_len=objective.raw_block_len, batch_size=s.batch,
-                                collate_fn=objective.collate, separator_id=objective.separator_id, cache_dir=tmp)
-        t0 = time.perf_counter()
-        dm.prepare_data()
-        tokenize_s = time.perf_counter() - t0
-        dm.setup("fit")
-        loader = dm.train_dataloader()
-        n, t0 = 0, time.perf_counter()
-        for _ in loader:
-            n += 1
-            if n >= 50:
-                break
-        per_batch = (time.perf_counter() - t0) / max(n, 1)
+    bundle = get_tokenizer(corpus, vocab_size=s.vocab, cache_dir=workdir)
+    ids = TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
+    objective = make_objective(OBJECTIVE_OF[family], ids, seq_len=s.seq, family=family)
+    dm = PretrainDataModule(corpus, bundle, block_len=objective.raw_block_len, batch_size=s.batch,
+                            collate_fn=objective.collate, separator_id=objective.separator_id,
+                            cache_dir=Path(workdir) / family)
+    t0 = time.perf_counter()
+    dm.prepare_data()
+    tokenize_s = time.perf_counter() - t0
+    dm.setup("fit")
+    n, t0 = 0, time.perf_counter()
+    for _ in dm.train_dataloader():
+        n += 1
+        if n >= 50:
+            break
+    per_batch = (time.perf_counter() - t0) / max(n, 1)
     return tokenize_s, per_batch, per_batch / (per_batch + step_s)
 
 
@@ -324,6 +324,7 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
         f"seq={s.seq}; pairs={s.pairs} warmup={s.warmup} steps/sample={s.steps}")
     out(f"peak: {peak / 1e9:.1f} GFLOP/s ({how})")
     results: dict[str, dict[str, float]] = {}
+    workdir = tempfile.TemporaryDirectory(prefix="famlab-bench-")  # tokenizer + token files of --data
     for family in s.family_list():
         ours, theirs, info = build_sides(family, s, device)
         ratios = measure(ours, theirs, s, device)
@@ -344,11 +345,12 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
             profile_step(ours, f"{family} famlab")
             profile_step(theirs, f"{family} hf")
         if s.data:
-            tok_s, per_batch, share = loader_share(family, s, t_ours)
+            tok_s, per_batch, share = loader_share(family, s, t_ours, workdir.name)
             r.update(tokenize_s=tok_s, loader_s=per_batch, loader_share=share)
             out(f"  data: bundled corpus tokenized in {tok_s:.2f} s (target < 10 s); loader + collator "
                 f"{per_batch * 1e3:.2f} ms/batch = {share:.1%} of step time")
         del ours, theirs, info
+    workdir.cleanup()
     verdicts = [f"{f} {r['ratio']:.2f} {'>=' if r['ratio'] >= TARGETS[f] else '<'} {TARGETS[f]:.2f}"
                 for f, r in results.items()]
     ok = all(r["ratio"] >= TARGETS[f] for f, r in results.items())

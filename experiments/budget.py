@@ -41,7 +41,8 @@ def probe_batch(objective: Any, batch_size: int, vocab_size: int, seed: int = 0)
     g = torch.Generator().manual_seed(seed)
     hi = max(11, vocab_size // 2)  # far below T5's sentinels (top of the vocabulary) and above the specials
     samples = [torch.randint(10, hi, (objective.raw_block_len,), generator=g) for _ in range(batch_size)]
-    return objective.collate(samples)
+    with torch.random.fork_rng(devices=[]):  # an objective without its own generator draws from the global RNG
+        return objective.collate(samples)
 
 
 def step_cost(model: ModelConfig, objective: Any, batch_size: int, accumulate: int = 1) -> StepCost:

@@ -37,11 +37,12 @@ SIZES = ("tiny", "small", "base")
 # The tiny comparison's budget (applied before the user's overrides): 3 pretraining runs, 9 fine-tunes and
 # 3 scratch fine-tunes in ~6 min on 2 CPU cores. The median-cost family trains trainer.max_steps steps.
 TINY_DEFAULTS = [
+    "compare.task_limit=4000",
     "trainer.max_steps=150",
     "trainer.val_check_interval=50",
     "trainer.limit_val_batches=4",
-    "finetune.max_steps=120",
-    "finetune.val_every=60",
+    "finetune.max_steps=100",
+    "finetune.val_every=50",
     "trainer.progress_bar=false",
 ]
 BPB_DOCS = 100  # validation documents scored for bits per byte (BERT: pseudo-log-likelihood, one mask at a time)
@@ -56,10 +57,9 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
     presets = list(presets)
     if not any(p in SIZES for p in presets):
         presets = ["tiny", *presets]
-    user_keys = set(parse_overrides(overrides).keys()) if overrides else set()
+    parse_overrides(overrides)  # malformed tokens fail here, naming the token
     user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
     defaults = [d for d in TINY_DEFAULTS if d.split("=", 1)[0] not in user_flat] if "tiny" in presets else []
-    del user_keys
     family_free = [p for p in presets if p not in ("bert", "gpt", "t5")]
     base = compose(family_free, [*defaults, *overrides]).cfg
     families = list(base.compare.families)
@@ -142,6 +142,38 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, An
     return plan
 
 
+def subsample_task(cfg: Config, limit: int, path: Path) -> Path:
+    """Write a seeded subsample of ``data.task`` as CSV: ``limit`` train examples, ``limit // 5`` each val/test.
+
+    Validation / test examples whose label the train subsample lacks are dropped (the task loader takes its
+    label set from the training split). Every family fine-tunes and is tested on this same file.
+    """
+    import csv
+    import random
+
+    from datamodules import load_task
+
+    d = cfg.data
+    task = load_task(
+        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
+        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
+        test_fraction=d.test_fraction, seed=d.seed,
+    )
+    rng = random.Random(d.seed)
+    train = rng.sample(task.train, min(limit, len(task.train)))
+    seen = {e.label for e in train}
+    rows = [("train", e) for e in train]
+    for split, examples in (("val", task.val), ("test", task.test)):
+        keep = [e for e in examples if e.label in seen]
+        rows += [(split, e) for e in rng.sample(keep, min(max(1, limit // 5), len(keep)))]
+    with path.open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "text_pair", "label", "split"])
+        for split, e in rows:
+            w.writerow([e.text, e.text_pair or "", task.labels[e.label], split])
+    return path
+
+
 def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[str, Any]:
     """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on validation documents."""
     from experiments.finetune import Init, load_network
@@ -196,6 +228,13 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     for cfg in cfgs.values():
         cfg.data.tokenizer.path = shared
         set_vocab(cfg, bundle.vocab_size)
+    if cmp.task_limit:
+        task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv")
+        log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, compare.task_limit={cmp.task_limit})")
+        for cfg in cfgs.values():
+            d = cfg.data
+            d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
+            d.text_pair_column = "text_pair" if d.text_pair_column else None
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan["tokenizer_hash"] = bundle.hash
     write_json(comp_dir / "plan.json", plan)

@@ -159,6 +159,7 @@ class CompareConfig:
     scratch_seeds: list[int] = field(default_factory=lambda: [0])  # seeds of the no-pretraining baseline
     lr_grid: list[float] = field(default_factory=list)  # pretraining lrs tried per family first; [] = presets'
     tolerance: float = 0.02  # allowed relative budget mismatch between families
+    task_limit: int | None = None  # fine-tune on a seeded subsample: this many train, a fifth each val/test; None = all
 
 
 @dataclass

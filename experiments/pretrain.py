@@ -91,9 +91,12 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     dm.prepare_data()  # tokenize once; also needed for the unigram floor below
     dm.setup("fit")
     net = build_network(cfg.model)
+    from experiments.budget import step_cost  # budget/flops x-axis: FLOPs of one micro-batch (families.flops)
+
+    flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops
     module = PretrainModule(
         net, objective, optim_settings(cfg, cfg.trainer.max_steps),
-        unigram_log_probs=unigram_log_probs(dm.train_token_counts()),
+        unigram_log_probs=unigram_log_probs(dm.train_token_counts()), flops_per_step=flops_per_step,
     )
     module = maybe_compile(cfg, module)
     num_params = sum(p.numel() for p in net.parameters())
@@ -129,6 +132,7 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
         "num_params": int(num_params),
         "first": first,
         "final": final,
+        "budget": {"tokens": module.tokens_seen, "flops": module.flops_seen, "flops_per_step": flops_per_step},
         "wall_s": round(time.time() - started, 1),  # from composition to the end (imports not included)
         "setup_s": round(setup_s, 1),  # corpus, tokenizer, token file, network, W&B start
         "cpu_s": round(time.process_time(), 1),  # CPU seconds of this process: less sensitive to a busy machine

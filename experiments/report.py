@@ -1,0 +1,402 @@
+"""The side-by-side report: ``report.md``, PNG plots and ``results.json`` from stored run directories.
+
+``famlab report <dir>...`` rebuilds it from what the runs left on disk (``config.yaml``, ``results.json``,
+``metrics.csv``, ``eval.json``, and a comparison's ``plan.json``), so no W&B server is needed. A directory
+is a comparison directory (its run directories are read) or a run directory itself.
+
+Numbers per family: parameters, corpus tokens, FLOPs, final validation loss / perplexity, the unigram floor
+(``val/unigram_loss``), bits per byte (GPT, T5) or BERT's pseudo-log-likelihood bits per byte in its own
+column (not a likelihood), fine-tune test acc / F1 / MCC as mean +- std over seeds, the scratch baseline,
+throughput; reference rows on the same test split: majority class and TF-IDF + logistic regression.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from experiments.config import ConfigInputError
+
+METRICS = ("test/acc", "test/f1", "test/mcc")
+TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """``metrics.csv`` rows as dicts of floats (empty cells dropped)."""
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
+    return rows
+
+
+def _load(run_dir: Path) -> dict[str, Any] | None:
+    if not (run_dir / "results.json").is_file() or not (run_dir / "config.yaml").is_file():
+        return None
+    run = {
+        "dir": run_dir,
+        "results": json.loads((run_dir / "results.json").read_text(encoding="utf-8")),
+        "config": yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
+    }
+    if (run_dir / "eval.json").is_file():
+        run["eval"] = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
+    run["metrics"] = read_metrics(run_dir / "metrics.csv")
+    return run
+
+
+def collect(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Run records from comparison or run directories, plus the comparison's budget plan (if any)."""
+    runs, plan = [], None
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigInputError(f"famlab report: {d} is not a directory")
+        if (d / "plan.json").is_file():
+            plan = json.loads((d / "plan.json").read_text(encoding="utf-8"))
+        candidates = [d] if (d / "results.json").is_file() and not (d / "plan.json").is_file() else sorted(d.iterdir())
+        for c in candidates:
+            run = _load(c) if c.is_dir() else None
+            if run is not None and run["results"].get("job") in ("pretrain", "finetune"):
+                runs.append(run)
+    if not runs:
+        raise ConfigInputError(f"famlab report: no run directories (config.yaml + results.json) in {dirs}")
+    return runs, plan
+
+
+def _mean_std(values: list[float]) -> tuple[float, float, int]:
+    if not values:
+        return math.nan, math.nan, 0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values)
+
+
+def _ft_scores(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    scores: dict[str, list[float]] = {m: [] for m in METRICS}
+    for r in runs:
+        for seed_scores in r["results"]["seeds"].values():
+            for m in METRICS:
+                scores[m].append(float(seed_scores[m]))
+    return scores
+
+
+def _throughput(metrics: list[dict[str, float]]) -> float:
+    values = [r["perf/tokens_per_sec"] for r in metrics if "perf/tokens_per_sec" in r]
+    return statistics.median(values) if values else math.nan
+
+
+def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[str, Any]:
+    """Per-family numbers (the report table) from run records."""
+    families: dict[str, dict[str, Any]] = {}
+    order = list(plan["families"]) if plan else []
+    for r in runs:
+        fam = r["results"]["family"]
+        if fam not in order:
+            order.append(fam)
+    for fam in order:
+        pre = [r for r in runs if r["results"]["family"] == fam and r["results"]["job"] == "pretrain"]
+        pre = [r for r in pre if "lr-tune" not in r["config"]["wandb"]["tags"]] or pre
+        ft = [r for r in runs if r["results"]["family"] == fam and r["results"]["job"] == "finetune"]
+        scratch = [r for r in ft if r["results"].get("init") == "scratch"]
+        tuned = [r for r in ft if r["results"].get("init") != "scratch"]
+        row: dict[str, Any] = {"family": fam}
+        if pre:
+            p0 = pre[0]
+            res, cfg = p0["results"], p0["config"]
+            final = [r["results"]["final"] for r in pre]
+            planned = (plan or {}).get("families", {}).get(fam, {})
+            row.update({
+                "objective": res.get("objective"),
+                "pretrain_seeds": len(pre),
+                "params": res["num_params"],
+                "non_embedding_params": planned.get("non_embedding_params"),
+                "steps": res["steps"],
+                "corpus_tokens": planned.get("corpus_tokens"),
+                "flops": res.get("budget", {}).get("flops") or planned.get("flops"),
+                "val_loss": statistics.fmean(f["val/loss"] for f in final),
+                "val_ppl": statistics.fmean(f["val/ppl"] for f in final),
+                "unigram_loss": statistics.fmean(f.get("val/unigram_loss", math.nan) for f in final),
+                "lr": cfg["optim"]["lr"] * cfg["optim"]["lr_scale"],
+                "tokens_per_s": statistics.fmean(_throughput(r["metrics"]) for r in pre),
+                "wall_s": statistics.fmean(r["results"]["wall_s"] for r in pre),
+            })
+            scores = [r["eval"]["byte_score"] for r in pre if "eval" in r]
+            if scores:
+                row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
+        for label, group in (("finetune", tuned), ("scratch", scratch)):
+            if group:
+                vals = _ft_scores(group)
+                row[label] = {m: _mean_std(vals[m]) for m in METRICS}
+                row[label + "_values"] = vals
+        families[fam] = row
+    return families
+
+
+def majority_reference(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for r in runs:
+        if r["results"]["job"] == "finetune" and "majority" in r["results"]:
+            return r["results"]["majority"]
+    return None
+
+
+def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None) -> dict[str, Any] | None:
+    """TF-IDF (word 1-2 grams) + logistic regression on the fine-tuning task's train split, scored on its test
+    split (the split the fine-tunes are tested on). Cached in ``cache`` keyed by task and split settings."""
+    ft = next((r for r in runs if r["results"]["job"] == "finetune"), None)
+    if ft is None:
+        return None
+    d = ft["config"]["data"]
+    key = {k: d.get(k) for k in ("task", "seed", "val_fraction", "test_fraction", "text_column", "label_column")}
+    if cache is not None and cache.is_file():
+        stored = json.loads(cache.read_text(encoding="utf-8"))
+        if stored.get("key") == key:
+            return stored["tfidf"]
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    from datamodules import load_task
+
+    task = load_task(
+        d["task"], text_column=d["text_column"], text_pair_column=d["text_pair_column"],
+        label_column=d["label_column"], split_column=d["split_column"],
+        val_fraction=d["val_fraction"] if d["val_fraction"] is not None else 0.1,
+        test_fraction=d["test_fraction"], seed=d["seed"],
+    )
+
+    def text(e: Any) -> str:
+        return e.text if e.text_pair is None else f"{e.text} [SEP] {e.text_pair}"
+
+    vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=100_000)
+    x_train = vec.fit_transform([text(e) for e in task.train])
+    clf = LogisticRegression(max_iter=300, C=10.0).fit(x_train, [e.label for e in task.train])
+    y_true = [e.label for e in task.test]
+    y_pred = clf.predict(vec.transform([text(e) for e in task.test])).tolist()
+    labels = list(range(len(task.labels)))
+    result = {
+        "test/acc": float(accuracy_score(y_true, y_pred)),
+        "test/f1": float(f1_score(y_true, y_pred, average="macro", labels=labels, zero_division=0)),
+        "test/mcc": float(matthews_corrcoef(y_true, y_pred)),
+        "num_test": len(y_true),
+    }
+    if cache is not None:
+        cache.write_text(json.dumps({"key": key, "tfidf": result}, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def significance(families: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[dict[str, Any]]:
+    """Welch's t-test (unequal variances) on fine-tune scores over seeds, for every pair of families."""
+    from scipy import stats
+
+    out = []
+    for a, b in itertools.combinations(families, 2):
+        va = families[a].get("finetune_values", {}).get(metric, [])
+        vb = families[b].get("finetune_values", {}).get(metric, [])
+        if len(va) < 2 or len(vb) < 2:
+            out.append({"pair": f"{a} vs {b}", "p": None, "verdict": "too few seeds for a test (need >= 2 each)"})
+            continue
+        diff = statistics.fmean(va) - statistics.fmean(vb)
+        if statistics.pstdev(va) == 0 and statistics.pstdev(vb) == 0:
+            p = 0.0 if diff != 0 else 1.0
+        else:
+            p = float(stats.ttest_ind(va, vb, equal_var=False).pvalue)
+        verdict = "exceeds seed variation (p < 0.05)" if p < 0.05 else "within seed variation (p >= 0.05)"
+        out.append({"pair": f"{a} vs {b}", "diff": diff, "p": p, "verdict": verdict})
+    return out
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 1e4):
+        return f"{int(x):.3g}" if abs(x) >= 1e9 else f"{int(x):,}"
+    return f"{x:.{digits}f}"
+
+
+def _ms(t: tuple[float, float, int] | None) -> str:
+    return "-" if t is None or t[2] == 0 else f"{t[0]:.3f} ± {t[1]:.3f} (n={t[2]})"
+
+
+def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tuple[str, str]:
+    """(pretraining table, fine-tuning table) in Markdown."""
+    head = ("| family | objective | params | non-emb params | steps | corpus tokens | FLOPs | val loss | val ppl | "
+            "unigram floor | bits/byte | BERT PLL bits/byte | lr | tokens/s | wall s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for f, r in families.items():
+        if "val_loss" not in r:
+            continue
+        lines.append("| " + " | ".join([
+            f, str(r["objective"]), _fmt(r["params"]), _fmt(r["non_embedding_params"]), str(r["steps"]),
+            _fmt(r["corpus_tokens"]), f"{r['flops']:.3e}" if r["flops"] else "-", _fmt(r["val_loss"]),
+            _fmt(r["val_ppl"], 1), _fmt(r["unigram_loss"]), _fmt(r.get("bits_per_byte")),
+            _fmt(r.get("pll_bits_per_byte")), f"{r['lr']:.2g}", _fmt(r["tokens_per_s"], 0), _fmt(r["wall_s"], 1),
+        ]) + " |")
+    pre = "\n".join(lines)
+    head2 = "| model | test acc | test F1 (macro) | test MCC |"
+    lines = [head2, "|---|---|---|---|"]
+    for f, r in families.items():
+        for label in ("finetune", "scratch"):
+            if label in r:
+                name = f"{f} pretrained" if label == "finetune" else f"{f} scratch"
+                lines.append(f"| {name} | " + " | ".join(_ms(r[label][m]) for m in METRICS) + " |")
+    for name, ref in (("majority class", majority), ("TF-IDF + logistic regression", tfidf)):
+        if ref:
+            lines.append(f"| {name} (reference) | " + " | ".join(_fmt(ref[m]) for m in METRICS) + " |")
+    return pre, "\n".join(lines)
+
+
+def _family_colors(families: list[str]) -> dict[str, str]:
+    palette = {"bert": "tab:blue", "gpt": "tab:orange", "t5": "tab:green"}
+    return {f: palette.get(f, f"C{i}") for i, f in enumerate(families)}
+
+
+def _curve(run: dict[str, Any], key: str) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(train x, train loss, val x, val loss) with x = ``key`` (budget/tokens or budget/flops) per step.
+
+    Validation rows carry no budget column, so x comes from the budget per step of the training rows
+    (constant per step: same batch shape every step); the step-0 validation (before training) is at x = 0.
+    """
+    train = [r for r in run["metrics"] if "train/loss" in r and key in r]
+    per_step = statistics.median(r[key] / (r["step"] + 1) for r in train) if train else math.nan
+    tx = [r[key] for r in train]
+    ty = [r["train/loss"] for r in train]
+    val = [r for r in run["metrics"] if "val/loss" in r]
+    vx = [0.0 if r["step"] == 0 and i == 0 else r["step"] * per_step for i, r in enumerate(val)]
+    return tx, ty, vx, [r["val/loss"] for r in val]
+
+
+def plot_pretraining(runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path) -> Path:
+    """One column per family: loss vs tokens read (top) and vs training FLOPs (bottom), unigram floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pre = {f: [r for r in runs if r["results"]["family"] == f and r["results"]["job"] == "pretrain"
+               and "lr-tune" not in r["config"]["wandb"]["tags"]] for f in families}
+    pre = {f: rs for f, rs in pre.items() if rs}
+    colors = _family_colors(list(families))
+    fig, axes = plt.subplots(2, max(1, len(pre)), figsize=(4.6 * max(1, len(pre)), 7.2), squeeze=False)
+    for col, (fam, rs) in enumerate(pre.items()):
+        for row, (key, unit) in enumerate((("budget/tokens", "tokens read by the network"),
+                                           ("budget/flops", "training FLOPs"))):
+            ax = axes[row][col]
+            for i, r in enumerate(rs):
+                tx, ty, vx, vy = _curve(r, key)
+                seed = r["config"]["seed"]
+                ax.plot(tx, ty, color=colors[fam], alpha=0.35, lw=1, label="train loss" if i == 0 else None)
+                ax.plot(vx, vy, "o-", color=colors[fam], ms=3, label=f"val loss (seed {seed})")
+            floor = families[fam].get("unigram_loss")
+            if floor is not None and not math.isnan(floor):
+                ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor {floor:.2f}")
+            ax.set_xlabel(unit)
+            ax.set_ylabel("loss (nats per label token)")
+            ax.set_title(f"{fam} ({families[fam].get('objective')}): loss vs {unit.split()[-1]}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.suptitle("Pretraining loss per family (objectives differ: compare each with its own floor)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any, path: Path) -> Path:
+    """Fine-tune test scores per family (mean +- std over seeds), pretrained and scratch, with reference lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 4.2), squeeze=False)
+    names = list(families)
+    colors = _family_colors(names)
+    for ax, metric in zip(axes[0], METRICS, strict=True):
+        for i, fam in enumerate(names):
+            for j, (label, hatch) in enumerate((("finetune", None), ("scratch", "//"))):
+                stat = families[fam].get(label, {}).get(metric)
+                if stat is None or stat[2] == 0:
+                    continue
+                x = i + (j - 0.5) * 0.38
+                ax.bar(x, stat[0], width=0.36, yerr=stat[1], capsize=4, color=colors[fam],
+                       alpha=1.0 if label == "finetune" else 0.45, hatch=hatch, edgecolor="black", lw=0.5,
+                       label=("pretrained" if label == "finetune" else "scratch") if i == 0 else None)
+        for ref, name, style in ((majority, "majority class", ":"), (tfidf, "TF-IDF + LR", "--")):
+            if ref:
+                ax.axhline(ref[metric], color="black", ls=style, lw=1, label=f"{name} {ref[metric]:.3f}")
+        ax.set_xticks(range(len(names)), names)
+        ax.set_xlabel("family (left bar: pretrained, right: scratch)")
+        ax.set_ylabel(f"{metric} (fraction)" if metric != "test/mcc" else "test/mcc (-1 to 1)")
+        ax.set_title(f"Fine-tuning {metric}, mean ± std over seeds")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
+    """Write ``report.md``, ``pretrain_curves.png``, ``finetune_scores.png`` and ``results.json`` to ``out_dir``."""
+    runs, plan = collect(dirs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    families = summarize(runs, plan)
+    majority = majority_reference(runs)
+    tfidf = tfidf_reference(runs, out_dir / "reference.json")
+    sig = significance(families)
+    pre_table, ft_table = tables(families, majority, tfidf)
+    first_cfg = runs[0]["config"]
+    scale = first_cfg.get("size") or "custom"
+    curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png")
+    scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png")
+    md = [f"# famlab comparison: {', '.join(families)}", ""]
+    m = first_cfg["model"]
+    md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
+              f"seq_len {first_cfg['data']['seq_len']}, batch {first_cfg['data']['batch_size']}, "
+              f"corpus `{first_cfg['data']['corpus']}`, task `{first_cfg['data']['task']}`).")
+    if plan:
+        spread = plan["achieved_spread"]
+        what = {"flops": "training FLOPs (families.flops)", "tokens": "corpus tokens",
+                "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan["match"]]
+        md.append(f"Budget matched on **{what}**: largest relative difference between families "
+                  f"{spread:.2%} (tolerance {plan['tolerance']:.0%}); reference: {plan['reference']}.")
+    md += ["", "## Pretraining", "", pre_table, "",
+           "Validation losses of different objectives are not comparable with each other (different targets); "
+           "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
+           "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not.", "",
+           "## Fine-tuning (test split)", "", ft_table, "",
+           "## Do families differ by more than seed variation?", "",
+           "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
+           "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
+    for s in sig:
+        p = "-" if s["p"] is None else f"{s['p']:.3g}"
+        diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
+        md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
+    md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", "", f"![fine-tune scores]({scores.name})", ""]
+    (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
+    clean = {f: {k: v for k, v in r.items() if not k.endswith("_values")} for f, r in families.items()}
+    results = {
+        "scale": scale, "plan": plan, "families": clean, "reference": {"majority": majority, "tfidf": tfidf},
+        "significance": sig, "runs": [str(r["dir"]) for r in runs],
+        "tables": {"pretrain": pre_table, "finetune": ft_table},
+    }
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    return results
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab report <dir>... [--out=<dir>]`` (default: the first directory)."""
+    out = next((o.split("=", 1)[1] for o in overrides if o.lstrip("-").startswith("out=")), None)
+    if not presets or any(not o.lstrip("-").startswith("out=") for o in overrides) or flags:
+        raise ConfigInputError("usage: famlab report <comparison or run dir>... [--out=<dir>]")
+    dirs = [Path(p) for p in presets]
+    out_dir = Path(out) if out else dirs[0]
+    build_report(dirs, out_dir)
+    print((out_dir / "report.md").read_text(encoding="utf-8"))
+    return 0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from experiments.compose import compose
 from experiments.config import Config
+from experiments.reliability import PREEMPTED_EXIT, NonFiniteError, Preempted, resolve_resume, resume_hint
 from experiments.run import (
     cache_dir,
     close_wandb,
@@ -113,13 +114,17 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
         val_check_interval=min(cfg.trainer.val_check_interval, max(1, dm.num_train_blocks // cfg.data.batch_size)),
         limit_val_batches=cfg.trainer.limit_val_batches,
     )
-    ckpt_path = _resume_path(cfg, run_dir)
+    ckpt_path = resolve_resume(cfg, run_dir / "checkpoints")
     setup_s = time.time() - started
     first: dict[str, float] = {}
     if cfg.trainer.validate_first and ckpt_path is None:
         first = {k: float(v) for k, v in trainer.validate(module, datamodule=dm, verbose=False)[0].items()}
-    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
-    if trainer.global_step != cfg.trainer.max_steps and not trainer.interrupted:
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    except (Preempted, NonFiniteError):
+        close_wandb(loggers)  # the checkpoint is written; finish the W&B run so its files are complete
+        raise
+    if trainer.global_step != cfg.trainer.max_steps:  # a silently short run would be reported as complete
         planned = cfg.trainer.max_steps
         raise RuntimeError(f"training stopped at step {trainer.global_step}, planned trainer.max_steps={planned}")
     final = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
@@ -144,19 +149,18 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     return results
 
 
-def _resume_path(cfg: Config, run_dir: Path) -> str | None:
-    if cfg.resume == "never":
-        return None
-    if cfg.resume == "auto":
-        last = run_dir / "checkpoints" / "last.ckpt"
-        return str(last) if last.is_file() else None
-    return cfg.resume
-
-
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab pretrain [presets...] [key=value...]``."""
     cfg = compose(presets, overrides).cfg
-    results = pretrain(cfg)
+    try:
+        results = pretrain(cfg)
+    except Preempted as e:
+        print(f"famlab: preempted at step {e.step}; checkpoint {e.checkpoint}. Resume with: "
+              f"{resume_hint(cfg, e.checkpoint.parent.parent)}", file=sys.stderr)
+        return PREEMPTED_EXIT
+    except NonFiniteError as e:
+        print(f"famlab: {e}", file=sys.stderr)
+        return 1
     first, final = results["first"].get("val/loss"), results["final"].get("val/loss")
     print(
         f"done: {results['run_dir']}  steps={results['steps']}  val/loss {first} -> {final}  "

@@ -179,7 +179,11 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
     """
     from lightning.pytorch.loggers import CSVLogger
 
-    loggers: list[Any] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+    from experiments.reliability import AppendingCSVLogger
+
+    # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
+    csv_class = AppendingCSVLogger if cfg.resume != "never" else CSVLogger
+    loggers: list[Any] = [csv_class(save_dir=str(run_dir), name="", version="")]
     mode = wandb_mode(cfg)
     if mode == "disabled":
         return loggers
@@ -238,12 +242,15 @@ def make_trainer(
 ) -> Any:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
 
     t = cfg.trainer
     callbacks: list[Any] = [
-        # explicit dirpath: otherwise checkpoints land under the W&B run id and a requeued job finds none
-        ModelCheckpoint(
+        # explicit dirpath: otherwise checkpoints land under the W&B run id and a requeued job finds none;
+        # the previous last.ckpt is kept as last-prev.ckpt (a truncated last.ckpt falls back to it)
+        KeepTwoCheckpoint(
             dirpath=str(checkpoint_dir),
             filename="best-step{step}",
             auto_insert_metric_name=False,
@@ -252,6 +259,7 @@ def make_trainer(
             save_top_k=1,
             save_last=True,
         ),
+        *reliability_callbacks(cfg, checkpoint_dir),
     ]
     if t.progress_bar:
         callbacks.append(RichProgressBar(leave=True))

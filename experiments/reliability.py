@@ -1,0 +1,379 @@
+"""Reliable training: exact resume, preemption, non-finite steps, checkpoint fallback.
+
+Callbacks ``make_trainer`` adds to every fit (``reliability_callbacks``), plus the resume-path
+resolution (``resolve_resume``) and the two fault-injection knobs the tests use:
+
+- ``FAMLAB_FAULT_NAN_STEPS=3,4`` poisons the gradients of those optimizer steps (1-based step being
+  taken, i.e. ``trainer.global_step + 1``) with NaN, to exercise non-finite skipping.
+- ``FAMLAB_FAULT_SIGTERM_STEP=5`` sends this process SIGTERM after that many optimizer steps, to
+  exercise preemption from inside a process (a test may also just ``kill -TERM`` the process).
+
+Why a separate collation RNG stream: Lightning prefetches one batch ahead, so batch k+1 is collated
+(masks drawn from the global RNG) before step k runs its dropout. Saving the global RNG at a step
+boundary therefore cannot reproduce both the next batch's masks and the next step's dropout on
+resume. Collation in the main process (``data.num_workers=0``) runs on its own torch RNG state, and
+the checkpoint stores that stream's state from before the first batch not yet trained on.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+from experiments.config import Config, ConfigInputError
+
+RNG_KEY = "famlab_rng"  # checkpoint key of the per-rank RNG states
+PREV_NAME = "last-prev.ckpt"  # the previous last.ckpt, kept so a truncated last.ckpt is survivable
+PREEMPTED_EXIT = 3  # exit status of a preempted (checkpointed, resumable) run
+
+
+class Preempted(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised out of ``fit`` after SIGTERM/SIGINT once the checkpoint is written."""
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        super().__init__(f"preempted at step {step}; checkpoint {checkpoint}")
+        self.step, self.checkpoint = step, checkpoint
+
+
+class NonFiniteError(RuntimeError):
+    """Raised out of ``fit`` after ``trainer.max_bad_steps`` consecutive non-finite steps."""
+
+
+def _dist() -> tuple[bool, int, int]:
+    ok = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return ok, torch.distributed.get_rank() if ok else 0, torch.distributed.get_world_size() if ok else 1
+
+
+def _all_reduce(value: float, op: str) -> float:
+    """The MIN / MAX of a scalar over ranks (the value itself in one process)."""
+    ok, _, world = _dist()
+    if not ok or world == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    if torch.distributed.get_backend() == "nccl":
+        t = t.cuda()
+    reduce_op = torch.distributed.ReduceOp.MIN if op == "min" else torch.distributed.ReduceOp.MAX
+    torch.distributed.all_reduce(t, op=reduce_op)
+    return float(t.item())
+
+
+def rng_state() -> dict[str, Any]:
+    """torch / numpy / python RNG states as tensors and lists (``torch.load(weights_only=True)`` safe)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [str(kind), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
+        "python": [int(version), list(internal), gauss_next],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of ``rng_state``."""
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class _StreamCollate:
+    """Runs a collate function on its own torch RNG state and remembers the state before each call."""
+
+    def __init__(self, fn: Any, state: torch.Tensor) -> None:
+        self.fn, self.state = fn, state
+        self.pending: collections.deque[torch.Tensor] = collections.deque()  # pre-call states, not yet trained
+
+    def __call__(self, items: Any) -> Any:
+        self.pending.append(self.state)
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.state)
+        try:
+            return self.fn(items)
+        finally:
+            self.state = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+    def resume_state(self) -> torch.Tensor:
+        """The state to restart from: before the oldest collated-but-untrained batch, else the current one."""
+        return self.pending[0] if self.pending else self.state
+
+
+class RNGStateCallback(pl.Callback):
+    """Saves every rank's RNG states (and the collation stream) in the checkpoint; restores them on resume."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.stream: _StreamCollate | None = None
+        self._loaded: list[dict[str, Any]] | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        _, rank, _ = _dist()
+        mine = None
+        if self._loaded is not None:
+            mine = self._loaded[rank] if rank < len(self._loaded) else None
+            if mine is None:
+                warnings.warn(f"checkpoint has RNG states for {len(self._loaded)} ranks, not rank {rank}; "
+                              "this rank continues with fresh RNG states (resume is not exact)", stacklevel=2)
+            else:
+                set_rng_state(mine["global"])
+        loader = trainer.train_dataloader
+        # workers collate in their own processes with their own seeds; only main-process collation is streamed
+        if isinstance(loader, torch.utils.data.DataLoader) and loader.num_workers == 0:
+            if mine is not None and "collate" in mine:
+                start = mine["collate"]
+            else:
+                start = torch.Generator().manual_seed(self.seed * 1000 + rank + 12345).get_state()
+            self.stream = _StreamCollate(loader.collate_fn, start)
+            loader.collate_fn = self.stream
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, idx: int) -> None:
+        if self.stream is not None and self.stream.pending:
+            self.stream.pending.popleft()  # this batch is now being trained on
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        state = {"global": rng_state()}
+        if self.stream is not None:
+            state["collate"] = self.stream.resume_state()
+        ok, _, world = _dist()
+        states: list[Any] = [None] * world
+        if ok and world > 1:
+            torch.distributed.all_gather_object(states, state)  # every rank calls save_checkpoint
+        else:
+            states = [state]
+        checkpoint[RNG_KEY] = states
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        # applied in on_train_start: restoring here would be consumed by setup before the first batch
+        self._loaded = checkpoint.get(RNG_KEY)
+
+
+class KeepTwoCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` that moves the previous ``last.ckpt`` to ``last-prev.ckpt`` before overwriting it."""
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        rotate_last(trainer, Path(filepath))
+        super()._save_checkpoint(trainer, filepath)
+
+
+def rotate_last(trainer: pl.Trainer, path: Path) -> None:
+    """Before writing ``last.ckpt``: keep the current one as ``last-prev.ckpt`` (rank 0 moves the file)."""
+    if path.name == "last.ckpt" and trainer.is_global_zero and path.is_file():
+        os.replace(path, path.with_name(PREV_NAME))
+    trainer.strategy.barrier("famlab_rotate_last")
+
+
+def save_last(trainer: pl.Trainer, checkpoint_dir: Path) -> Path:
+    """Write ``last.ckpt`` now (all ranks call this), keeping the previous one."""
+    path = checkpoint_dir / "last.ckpt"
+    rotate_last(trainer, path)
+    trainer.save_checkpoint(str(path))
+    return path
+
+
+class PreemptionCallback(pl.Callback):
+    """SIGTERM / SIGINT: finish the current step, write ``last.ckpt``, stop with ``Preempted``.
+
+    The flag is reduced over ranks (MAX) at every step boundary so all ranks stop at the same step
+    even if only one got the signal. A second SIGINT interrupts at once (no checkpoint).
+    """
+
+    def __init__(self, checkpoint_dir: Path) -> None:
+        self.checkpoint_dir = checkpoint_dir
+        self.signal: int | None = None
+        self.saved: tuple[int, Path] | None = None
+        self._previous: dict[int, Any] = {}
+        knob = os.environ.get("FAMLAB_FAULT_SIGTERM_STEP")
+        self.fault_step = int(knob) if knob else None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signum
+        print(f"famlab: got {signal.Signals(signum).name}; checkpointing at the end of this step", file=sys.stderr)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # signals install only in the main thread
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._handler)
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self.fault_step is not None and trainer.global_step == self.fault_step:
+            self.fault_step = None
+            os.kill(os.getpid(), signal.SIGTERM)
+        got = _all_reduce(1.0 if self.signal is not None else 0.0, "max")
+        if got > 0 and self.saved is None:
+            self.saved = (trainer.global_step, save_last(trainer, self.checkpoint_dir))
+
+    # Raised one hook later than the save: this step's metrics are written to the loggers after
+    # on_train_batch_end, and a run preempted at its last step has nothing left to stop.
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self.saved is not None:
+            self._restore()
+            raise Preempted(*self.saved)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._restore()
+
+
+class NonFiniteCallback(pl.Callback):
+    """Skips optimizer steps whose loss or gradient norm is not finite on any rank; counts them.
+
+    Runs after backward and before the optimizer (and clipping): dropping every gradient makes the
+    optimizer leave the parameters and its moments untouched. The decision is a MIN all-reduce of a
+    finite flag, so every rank skips the same steps (the gradients are already all-reduced, the
+    losses are not). After ``max_bad_steps`` consecutive skips: checkpoint, then ``NonFiniteError``.
+    """
+
+    def __init__(self, max_bad_steps: int, checkpoint_dir: Path) -> None:
+        self.max_bad_steps, self.checkpoint_dir = max_bad_steps, checkpoint_dir
+        self.skipped = 0
+        self.consecutive = 0
+        self._loss_finite = True
+        self._stop_at: int | None = None
+        self._error: str | None = None
+        knob = os.environ.get("FAMLAB_FAULT_NAN_STEPS", "")
+        self.fault_steps = {int(s) for s in knob.split(",") if s.strip()}
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        self._loss_finite = bool(torch.isfinite(loss.detach()).all())
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if trainer.global_step + 1 in self.fault_steps and grads:
+            grads[0].fill_(float("nan"))  # fault injection (FAMLAB_FAULT_NAN_STEPS)
+        norms = [torch.linalg.vector_norm(g.float()) for g in grads]
+        finite = self._loss_finite and (not norms or bool(torch.isfinite(torch.stack(norms)).all()))
+        if _all_reduce(1.0 if finite else 0.0, "min") > 0:
+            self.consecutive = 0
+            return
+        for p in pl_module.parameters():
+            p.grad = None  # the optimizer skips parameters without gradients: no update, moments unchanged
+        self.skipped += 1
+        self.consecutive += 1
+        step = trainer.global_step + 1
+        warnings.warn(f"step {step}: non-finite loss or gradient norm; step skipped "
+                      f"({self.consecutive} in a row, trainer.max_bad_steps={self.max_bad_steps})", stacklevel=2)
+        self._stop_at = step if self.consecutive >= self.max_bad_steps else None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        pl_module.log("train/skipped_steps", float(self.skipped), on_step=True, on_epoch=False, sync_dist=False)
+        if self._stop_at is not None and self._error is None:
+            path = save_last(trainer, self.checkpoint_dir)
+            self._error = (
+                f"stopped at step {self._stop_at}: {self.consecutive} consecutive non-finite steps "
+                f"(trainer.max_bad_steps={self.max_bad_steps}); checkpoint {path}"
+            )
+
+    # raised one hook later than the checkpoint, so the bad step's metrics reach the loggers
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self._error is not None:
+            raise NonFiniteError(self._error)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._error is not None:
+            raise NonFiniteError(self._error)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped": self.skipped}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.skipped = int(state.get("skipped", 0))
+
+
+def reliability_callbacks(cfg: Config, checkpoint_dir: Path) -> list[pl.Callback]:
+    """The callbacks every famlab fit gets (RNG states, preemption, non-finite steps)."""
+    return [
+        RNGStateCallback(cfg.seed),
+        PreemptionCallback(checkpoint_dir),
+        NonFiniteCallback(cfg.trainer.max_bad_steps, checkpoint_dir),
+    ]
+
+
+class AppendingCSVLogger(CSVLogger):
+    """``CSVLogger`` for a resumed run: keeps the existing ``metrics.csv`` (Lightning deletes it) and appends.
+
+    Steps logged after the checkpoint a run resumes from appear twice (the resumed run's row comes later).
+    """
+
+    @property
+    def experiment(self) -> Any:  # type: ignore[override]
+        if self._experiment is not None:
+            return self._experiment
+        path = Path(self.log_dir) / "metrics.csv"
+        kept = path.read_text(encoding="utf-8") if path.is_file() else None
+        experiment = super().experiment
+        if kept and hasattr(experiment, "metrics_keys"):
+            path.write_text(kept, encoding="utf-8")
+            experiment.metrics_keys = sorted(kept.splitlines()[0].split(","))
+        return experiment
+
+
+def _loadable(path: Path) -> str | None:
+    """None if ``torch.load`` reads the checkpoint, else the reason it does not."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure means unusable (truncated zip, bad pickle, ...)
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def resolve_resume(cfg: Config, checkpoint_dir: Path) -> str | None:
+    """The checkpoint ``fit`` resumes from: ``resume=never`` None; ``auto`` ``last.ckpt`` (or, if it is
+    unreadable, ``last-prev.ckpt`` with a warning; None if there is none); else the given path."""
+    if cfg.resume == "never":
+        return None
+    if cfg.resume == "auto":
+        last, prev = checkpoint_dir / "last.ckpt", checkpoint_dir / PREV_NAME
+        if not last.is_file():
+            return str(prev) if prev.is_file() and _loadable(prev) is None else None
+        problem = _loadable(last)
+        if problem is None:
+            return str(last)
+        if prev.is_file() and _loadable(prev) is None:
+            warnings.warn(f"{last} is unreadable ({problem}); resuming from the previous checkpoint {prev}",
+                          stacklevel=2)
+            print(f"famlab: WARNING {last} is unreadable ({problem}); resuming from {prev}", file=sys.stderr)
+            return str(prev)
+        raise ConfigInputError(f"resume=auto: {last} is unreadable ({problem}) and no readable {PREV_NAME}")
+    path = Path(cfg.resume).expanduser()
+    if not path.is_file():
+        raise ConfigInputError(f"resume={cfg.resume}: no such checkpoint file (use never | auto | <path.ckpt>)")
+    problem = _loadable(path)
+    if problem is not None:
+        raise ConfigInputError(f"resume={cfg.resume}: unreadable checkpoint ({problem})")
+    return str(path)
+
+
+def resume_hint(cfg: Config, run_dir: Path, job: str = "pretrain") -> str:
+    """The command line that resumes this run."""
+    args = " ".join(a for a in sys.argv[1:] if not a.startswith(("run_dir=", "resume=")))
+    return f"famlab {args or job} run_dir={run_dir} resume=auto"

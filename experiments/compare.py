@@ -230,7 +230,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         set_vocab(cfg, bundle.vocab_size)
     if cmp.task_limit:
         task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv")
-        log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, compare.task_limit={cmp.task_limit})")
+        log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
+            f"compare.task_limit={cmp.task_limit})")
         for cfg in cfgs.values():
             d = cfg.data
             d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"

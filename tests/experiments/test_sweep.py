@@ -1,0 +1,114 @@
+"""Sweep files: W&B's grid order, seeded random search, errors, dry run, and a real 2 x 2 sweep."""
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments import cli
+from experiments.sweep import expand_grid, expand_random, load_sweep, trial_command
+
+BUNDLED = Path(__file__).resolve().parents[2] / "experiments" / "configs" / "sweeps"
+
+
+def write(tmp_path: Path, spec: dict) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_grid_matches_a_hand_expanded_grid():
+    """Parameters sorted by name, the last one varying fastest; constants in every trial."""
+    params = {"model.pos": {"values": ["rope", "alibi"]}, "model.family": {"values": ["gpt", "t5", "bert"]},
+              "trainer.max_steps": {"value": 5}}
+    expected = [{"model.family": f, "model.pos": p, "trainer.max_steps": 5}
+                for f, p in itertools.product(["gpt", "t5", "bert"], ["rope", "alibi"])]
+    assert expand_grid(params) == expected
+
+
+@pytest.mark.parametrize("name", ["pos_x_family", "mask_rate", "norm_position", "objectives_x_family"])
+def test_grid_matches_wandbs_sweep_engine(name):
+    """Our expansion of each bundled file equals the `sweeps` package's (W&B's engine) trial order."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sweeps = pytest.importorskip("sweeps")
+    spec = load_sweep(BUNDLED / f"{name}.yaml")
+    runs = []
+    while (run := sweeps.next_run({"method": "grid", "parameters": spec["parameters"]}, runs)) is not None:
+        run.state = sweeps.RunState.finished
+        runs.append(run)
+    theirs = [{k: v["value"] for k, v in r.config.items()} for r in runs]
+    assert expand_grid(spec["parameters"]) == theirs
+
+
+def test_random_search_is_seeded_and_in_range():
+    params = {"optim.lr": {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2},
+              "model.num_layers": {"min": 1, "max": 4}, "model.pos": {"values": ["rope", "alibi"]}}
+    a, b, c = expand_random(params, 20, 0), expand_random(params, 20, 0), expand_random(params, 20, 1)
+    assert a == b and a != c
+    assert all(1e-4 <= t["optim.lr"] <= 1e-2 and t["model.num_layers"] in (1, 2, 3, 4) for t in a)
+    assert {t["model.pos"] for t in a} == {"rope", "alibi"}
+
+
+def test_args_no_hyphens_become_key_value_tokens():
+    spec = {"command": ["${env}", "famlab", "pretrain", "tiny", "${args_no_hyphens}"]}
+    cmd = trial_command(spec, {"model.pos": "rope", "objective.ul2_rates": [0.5, 0.5, 0.0]}, ["run_dir=x"])
+    assert cmd[1:] == ["-m", "experiments", "pretrain", "tiny", "model.pos=rope", "objective.ul2_rates=[0.5,0.5,0.0]",
+                       "run_dir=x"]
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"method": "grid", "parameters": {"model.posx": {"values": [1]}}}, "model.posx"),
+    ({"method": "bayes", "parameters": {"model.pos": {"values": ["rope"]}}}, "method='bayes'"),
+    ({"method": "grid", "parameters": {"model.pos": {"values": ["nope"]}}, "command": ["famlab", "pretrain",
+                                                                                      "${args_no_hyphens}"]}, "nope"),
+])
+def test_bad_sweep_files_exit_2_with_one_line(tmp_path, capsys, spec, message):
+    assert cli.main(["sweep", str(write(tmp_path, spec)), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("famlab: error:") and message in err and "\n" not in err
+
+
+def test_dry_run_lists_every_trial(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", str(BUNDLED / "pos_x_family.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("famlab pretrain tiny model.family=") == 15 and "15 trials (grid)" in out
+    assert not (tmp_path / "runs").exists()  # nothing run, nothing written
+
+
+def test_wandb_flag_fails_clearly_when_the_server_is_unreachable(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    assert cli.main(["sweep", str(BUNDLED / "mask_rate.yaml"), "--wandb"]) == 2
+    assert "not reachable" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_pos_x_family_sweep_runs_end_to_end(tmp_path, monkeypatch, capsys):
+    """2 x 2 trials (model.pos x model.family) with the tiny preset: run dirs in one group, a summary table."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"document {i} about the cat and the dog number {i % 7}" for i in range(300)))
+    spec = {"method": "grid", "metric": {"name": "val/loss", "goal": "minimize"},
+            "parameters": {"model.family": {"values": ["gpt", "bert"]}, "model.pos": {"values": ["rope", "alibi"]},
+                           "data.corpus": {"value": str(corpus)}, "data.tokenizer.vocab_size": {"value": 300},
+                           "trainer.max_steps": {"value": 3}, "data.batch_size": {"value": 4},
+                           "data.seq_len": {"value": 32}, "trainer.val_check_interval": {"value": 3},
+                           "trainer.limit_val_batches": {"value": 2}, "wandb.mode": {"value": "disabled"},
+                           "trainer.progress_bar": {"value": False}},
+            "command": ["famlab", "pretrain", "tiny", "${args_no_hyphens}"]}
+    assert cli.main(["sweep", str(write(tmp_path, spec)), "sweep.parallel=2"]) == 0
+    sweep_dir = next((tmp_path / "runs").glob("sweep-s-*"))
+    trials = json.loads((sweep_dir / "results.json").read_text())["trials"]
+    assert [(t["params"]["model.family"], t["params"]["model.pos"]) for t in trials] == [
+        ("bert", "alibi"), ("bert", "rope"), ("gpt", "alibi"), ("gpt", "rope")]
+    for t in trials:
+        cfg = yaml.safe_load((Path(t["run_dir"]) / "config.yaml").read_text())
+        assert cfg["model"]["pos"] == t["params"]["model.pos"] and cfg["wandb"]["group"] == "sweep-s"
+        assert t["status"] == "ok" and t["final"] > 0
+    assert (sweep_dir / "report.md").read_text().count("| trial-") == 4

@@ -22,6 +22,27 @@ from datamodules.tokenizer import TokenizerBundle
 ENCODE_CHUNK = 8192  # documents per encode_batch call: bounds memory, keeps Rust-side parallelism
 
 
+class SeededCollate:
+    """Run a (random) collator under an RNG seeded by (seed, batch content), leaving the global RNG untouched.
+
+    Validation batches are corrupted by the objective's collator (masking, span noise). Drawing that noise
+    from the training RNG would make every evaluation see different corruption — validation loss and the
+    unigram floor would wander between checks, and a resumed run would diverge from an uninterrupted one.
+    Seeding from the batch content gives the same corruption for the same blocks at every evaluation, in
+    every run, on every rank, with or without workers.
+    """
+
+    def __init__(self, collate_fn: Callable[[list[torch.Tensor]], Any], seed: int) -> None:
+        self.collate_fn, self.seed = collate_fn, seed
+
+    def __call__(self, samples: list[torch.Tensor]) -> Any:
+        digest = hashlib.sha256(samples[0].numpy().tobytes()).digest()
+        key = (int.from_bytes(digest[:8], "little") + self.seed) % (2**63)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(key)
+            return self.collate_fn(samples)
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every id fits (halves the file), else int32."""
     return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
@@ -198,8 +219,8 @@ class PretrainDataModule(pl.LightningDataModule):
         dataset = BlockDataset(self.val_tokens, self.block_len, num)
         # Sequential, every block once, shards uneven rather than padded with duplicates.
         sampler = ResumableSampler(len(dataset), shuffle=False, drop_last=False)
-        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collate_fn,
-                          num_workers=self.num_workers)
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler,
+                          collate_fn=SeededCollate(self.collate_fn, self.seed), num_workers=self.num_workers)
 
     # -- resume ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def test_validation_corruption_is_the_same_at_every_evaluation_and_spares_the_tr
     torch.manual_seed(123)
     second = list(dm.val_dataloader())
     assert len(first) > 1
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert not torch.equal(first[0] - first[1], torch.zeros_like(first[0]))
     # The global stream advances exactly as with a collator that draws nothing (DataLoader itself takes a

@@ -1,0 +1,88 @@
+"""A tiny real comparison run twice: same seeds give the same table (except time columns); budgets match."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments import cli
+from experiments.report import TIME_COLUMNS
+
+
+def tiny_inputs(root: Path) -> list[str]:
+    """A small corpus and a 3-class task (own files, so the test trains its own small tokenizer quickly)."""
+    rng = random.Random(0)
+    words = {"animal": ["dog", "cat", "horse", "bird", "fish", "cow"], "colour": ["red", "blue", "green", "white"],
+             "motion": ["run", "walk", "swim", "fly", "jump"]}
+    docs = [" ".join(rng.choices(sum(words.values(), []), k=30)) for _ in range(400)]
+    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    lines = ["sentence,topic,split"]
+    for i in range(300):
+        topic = list(words)[i % 3]
+        split = (["train"] * 8 + ["val", "test"])[i % 10]
+        lines.append(f"a {' '.join(rng.choices(words[topic], k=4))} thing,{topic},{split}")
+    (root / "task.csv").write_text("\n".join(lines) + "\n")
+    return [f"data.corpus={root / 'corpus.txt'}", f"data.task={root / 'task.csv'}", "data.text_column=sentence",
+            "data.label_column=topic", "data.tokenizer.vocab_size=300", "data.seq_len=32", "data.batch_size=8",
+            "data.max_len=32", "model.dim=32", "trainer.max_steps=12", "trainer.val_check_interval=6",
+            "trainer.limit_val_batches=2", "finetune.max_steps=6", "finetune.val_every=3", "compare.task_limit=None",
+            "compare.seeds=[0,1]", "compare.scratch_seeds=[0]", "wandb.mode=disabled", "trainer.progress_bar=false"]
+
+
+def run_compare(root: Path, *extra: str) -> Path:
+    before = set((root / "runs").glob("compare-*")) if (root / "runs").exists() else set()
+    assert cli.main(["compare", *tiny_inputs(root), *extra]) == 0
+    (new,) = set((root / "runs").glob("compare-*")) - before
+    return new
+
+
+def strip_time_columns(table: str) -> list[list[str]]:
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    drop = {i for i, name in enumerate(rows[0]) if name in TIME_COLUMNS}
+    return [[c for i, c in enumerate(r) if i not in drop] for r in rows]
+
+
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("FAMLAB_CACHE", str(root / "cache"))
+        first = run_compare(root, "compare.families=[bert,gpt,t5]")
+        second = run_compare(root, "compare.families=[bert,gpt,t5]")
+    return first, second
+
+
+@pytest.mark.slow
+def test_same_seeds_reproduce_every_column_but_time(twice):
+    a, b = (json.loads((d / "results.json").read_text()) for d in twice)
+    for name in ("pretrain", "finetune"):
+        assert strip_time_columns(a["tables"][name]) == strip_time_columns(b["tables"][name])
+    assert a["significance"] == b["significance"]
+    pre = strip_time_columns(a["tables"]["pretrain"])
+    assert [r[0] for r in pre[2:]] == ["bert", "gpt", "t5"]  # one row per family
+
+
+@pytest.mark.slow
+def test_flops_budget_is_matched_within_two_percent(twice):
+    plan = json.loads((twice[0] / "plan.json").read_text())
+    flops = {f: p["flops"] for f, p in plan["families"].items()}
+    assert max(flops.values()) / min(flops.values()) - 1 <= 0.02
+    logged = {json.loads((twice[0] / f"{f}-pretrain-s0" / "results.json").read_text())["budget"]["flops"]
+              for f in flops}
+    assert logged == set(flops.values())  # what the runs logged as budget/flops is the plan
+
+
+@pytest.mark.slow
+def test_runs_share_the_group_tokenizer_and_tags(twice):
+    comp = twice[0]
+    runs = [p for p in comp.iterdir() if (p / "config.yaml").is_file()]
+    assert len(runs) == 9  # 3 families x (pretrain, fine-tune, scratch)
+    cfgs = [yaml.safe_load((p / "config.yaml").read_text()) for p in runs]
+    assert {c["wandb"]["group"] for c in cfgs} == {f"compare-{comp.name.split('-', 1)[1].rsplit('-', 2)[0]}"}
+    assert {c["data"]["tokenizer"]["path"] for c in cfgs} == {str((comp / "tokenizer.json").resolve())}
+    assert all({c["model"]["family"], "budget-flops"} <= set(c["wandb"]["tags"]) for c in cfgs)
+    ft = json.loads((comp / "gpt-ft-s0" / "results.json").read_text())
+    assert set(ft["seeds"]) == {"0", "1"}

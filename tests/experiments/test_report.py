@@ -1,0 +1,85 @@
+"""`famlab report` rebuilds the comparison report from stored run directories (a real tiny comparison)."""
+
+import json
+import math
+import statistics
+
+import pytest
+
+from experiments import cli
+from experiments.report import significance
+from test_compare import run_compare
+
+OUTPUTS = ("report.md", "results.json", "pretrain_curves.png", "finetune_scores.png", "reference.json")
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """One tiny comparison of gpt and bert with parameter counts matched."""
+    root = tmp_path_factory.mktemp("report")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("FAMLAB_CACHE", str(root / "cache"))
+        return run_compare(root, "compare.families=[gpt,bert]", "compare.match=params")
+
+
+@pytest.mark.slow
+def test_params_budget_is_matched_within_two_percent_and_stated(compared):
+    plan = json.loads((compared / "plan.json").read_text())
+    counts = [p["non_embedding_params"] for p in plan["families"].values()]
+    assert max(counts) / min(counts) - 1 <= 0.02 and plan["achieved_spread"] <= 0.02
+    report = (compared / "report.md").read_text()
+    assert "non-embedding parameters" in report and "Scale: `tiny`" in report
+
+
+@pytest.mark.slow
+def test_report_is_rebuilt_from_the_run_directories(compared, capsys):
+    """Delete every report output; `famlab report <dir>` writes them again with the runs' own numbers."""
+    before = json.loads((compared / "results.json").read_text())
+    for name in OUTPUTS:
+        (compared / name).unlink()
+    assert cli.main(["report", str(compared)]) == 0
+    assert "| gpt pretrained |" in capsys.readouterr().out
+    after = json.loads((compared / "results.json").read_text())
+    assert after["tables"] == before["tables"]  # TF-IDF reference recomputed identically
+    for family in ("gpt", "bert"):
+        pre = json.loads((compared / f"{family}-pretrain-s0" / "results.json").read_text())
+        ft = json.loads((compared / f"{family}-ft-s0" / "results.json").read_text())
+        row = after["families"][family]
+        assert row["val_loss"] == pytest.approx(pre["final"]["val/loss"])
+        assert row["unigram_loss"] == pytest.approx(pre["final"]["val/unigram_loss"])
+        accs = [s["test/acc"] for s in ft["seeds"].values()]
+        assert row["finetune"]["test/acc"] == pytest.approx([statistics.fmean(accs), statistics.stdev(accs), 2])
+    assert "pll_bits_per_byte" in after["families"]["bert"] and "bits_per_byte" in after["families"]["gpt"]
+    assert after["reference"]["majority"]["test/acc"] > 0 and after["reference"]["tfidf"]["test/acc"] > 0
+    for png in ("pretrain_curves.png", "finetune_scores.png"):
+        data = (compared / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+@pytest.mark.slow
+def test_report_from_single_run_directories_into_another_folder(compared, tmp_path):
+    runs = [compared / "gpt-pretrain-s0", compared / "gpt-ft-s0", compared / "bert-scratch"]
+    assert cli.main(["report", *map(str, runs), f"--out={tmp_path / 'out'}"]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results["families"]) == {"gpt", "bert"} and results["plan"] is None
+    assert "scratch" in results["families"]["bert"] and "finetune" in results["families"]["gpt"]
+
+
+def test_report_on_a_directory_without_runs_exits_2(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "no run directories" in capsys.readouterr().err
+
+
+def test_welch_test_matches_the_formula():
+    """p-value of Welch's t-test equals the t / Welch-Satterthwaite computation by hand."""
+    from scipy import stats
+
+    a, b = [0.50, 0.52, 0.55], [0.40, 0.47, 0.41]
+    fams = {"gpt": {"finetune_values": {"test/acc": a}}, "t5": {"finetune_values": {"test/acc": b}}}
+    (row,) = significance(fams)
+    va, vb = statistics.variance(a) / 3, statistics.variance(b) / 3
+    t = (statistics.fmean(a) - statistics.fmean(b)) / math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    assert row["p"] == pytest.approx(2 * stats.t.sf(abs(t), dof))
+    assert row["verdict"].startswith("exceeds") == (row["p"] < 0.05)

@@ -284,8 +284,8 @@ def plot_pretraining(runs: list[dict[str, Any]], families: dict[str, dict[str, A
     colors = _family_colors(list(families))
     fig, axes = plt.subplots(2, max(1, len(pre)), figsize=(4.6 * max(1, len(pre)), 7.2), squeeze=False)
     for col, (fam, rs) in enumerate(pre.items()):
-        for row, (key, unit) in enumerate((("budget/tokens", "tokens read by the network"),
-                                           ("budget/flops", "training FLOPs"))):
+        for row, (key, unit, short) in enumerate((("budget/tokens", "tokens read by the network", "tokens"),
+                                                  ("budget/flops", "training FLOPs", "FLOPs"))):
             ax = axes[row][col]
             for i, r in enumerate(rs):
                 tx, ty, vx, vy = _curve(r, key)
@@ -297,7 +297,7 @@ def plot_pretraining(runs: list[dict[str, Any]], families: dict[str, dict[str, A
                 ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor {floor:.2f}")
             ax.set_xlabel(unit)
             ax.set_ylabel("loss (nats per label token)")
-            ax.set_title(f"{fam} ({families[fam].get('objective')}): loss vs {unit.split()[-1]}")
+            ax.set_title(f"{fam} ({families[fam].get('objective')}): loss vs {short}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.suptitle("Pretraining loss per family (objectives differ: compare each with its own floor)")

@@ -25,7 +25,8 @@ def tiny_inputs(root: Path) -> list[str]:
         lines.append(f"a {' '.join(rng.choices(words[topic], k=4))} thing,{topic},{split}")
     (root / "task.csv").write_text("\n".join(lines) + "\n")
     return [f"data.corpus={root / 'corpus.txt'}", f"data.task={root / 'task.csv'}", "data.text_column=sentence",
-            "data.label_column=topic", "data.tokenizer.vocab_size=300", "data.seq_len=32", "data.batch_size=8",
+            "data.label_column=topic", "data.tokenizer.vocab_size=300", "data.tokenizer.num_sentinels=20",
+            "data.seq_len=32", "data.batch_size=8",
             "data.max_len=32", "model.dim=32", "trainer.max_steps=12", "trainer.val_check_interval=6",
             "trainer.limit_val_batches=2", "finetune.max_steps=6", "finetune.val_every=3", "compare.task_limit=None",
             "compare.seeds=[0,1]", "compare.scratch_seeds=[0]", "wandb.mode=disabled", "trainer.progress_bar=false"]

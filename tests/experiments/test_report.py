@@ -5,10 +5,10 @@ import math
 import statistics
 
 import pytest
+from test_compare import run_compare
 
 from experiments import cli
 from experiments.report import significance
-from test_compare import run_compare
 
 OUTPUTS = ("report.md", "results.json", "pretrain_curves.png", "finetune_scores.png", "reference.json")
 

@@ -97,6 +97,7 @@ def test_a_pos_x_family_sweep_runs_end_to_end(tmp_path, monkeypatch, capsys):
     spec = {"method": "grid", "metric": {"name": "val/loss", "goal": "minimize"},
             "parameters": {"model.family": {"values": ["gpt", "bert"]}, "model.pos": {"values": ["rope", "alibi"]},
                            "data.corpus": {"value": str(corpus)}, "data.tokenizer.vocab_size": {"value": 300},
+                           "data.tokenizer.num_sentinels": {"value": 20},
                            "trainer.max_steps": {"value": 3}, "data.batch_size": {"value": 4},
                            "data.seq_len": {"value": 32}, "trainer.val_check_interval": {"value": 3},
                            "trainer.limit_val_batches": {"value": 2}, "wandb.mode": {"value": "disabled"},

@@ -348,7 +348,7 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
             tok_s, per_batch, share = loader_share(family, s, t_ours, workdir.name)
             r.update(tokenize_s=tok_s, loader_s=per_batch, loader_share=share)
             out(f"  data: bundled corpus tokenized in {tok_s:.2f} s (target < 10 s); loader + collator "
-                f"{per_batch * 1e3:.2f} ms/batch = {share:.1%} of step time")
+                f"{per_batch * 1e3:.2f} ms/batch = {share:.2%} of step time")
         del ours, theirs, info
     workdir.cleanup()
     verdicts = [f"{f} {r['ratio']:.2f} {'>=' if r['ratio'] >= TARGETS[f] else '<'} {TARGETS[f]:.2f}"

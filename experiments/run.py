@@ -198,19 +198,22 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
             def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
                 return None
 
-        logger = FlatConfigWandbLogger(
-            project=cfg.wandb.project,
-            entity=cfg.wandb.entity,
-            name=cfg.wandb.name or name,
-            group=cfg.wandb.group,
-            job_type=job_type,
-            tags=tags,
-            save_dir=str(run_dir),
-            mode=mode,
-            config=flatten(config),
+        from lightning.pytorch.utilities import rank_zero_only
+
+        from experiments.wandb_guard import start_wandb
+
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            return loggers  # only rank 0 logs to W&B (one run per job)
+        logger, note = start_wandb(
+            FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
+            kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
+                        group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(run_dir),
+                        config=flatten(config)),
         )
-        _ = logger.experiment  # start the run now, so a failure surfaces here and not mid-training
-        loggers.append(logger)
+        if note:  # once, on stderr: where the run went and how to upload it
+            print(f"famlab: WARNING {note}", file=sys.stderr)
+        if logger is not None:
+            loggers.append(logger)
     except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (DESIGN.md)
         message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"
         warnings.warn(message, stacklevel=2)

@@ -51,8 +51,8 @@ def twice(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         mp.setenv("FAMLAB_CACHE", str(root / "cache"))
-        first = run_compare(root, "compare.families=[bert,gpt,t5]")
-        second = run_compare(root, "compare.families=[bert,gpt,t5]")
+        first = run_compare(root, "compare.families=[bert,gpt,t5]", "trainer.max_steps=30")
+        second = run_compare(root, "compare.families=[bert,gpt,t5]", "trainer.max_steps=30")
     return first, second
 
 

@@ -12,6 +12,7 @@ from experiments.reliability import PREEMPTED_EXIT, NonFiniteError, Preempted, r
 from experiments.run import (
     cache_dir,
     close_wandb,
+    env_rank,
     get_bundle,
     make_loggers,
     make_run_dir,
@@ -155,12 +156,16 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     try:
         results = pretrain(cfg)
     except Preempted as e:
+        if env_rank() != 0:
+            return 0  # a DDP worker: a non-zero exit would make Lightning's launcher kill rank 0 mid-message
         print(f"famlab: preempted at step {e.step}; checkpoint {e.checkpoint}. Resume with: "
               f"{resume_hint(cfg, e.checkpoint.parent.parent)}", file=sys.stderr)
         return PREEMPTED_EXIT
     except NonFiniteError as e:
         print(f"famlab: {e}", file=sys.stderr)
         return 1
+    if env_rank() != 0:
+        return 0  # rank 0 reports
     first, final = results["first"].get("val/loss"), results["final"].get("val/loss")
     print(
         f"done: {results['run_dir']}  steps={results['steps']}  val/loss {first} -> {final}  "

@@ -46,6 +46,14 @@ def make_run_dir(cfg: Config, name: str) -> Path:
 
     An explicit non-empty ``run_dir`` without ``resume`` would be overwritten, so it fails instead.
     """
+    if env_rank() != 0:
+        # a DDP worker (Lightning relaunches the command per rank; torchrun / SLURM start every rank):
+        # rank 0 made and checked the directory, and names it in FAMLAB_RUN_DIR for the ranks it launches
+        path = Path(os.environ.get("FAMLAB_RUN_DIR") or cfg.run_dir or "")
+        if not str(path) or str(path) == ".":
+            raise ConfigInputError("multi-process runs started by torchrun / SLURM need an explicit run_dir=")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
     if cfg.run_dir:
         path = Path(cfg.run_dir).expanduser()
         if path.is_dir() and any(path.iterdir()) and cfg.resume == "never":
@@ -61,7 +69,21 @@ def make_run_dir(cfg: Config, name: str) -> Path:
         probe.unlink()
     except OSError as e:
         raise ConfigInputError(f"run_dir={path} is not writable ({e.strerror})") from None
+    os.environ["FAMLAB_RUN_DIR"] = str(path.resolve())  # inherited by the DDP ranks Lightning launches
     return path
+
+
+def env_rank() -> int:
+    """This process's global rank from the launcher's environment (0 when not distributed).
+
+    Known before ``torch.distributed`` starts: Lightning's launcher sets LOCAL_RANK / NODE_RANK for the
+    ranks it starts, torchrun sets RANK, SLURM sets SLURM_PROCID.
+    """
+    for key in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    local, node = os.environ.get("LOCAL_RANK", "0"), os.environ.get("NODE_RANK", "0")
+    return int(local) + int(node) if local.isdigit() and node.isdigit() else 0
 
 
 def _git_commit() -> dict[str, Any]:
@@ -109,7 +131,8 @@ def provenance(**hashes: str | None) -> dict[str, Any]:
 def write_config(run_dir: Path, cfg: Config, prov: dict[str, Any]) -> dict[str, Any]:
     """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
     cfg = dataclasses.replace(cfg, provenance=prov)
-    (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
+    if env_rank() == 0:  # only rank 0 writes files
+        (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
     return to_plain(cfg)
 
 
@@ -133,7 +156,7 @@ def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> 
         path=t.path,
         cache_dir=cache_dir(cfg),
     )
-    if run_dir is not None:
+    if run_dir is not None and env_rank() == 0:
         shutil.copyfile(bundle.path, run_dir / "tokenizer.json")
     return bundle
 

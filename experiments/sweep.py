@@ -164,6 +164,8 @@ def summarize(sweep_dir: Path, trials: list[dict[str, Any]], metric: str) -> str
     from experiments.report import read_metrics
 
     names = sorted({k for t in trials for k in t["params"]})
+    varying = [n for n in names if len({json.dumps(t["params"].get(n), default=str) for t in trials}) > 1]
+    names = varying or names  # constants are in results.json / sweep.yaml; the table shows what changed
     lines = ["| trial | " + " | ".join(names) + f" | status | final {metric} | min {metric} |",
              "|" + "---|" * (len(names) + 4)]
     for t in trials:
@@ -260,7 +262,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     best = (min if goal == "minimize" else max)(done, key=lambda r: r["final"]) if done else None
     md = [f"# famlab sweep {name} ({spec['method']}, {len(records)} trials, group {group})", "", table, ""]
     if best:
-        md.append(f"Best by final {metric} ({goal}): {best['name']} {best['params']}")
+        shown = {k: v for k, v in best["params"].items() if f"| {k} |" in table or f"| {k} " in table.splitlines()[0]}
+        md.append(f"Best by final {metric} ({goal}): {best['name']} {shown}")
     (sweep_dir / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     (sweep_dir / "results.json").write_text(json.dumps({"trials": records}, indent=2, default=str) + "\n")
     print("\n".join(md))

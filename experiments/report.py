@@ -91,6 +91,20 @@ def _throughput(metrics: list[dict[str, float]]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+def pretrain_runs(runs: list[dict[str, Any]], family: str, plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The family's budgeted pretraining runs: lr-grid trials count only at the lr the grid chose."""
+    chosen = (plan or {}).get("families", {}).get(family, {}).get("lr")
+    out = []
+    for r in runs:
+        if r["results"]["family"] != family or r["results"]["job"] != "pretrain":
+            continue
+        o = r["config"]["optim"]
+        if "lr-tune" in r["config"]["wandb"]["tags"] and not (chosen and math.isclose(o["lr"] * o["lr_scale"], chosen)):
+            continue
+        out.append(r)
+    return out
+
+
 def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[str, Any]:
     """Per-family numbers (the report table) from run records."""
     families: dict[str, dict[str, Any]] = {}
@@ -100,8 +114,7 @@ def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[s
         if fam not in order:
             order.append(fam)
     for fam in order:
-        pre = [r for r in runs if r["results"]["family"] == fam and r["results"]["job"] == "pretrain"]
-        pre = [r for r in pre if "lr-tune" not in r["config"]["wandb"]["tags"]] or pre
+        pre = pretrain_runs(runs, fam, plan)
         ft = [r for r in runs if r["results"]["family"] == fam and r["results"]["job"] == "finetune"]
         scratch = [r for r in ft if r["results"].get("init") == "scratch"]
         tuned = [r for r in ft if r["results"].get("init") != "scratch"]
@@ -271,16 +284,16 @@ def _curve(run: dict[str, Any], key: str) -> tuple[list[float], list[float], lis
     return tx, ty, vx, [r["val/loss"] for r in val]
 
 
-def plot_pretraining(runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path) -> Path:
+def plot_pretraining(
+    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path, plan: dict[str, Any] | None = None
+) -> Path:
     """One column per family: loss vs tokens read (top) and vs training FLOPs (bottom), unigram floor."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pre = {f: [r for r in runs if r["results"]["family"] == f and r["results"]["job"] == "pretrain"
-               and "lr-tune" not in r["config"]["wandb"]["tags"]] for f in families}
-    pre = {f: rs for f, rs in pre.items() if rs}
+    pre = {f: rs for f in families if (rs := pretrain_runs(runs, f, plan))}
     colors = _family_colors(list(families))
     fig, axes = plt.subplots(2, max(1, len(pre)), figsize=(4.6 * max(1, len(pre)), 7.2), squeeze=False)
     for col, (fam, rs) in enumerate(pre.items()):
@@ -353,7 +366,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     pre_table, ft_table = tables(families, majority, tfidf)
     first_cfg = runs[0]["config"]
     scale = first_cfg.get("size") or "custom"
-    curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png")
+    curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
     scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png")
     md = [f"# famlab comparison: {', '.join(families)}", ""]
     m = first_cfg["model"]

@@ -87,3 +87,18 @@ def test_runs_share_the_group_tokenizer_and_tags(twice):
     assert all({c["model"]["family"], "budget-flops"} <= set(c["wandb"]["tags"]) for c in cfgs)
     ft = json.loads((comp / "gpt-ft-s0" / "results.json").read_text())
     assert set(ft["seeds"]) == {"0", "1"}
+
+
+@pytest.mark.slow
+def test_lr_grid_keeps_the_lr_with_the_lowest_validation_loss(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
+    comp = run_compare(tmp_path, "compare.families=[gpt]", "compare.lr_grid=[1e-4,3e-3]", "compare.seeds=[0]",
+                       "compare.scratch_seeds=[]")
+    plan = json.loads((comp / "plan.json").read_text())["families"]["gpt"]
+    losses = {float(k): v for k, v in plan["lr_grid"].items()}
+    assert plan["lr"] == min(losses, key=losses.get)
+    results = json.loads((comp / "results.json").read_text())["families"]["gpt"]
+    assert results["lr"] == pytest.approx(plan["lr"]) and results["val_loss"] == pytest.approx(min(losses.values()))
+    ft = yaml.safe_load((comp / "gpt-ft-s0" / "config.yaml").read_text())
+    assert ft["init"].endswith(f"gpt-pretrain-s0-lr{plan['lr']:g}")  # fine-tuned from the chosen run

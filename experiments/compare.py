@@ -229,7 +229,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         cfg.data.tokenizer.path = shared
         set_vocab(cfg, bundle.vocab_size)
     if cmp.task_limit:
-        task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv")
+        task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv").resolve()  # report from any cwd
         log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
             f"compare.task_limit={cmp.task_limit})")
         for cfg in cfgs.values():

@@ -158,7 +158,7 @@ def majority_reference(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None) -> dict[str, Any] | None:
+def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list[Path] = ()) -> dict[str, Any] | None:
     """TF-IDF (word 1-2 grams) + logistic regression on the fine-tuning task's train split, scored on its test
     split (the split the fine-tunes are tested on). Cached in ``cache`` keyed by task and split settings."""
     ft = next((r for r in runs if r["results"]["job"] == "finetune"), None)
@@ -166,10 +166,12 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None) -> dict[str,
         return None
     d = ft["config"]["data"]
     key = {k: d.get(k) for k in ("task", "seed", "val_fraction", "test_fraction", "text_column", "label_column")}
-    if cache is not None and cache.is_file():
-        stored = json.loads(cache.read_text(encoding="utf-8"))
-        if stored.get("key") == key:
-            return stored["tfidf"]
+    for path in [p for p in (cache, *stored) if p is not None and p.is_file()]:  # computed earlier: reuse
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("key") == key:
+            if cache is not None and path != cache:
+                cache.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+            return saved["tfidf"]
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -309,6 +311,7 @@ def plot_pretraining(
             if floor is not None and not math.isnan(floor):
                 ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor {floor:.2f}")
             ax.set_xlabel(unit)
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))  # 1e5 tokens / 1e11 FLOPs: no overlap
             ax.set_ylabel("loss (nats per label token)")
             ax.set_title(f"{fam} ({families[fam].get('objective')}): loss vs {short}")
             ax.grid(alpha=0.3)
@@ -361,7 +364,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     families = summarize(runs, plan)
     majority = majority_reference(runs)
-    tfidf = tfidf_reference(runs, out_dir / "reference.json")
+    tfidf = tfidf_reference(runs, out_dir / "reference.json", [d / "reference.json" for d in dirs])
     sig = significance(families)
     pre_table, ft_table = tables(families, majority, tfidf)
     first_cfg = runs[0]["config"]

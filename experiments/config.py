@@ -157,7 +157,7 @@ class CompareConfig:
     pretrain_seeds: list[int] = field(default_factory=lambda: [0])  # pretraining seeds per family
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # fine-tuning seeds per pretrained model
     scratch_seeds: list[int] = field(default_factory=lambda: [0])  # seeds of the no-pretraining baseline
-    lr_grid: list[float] = field(default_factory=list)  # pretraining lrs tried per family first; [] = presets'
+    lr_grid: list[float] = field(default_factory=list)  # effective peak pretraining lrs tried per family; [] = presets
     tolerance: float = 0.02  # allowed relative budget mismatch between families
     task_limit: int | None = None  # fine-tune on a seeded subsample: this many train, a fifth each val/test; None = all
 

@@ -311,6 +311,8 @@ class NonFiniteCallback(pl.Callback):
 
 def reliability_callbacks(cfg: Config, checkpoint_dir: Path) -> list[pl.Callback]:
     """The callbacks every famlab fit gets (RNG states, preemption, non-finite steps)."""
+    if cfg.trainer.max_bad_steps < 1:
+        raise ConfigInputError(f"trainer.max_bad_steps={cfg.trainer.max_bad_steps} must be >= 1")
     return [
         RNGStateCallback(cfg.seed),
         PreemptionCallback(checkpoint_dir),

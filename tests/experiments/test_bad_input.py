@@ -48,7 +48,7 @@ CASES = [
      "data.seq_len=100000 exceeds model.max_seq_len"),
     ("empty corpus", ["pretrain", "gpt", "tiny", "data.corpus={d}/empty.txt", *BASE], "empty corpus"),
     ("binary file", ["pretrain", "gpt", "tiny", "data.corpus={d}/binary.bin", *BASE], "unsupported corpus file type"),
-    ("non-UTF-8 text file", ["pretrain", "gpt", "tiny", "data.corpus={d}/binary.txt", *BASE], "binary.txt"),
+    ("non-UTF-8 text file", ["pretrain", "gpt", "tiny", "data.corpus={d}/binary.txt", *BASE], "no UTF-8 text"),
     ("missing corpus", ["pretrain", "gpt", "tiny", "data.corpus={d}/nope.txt", *BASE], "no such corpus file"),
     ("corpus too small for a batch", ["pretrain", "gpt", "tiny", "data.corpus={d}/tiny.txt", *BASE],
      "fewer than one batch"),

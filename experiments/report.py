@@ -373,8 +373,10 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png")
     md = [f"# famlab comparison: {', '.join(families)}", ""]
     m = first_cfg["model"]
+    per_family = {r["results"]["family"]: r["config"]["data"]["batch_size"] for r in runs}
+    batches = " / ".join(f"{f} {b}" for f, b in per_family.items())  # size presets may set it per family
     md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
-              f"seq_len {first_cfg['data']['seq_len']}, batch {first_cfg['data']['batch_size']}, "
+              f"seq_len {first_cfg['data']['seq_len']}, pretraining batch {batches}, "
               f"corpus `{first_cfg['data']['corpus']}`, task `{first_cfg['data']['task']}`).")
     if plan:
         spread = plan["achieved_spread"]

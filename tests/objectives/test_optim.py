@@ -42,7 +42,7 @@ def test_scheduler_steps_per_optimizer_step(tiny_net):
     config = configure_adamw(decay_groups(net, 0.1) + decay_groups(head, 0.1, lr=5e-3), s)
     assert config["lr_scheduler"]["interval"] == "step"
     optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
-    assert optimizer.defaults["fused"] is False  # auto: parameters are on the CPU
+    assert optimizer.defaults["fused"] is True  # auto: float parameters on the CPU have the fused kernel
     for step in range(5):
         lrs = [g["lr"] for g in optimizer.param_groups]
         assert lrs[0] == pytest.approx(1e-3 * lr_factor(step, s))
@@ -57,3 +57,21 @@ def test_scheduler_steps_per_optimizer_step(tiny_net):
 def test_bad_settings(kwargs, key):
     with pytest.raises(ObjectiveError, match=key):
         OptimSettings(**kwargs)
+
+
+def test_auto_fused_adamw_matches_the_foreach_update():
+    """The automatic fused kernel takes the same AdamW step as the reference foreach implementation."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    s = OptimSettings(lr=1e-2, warmup_steps=0, max_steps=10)
+    fused = configure_adamw(decay_groups(a, 0.1), s)["optimizer"]
+    ref = torch.optim.AdamW(decay_groups(b, 0.1), lr=1e-2, betas=s.betas, eps=s.eps, foreach=True)
+    x = torch.randn(16, 8)
+    for _ in range(3):
+        for net, opt in ((a, fused), (b, ref)):
+            opt.zero_grad()
+            net(x).square().mean().backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

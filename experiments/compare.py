@@ -114,9 +114,11 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, An
         median = ordered[len(ordered) // 2]
         target = base.trainer.max_steps * median
         steps = match_steps(per_step, target, tol, match)
+        checks = max(1, round(base.trainer.max_steps / base.trainer.val_check_interval))
         for family, cfg in cfgs.items():
             cfg.trainer.max_steps = steps[family]
             cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, max(1, steps[family] // 5))
+            cfg.trainer.val_check_interval = _divisor_near(steps[family], steps[family] / checks)
         plan["target"] = target
         plan["reference"] = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost family"
     for family, cfg in cfgs.items():
@@ -173,6 +175,15 @@ def subsample_task(cfg: Config, limit: int, path: Path) -> Path:
         for split, e in rows:
             w.writerow([e.text, e.text_pair or "", task.labels[e.label], split])
     return path
+
+
+def _divisor_near(n: int, want: float) -> int:
+    """The divisor of ``n`` closest to ``want`` (log scale): validating every that many steps ends on the last
+    step, so each family's final validation loss is measured at the end of its budget."""
+    import math
+
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: (abs(math.log(d / want)), -d))
 
 
 def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[str, Any]:

@@ -74,6 +74,12 @@ def test_flops_budget_is_matched_within_two_percent(twice):
     logged = {json.loads((twice[0] / f"{f}-pretrain-s0" / "results.json").read_text())["budget"]["flops"]
               for f in flops}
     assert logged == set(flops.values())  # what the runs logged as budget/flops is the plan
+    from experiments.report import read_metrics
+
+    for family, p in plan["families"].items():  # the last validation is at the end of each family's budget
+        rows = read_metrics(twice[0] / f"{family}-pretrain-s0" / "metrics.csv")
+        val_steps = [r["step"] for r in rows if "val/loss" in r]
+        assert val_steps[-1] == p["steps"] - 1, (family, val_steps)
 
 
 @pytest.mark.slow

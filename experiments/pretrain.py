@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Any
 
+import torch
+
 from experiments.compose import compose
 from experiments.config import Config
 from experiments.reliability import PREEMPTED_EXIT, NonFiniteError, Preempted, resolve_resume, resume_hint
@@ -46,7 +48,6 @@ def optim_settings(cfg: Config, max_steps: int) -> Any:
 
 def unigram_log_probs(counts: Any) -> Any:
     """``(V,)`` log-probabilities of the training split's unigram model (add-one smoothed, so finite)."""
-    import torch
 
     counts = torch.as_tensor(counts, dtype=torch.float64) + 1.0
     return (counts / counts.sum()).log().float()
@@ -55,7 +56,6 @@ def unigram_log_probs(counts: Any) -> Any:
 def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     """Run one pretraining job; returns the results written to ``results.json``."""
     import lightning as L
-    import torch
 
     from datamodules import PretrainDataModule, load_corpus
     from families import build_network
@@ -96,9 +96,14 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     from experiments.budget import step_cost  # budget/flops x-axis: FLOPs of one micro-batch (families.flops)
 
     flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops
+    from experiments.bench import peak_flops  # perf/mfu: a datasheet peak on GPU, a measured fp32 matmul on CPU
+
+    use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3)
     module = PretrainModule(
         net, objective, optim_settings(cfg, cfg.trainer.max_steps),
         unigram_log_probs=unigram_log_probs(dm.train_token_counts()), flops_per_step=flops_per_step,
+        peak_flops=peak if peak == peak else None,  # NaN: a GPU with no datasheet entry -> no perf/mfu
     )
     module = maybe_compile(cfg, module)
     num_params = sum(p.numel() for p in net.parameters())

@@ -53,6 +53,21 @@ def unigram_log_probs(counts: Any) -> Any:
     return (counts / counts.sum()).log().float()
 
 
+def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: dict[str, Any]) -> dict[str, Any]:
+    """Validation loss at 1x, 2x and 4x the training length (issue 8), for the report and sweep summaries.
+
+    `None` with a reason where the position scheme cannot reach that length (learned / sinusoidal positions
+    beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.
+    """
+    from objectives.evaluation import length_extrapolation
+
+    points = length_extrapolation(
+        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=cfg.objective.name,
+        train_seq_len=cfg.data.seq_len, max_tokens=16_384, seed=cfg.data.seed, **settings,
+    )
+    return {f"{p.multiple}x": {"seq_len": p.seq_len, "loss": p.loss, "reason": p.reason} for p in points}
+
+
 def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     """Run one pretraining job; returns the results written to ``results.json``."""
     import lightning as L
@@ -71,12 +86,12 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     set_vocab(cfg, bundle.vocab_size)
     ids = token_ids(bundle)
     o = cfg.objective
-    objective = make_objective(
-        o.name, ids, seq_len=cfg.data.seq_len, mask_rate=o.mask_rate, noise_density=o.noise_density,
-        mean_span=o.mean_span, family=cfg.model.family.value, prefix_fraction=o.prefix_fraction,
+    settings = dict(
+        mask_rate=o.mask_rate, noise_density=o.noise_density, mean_span=o.mean_span, prefix_fraction=o.prefix_fraction,
         ul2_rates=tuple(o.ul2_rates), ul2_x_density=o.ul2_x_density, ul2_x_mean_span=o.ul2_x_mean_span,
         span_p=o.span_p, max_span=o.max_span,
     )
+    objective = make_objective(o.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value, **settings)
     dm = PretrainDataModule(
         corpus,
         bundle,
@@ -150,6 +165,7 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
     }
     if trainer.is_global_zero:
+        results["length_extrapolation"] = length_points(module.net, dm.val_tokens, ids, cfg, settings)
         write_json(run_dir / "results.json", results)
     close_wandb(loggers)
     return results

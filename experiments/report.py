@@ -139,6 +139,9 @@ def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[s
                 "tokens_per_s": statistics.fmean(_throughput(r["metrics"]) for r in pre),
                 "wall_s": statistics.fmean(r["results"]["wall_s"] for r in pre),
             })
+            for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
+                losses = [(r["results"].get("length_extrapolation", {}).get(k) or {}).get("loss") for r in pre]
+                row[f"loss_{k}"] = statistics.fmean(losses) if losses and None not in losses else None
             scores = [r["eval"]["byte_score"] for r in pre if "eval" in r]
             if scores:
                 row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
@@ -241,7 +244,7 @@ def _ms(t: tuple[float, float, int] | None) -> str:
 def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tuple[str, str]:
     """(pretraining table, fine-tuning table) in Markdown."""
     head = ("| family | objective | params | non-emb params | steps | corpus tokens | FLOPs | val loss | val ppl | "
-            "unigram floor | bits/byte | BERT PLL bits/byte | lr | tokens/s | wall s |")
+            "unigram floor | val loss 2x / 4x length | bits/byte | BERT PLL bits/byte | lr | tokens/s | wall s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for f, r in families.items():
         if "val_loss" not in r:
@@ -249,7 +252,8 @@ def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tu
         lines.append("| " + " | ".join([
             f, str(r["objective"]), _fmt(r["params"]), _fmt(r["non_embedding_params"]), str(r["steps"]),
             _fmt(r["corpus_tokens"]), f"{r['flops']:.3e}" if r["flops"] else "-", _fmt(r["val_loss"]),
-            _fmt(r["val_ppl"], 1), _fmt(r["unigram_loss"]), _fmt(r.get("bits_per_byte")),
+            _fmt(r["val_ppl"], 1), _fmt(r["unigram_loss"]), f"{_fmt(r.get('loss_2x'))} / {_fmt(r.get('loss_4x'))}",
+            _fmt(r.get("bits_per_byte")),
             _fmt(r.get("pll_bits_per_byte")), f"{r['lr']:.2g}", _fmt(r["tokens_per_s"], 0), _fmt(r["wall_s"], 1),
         ]) + " |")
     pre = "\n".join(lines)

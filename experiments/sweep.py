@@ -159,6 +159,14 @@ def run_trial(cmd: list[str], log_path: Path) -> int:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
 
 
+def length_cell(run_dir: Path) -> str:
+    """`2x / 4x` validation losses from a pretraining run's results.json ('-' where undefined or absent)."""
+    path = run_dir / "results.json"
+    points = json.loads(path.read_text()).get("length_extrapolation", {}) if path.exists() else {}
+    vals = [(points.get(k) or {}).get("loss") for k in ("2x", "4x")]
+    return " / ".join("-" if v is None else f"{v:.3f}" for v in vals)
+
+
 def summarize(sweep_dir: Path, trials: list[dict[str, Any]], metric: str) -> str:
     """Markdown table: trial, parameters, exit status, the sweep metric (final and min from metrics.csv)."""
     from experiments.report import read_metrics
@@ -166,15 +174,16 @@ def summarize(sweep_dir: Path, trials: list[dict[str, Any]], metric: str) -> str
     names = sorted({k for t in trials for k in t["params"]})
     varying = [n for n in names if len({json.dumps(t["params"].get(n), default=str) for t in trials}) > 1]
     names = varying or names  # constants are in results.json / sweep.yaml; the table shows what changed
-    lines = ["| trial | " + " | ".join(names) + f" | status | final {metric} | min {metric} |",
-             "|" + "---|" * (len(names) + 4)]
+    lines = ["| trial | " + " | ".join(names) + f" | status | final {metric} | min {metric} | "
+             "val loss at 2x / 4x length |", "|" + "---|" * (len(names) + 5)]
     for t in trials:
         rows = read_metrics(Path(t["run_dir"]) / "metrics.csv")
         vals = [r[metric] for r in rows if metric in r]
         t["final"], t["min"] = (vals[-1], min(vals)) if vals else (None, None)
         cells = [str(t["params"].get(n, "")) for n in names]
         fmt = [f"{v:.4f}" if v is not None else "-" for v in (t["final"], t["min"])]
-        lines.append(f"| {t['name']} | " + " | ".join(cells) + f" | {t['status']} | {fmt[0]} | {fmt[1]} |")
+        lines.append(f"| {t['name']} | " + " | ".join(cells) + f" | {t['status']} | {fmt[0]} | {fmt[1]} | "
+                     f"{length_cell(Path(t['run_dir']))} |")
     return "\n".join(lines)
 
 

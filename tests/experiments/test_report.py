@@ -51,6 +51,13 @@ def test_report_is_rebuilt_from_the_run_directories(compared, capsys):
         accs = [s["test/acc"] for s in ft["seeds"].values()]
         assert row["finetune"]["test/acc"] == pytest.approx([statistics.fmean(accs), statistics.stdev(accs), 2])
     assert "pll_bits_per_byte" in after["families"]["bert"] and "bits_per_byte" in after["families"]["gpt"]
+    for family in ("gpt", "bert"):  # length extrapolation from each pretraining run, in the report row
+        pre = json.loads((compared / f"{family}-pretrain-s0" / "results.json").read_text())
+        assert pre["length_extrapolation"]["1x"]["loss"] == pytest.approx(pre["final"]["val/loss"], rel=0.05)
+        for k in ("2x", "4x"):
+            point = pre["length_extrapolation"][k]
+            assert (point["loss"] is None) == (point["reason"] is not None)
+            assert after["families"][family][f"loss_{k}"] == point["loss"]
     assert after["reference"]["majority"]["test/acc"] > 0 and after["reference"]["tfidf"]["test/acc"] > 0
     for png in ("pretrain_curves.png", "finetune_scores.png"):
         data = (compared / png).read_bytes()

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,6 @@ def test_a_pos_x_family_sweep_runs_end_to_end(tmp_path, monkeypatch, capsys):
         assert cfg["model"]["pos"] == t["params"]["model.pos"] and cfg["wandb"]["group"] == "sweep-s"
         assert t["status"] == "ok" and t["final"] > 0
     assert (sweep_dir / "report.md").read_text().count("| trial-") == 4
+    # rope / alibi reach any length: every trial reports its validation loss at 2x and 4x the training length
+    rows = [line for line in (sweep_dir / "report.md").read_text().splitlines() if line.startswith("| trial-")]
+    assert all(re.search(r"\| \d+\.\d{3} / \d+\.\d{3} \|$", row) for row in rows), rows

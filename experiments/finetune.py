@@ -112,6 +112,9 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     if not presets and size and (PRESET_DIR / f"{size}.yaml").is_file():
         presets = [size]  # the run's size preset brings its fine-tuning budget and batch size along
     composed = compose(presets, overrides, family=run_model["family"])
+    if composed.cfg.model.family.value != run_model["family"]:  # a family preset / override names another family
+        raise ConfigInputError(f"init={init_value} is a {run_model['family']} model; "
+                               f"model.family={composed.cfg.model.family.value} contradicts it")
     try:
         loaded = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), run_model))
     except ValueError as e:

@@ -10,7 +10,14 @@ import torch
 
 from experiments.compose import compose
 from experiments.config import Config
-from experiments.reliability import PREEMPTED_EXIT, NonFiniteError, Preempted, resolve_resume, resume_hint
+from experiments.reliability import (
+    PREEMPTED_EXIT,
+    NonFiniteError,
+    Preempted,
+    check_checkpoint_matches,
+    resolve_resume,
+    resume_hint,
+)
 from experiments.run import (
     cache_dir,
     close_wandb,
@@ -136,6 +143,8 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
         limit_val_batches=cfg.trainer.limit_val_batches,
     )
     ckpt_path = resolve_resume(cfg, run_dir / "checkpoints")
+    if ckpt_path is not None:
+        check_checkpoint_matches(ckpt_path, module)
     setup_s = time.time() - started
     first: dict[str, float] = {}
     if cfg.trainer.validate_first and ckpt_path is None:

@@ -375,6 +375,22 @@ def resolve_resume(cfg: Config, checkpoint_dir: Path) -> str | None:
     return str(path)
 
 
+def check_checkpoint_matches(path: str, module: Any, key: str = "resume") -> None:
+    """Refuse a checkpoint whose parameters are not this module's (another family or size) with one line,
+    instead of Lightning's wall of missing / unexpected keys from deep inside ``load_state_dict``."""
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("state_dict", {})
+    ours = module.state_dict()
+    missing, unexpected = sorted(set(ours) - set(state)), sorted(set(state) - set(ours))
+    wrong = sorted(k for k in set(ours) & set(state) if tuple(ours[k].shape) != tuple(state[k].shape))
+    if missing or unexpected or wrong:
+        example = (missing or unexpected or wrong)[0]
+        raise ConfigInputError(
+            f"{key}={path} does not fit this model (model.family={module.net.config.family.value}): "
+            f"{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong)} differently shaped tensors, "
+            f"e.g. {example!r}; is it a checkpoint of another family or size?"
+        )
+
+
 def resume_hint(cfg: Config, run_dir: Path, job: str = "pretrain") -> str:
     """The command line that resumes this run."""
     args = " ".join(a for a in sys.argv[1:] if not a.startswith(("run_dir=", "resume=")))

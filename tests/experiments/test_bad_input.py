@@ -99,3 +99,29 @@ def test_bad_input_in_a_real_process(args, fragment):
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert "Traceback" not in done.stderr and len(lines) == 1 and fragment in lines[0], done.stderr[-1000:]
+
+
+@pytest.fixture(scope="module")
+def gpt_run(files):
+    """A real 2-step GPT pretraining run to misuse below."""
+    run_dir = files / "gpt-run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAMLAB_CACHE", str(files / "cache"))
+        assert cli.main(["pretrain", "gpt", "tiny", f"data.corpus={files}/corpus.txt", f"run_dir={run_dir}",
+                         "trainer.val_check_interval=2", *BASE]) == 0
+    return run_dir
+
+
+@pytest.mark.slow
+def test_checkpoint_of_another_family_is_refused(files, gpt_run, capsys, monkeypatch):
+    """Resuming a BERT pretrain from a GPT checkpoint, or naming t5 for a GPT run's fine-tune: exit 2, one line."""
+    monkeypatch.setenv("FAMLAB_CACHE", str(files / "cache"))
+    capsys.readouterr()
+    ckpt = gpt_run / "checkpoints" / "last.ckpt"
+    assert cli.main(["pretrain", "bert", "tiny", f"data.corpus={files}/corpus.txt", f"resume={ckpt}",
+                     f"run_dir={files}/bert-from-gpt", *BASE]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("famlab:")]
+    assert len(err) == 1 and f"resume={ckpt} does not fit this model (model.family=bert)" in err[0], err
+    assert cli.main(["finetune", "t5", f"init={gpt_run}", f"data.task={files}/nolabel.csv"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("famlab:")]
+    assert len(err) == 1 and f"init={gpt_run} is a gpt model; model.family=t5 contradicts it" in err[0], err

@@ -235,6 +235,10 @@ class PreemptionCallback(pl.Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         if self.saved is not None:
             self._restore()
+            # Flush metrics.csv now: under DDP the teardown that would write it races with the other ranks'
+            # exit, and a lost first segment leaves the resumed run's metrics.csv without its early steps.
+            for logger in trainer.loggers:
+                logger.save()
             raise Preempted(*self.saved)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

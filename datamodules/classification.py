@@ -8,7 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from datamodules.sampler import PositionTrackingLoader, ResumableSampler
+from datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin
 from datamodules.tasks import Example, Task
 from datamodules.tokenizer import TokenizerBundle
 
@@ -26,7 +26,7 @@ def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[
     return [{"input_ids": a, "pair_ids": b, "label": ex.label} for a, b, ex in zip(ids, pairs, examples, strict=True)]
 
 
-class ClassificationDataModule(pl.LightningDataModule):
+class ClassificationDataModule(SamplerStateMixin, pl.LightningDataModule):
     """Train / val / test loaders of a ``Task``.
 
     Training order comes from a ``ResumableSampler`` (shuffled per epoch from ``seed``, position
@@ -57,7 +57,7 @@ class ClassificationDataModule(pl.LightningDataModule):
         self.seed, self.num_workers = seed, num_workers
         self.items: dict[str, list[dict[str, Any]]] | None = None
         self._train_sampler: ResumableSampler | None = None
-        self._pending_state: dict[str, Any] | None = None
+        self._pending_state: dict[str, Any] | None = None  # see SamplerStateMixin
 
     @property
     def num_classes(self) -> int:
@@ -71,10 +71,7 @@ class ClassificationDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         self.setup()
         data = self.items["train"]
-        self._train_sampler = ResumableSampler(len(data), shuffle=True, seed=self.seed, drop_last=True)
-        if self._pending_state is not None:
-            self._train_sampler.load_state_dict(self._pending_state)
-            self._pending_state = None
+        self._new_train_sampler(ResumableSampler(len(data), shuffle=True, seed=self.seed, drop_last=True))
         return PositionTrackingLoader(data, batch_size=self.batch_size, sampler=self._train_sampler,
                                        collate_fn=self.collate_fn, num_workers=self.num_workers)
 
@@ -91,16 +88,3 @@ class ClassificationDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
 
-    def state_dict(self) -> dict[str, Any]:
-        if self._train_sampler is not None:
-            return {"train_sampler": self._train_sampler.state_dict()}
-        return {"train_sampler": self._pending_state} if self._pending_state else {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        sampler_state = state.get("train_sampler")
-        if not sampler_state:
-            return
-        if self._train_sampler is not None:
-            self._train_sampler.load_state_dict(sampler_state)
-        else:
-            self._pending_state = dict(sampler_state)

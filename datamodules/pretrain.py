@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from datamodules.corpus import Corpus
 from datamodules.errors import DataError
-from datamodules.sampler import PositionTrackingLoader, ResumableSampler, dist_rank_world
+from datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin, dist_rank_world
 from datamodules.tokenizer import TokenizerBundle
 
 ENCODE_CHUNK = 8192  # documents per encode_batch call: bounds memory, keeps Rust-side parallelism
@@ -94,7 +94,7 @@ class BlockDataset(Dataset):
         return torch.from_numpy(np.asarray(self.tokens[lo : lo + self.block_len], dtype=np.int64))  # (block_len,)
 
 
-class PretrainDataModule(pl.LightningDataModule):
+class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
     """Packed blocks of a corpus for any pretraining objective.
 
     Args:
@@ -139,7 +139,7 @@ class PretrainDataModule(pl.LightningDataModule):
         self.train_tokens: np.ndarray | None = None
         self.val_tokens: np.ndarray | None = None
         self._train_sampler: ResumableSampler | None = None
-        self._pending_state: dict[str, Any] | None = None
+        self._pending_state: dict[str, Any] | None = None  # see SamplerStateMixin
         self._counts: np.ndarray | None = None
 
     # -- files -----------------------------------------------------------------------------------
@@ -204,10 +204,7 @@ class PretrainDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         self.setup()
         dataset = BlockDataset(self.train_tokens, self.block_len)
-        self._train_sampler = ResumableSampler(len(dataset), shuffle=self.shuffle, seed=self.seed, drop_last=True)
-        if self._pending_state is not None:
-            self._train_sampler.load_state_dict(self._pending_state)
-            self._pending_state = None
+        self._new_train_sampler(ResumableSampler(len(dataset), shuffle=self.shuffle, seed=self.seed, drop_last=True))
         return PositionTrackingLoader(
             dataset, batch_size=self.batch_size, sampler=self._train_sampler, collate_fn=self.collate_fn,
             num_workers=self.num_workers, drop_last=True, persistent_workers=False,
@@ -222,18 +219,3 @@ class PretrainDataModule(pl.LightningDataModule):
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler,
                           collate_fn=SeededCollate(self.collate_fn, self.seed), num_workers=self.num_workers)
 
-    # -- resume ----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The training sampler's (seed, epoch, position), saved in Lightning checkpoints."""
-        if self._train_sampler is not None:
-            return {"train_sampler": self._train_sampler.state_dict()}
-        return {"train_sampler": self._pending_state} if self._pending_state else {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        sampler_state = state.get("train_sampler")
-        if not sampler_state:
-            return
-        if self._train_sampler is not None:
-            self._train_sampler.load_state_dict(sampler_state)
-        else:
-            self._pending_state = dict(sampler_state)  # applied when the train loader is built

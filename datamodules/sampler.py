@@ -141,3 +141,37 @@ class PositionTrackingLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state)  # type: ignore[union-attr]
+
+
+class SamplerStateMixin:
+    """``state_dict`` / ``load_state_dict`` of a DataModule whose train loader uses a ``ResumableSampler``.
+
+    Lightning restores DataModule state before the train loader exists, so a state that arrives early is kept
+    in ``_pending_state`` and applied when the loader builds its sampler (``_new_train_sampler``).
+    """
+
+    _train_sampler: ResumableSampler | None = None
+    _pending_state: dict[str, Any] | None = None
+
+    def _new_train_sampler(self, sampler: ResumableSampler) -> ResumableSampler:
+        """Adopt ``sampler`` as the train sampler, applying a state restored before it existed."""
+        self._train_sampler = sampler
+        if self._pending_state is not None:
+            sampler.load_state_dict(self._pending_state)
+            self._pending_state = None
+        return sampler
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training sampler's (seed, epoch, position), saved in Lightning checkpoints."""
+        if self._train_sampler is not None:
+            return {"train_sampler": self._train_sampler.state_dict()}
+        return {"train_sampler": self._pending_state} if self._pending_state else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        sampler_state = state.get("train_sampler")
+        if not sampler_state:
+            return
+        if self._train_sampler is not None:
+            self._train_sampler.load_state_dict(sampler_state)
+        else:
+            self._pending_state = dict(sampler_state)  # applied when the train loader is built

@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import math
 import statistics
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -348,21 +347,14 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab finetune [presets...] init=<...> [key=value...]``."""
-    from experiments.reliability import PREEMPTED_EXIT, NonFiniteError, Preempted, resume_hint
+    from experiments.reliability import NonFiniteError, Preempted, stop_exit_code
     from experiments.run import env_rank
 
     cfg, init = compose_finetune(presets, overrides)
     try:
         r = finetune(cfg, init)
-    except Preempted as e:
-        if env_rank() != 0:
-            return 0  # a DDP worker: rank 0 reports
-        print(f"famlab: preempted at step {e.step}; checkpoint {e.checkpoint}. Fine-tuning restarts from its "
-              f"init; rerun with: {resume_hint(cfg, e.checkpoint.parent.parent, 'finetune')}", file=sys.stderr)
-        return PREEMPTED_EXIT
-    except NonFiniteError as e:
-        print(f"famlab: {e}", file=sys.stderr)
-        return 1
+    except (Preempted, NonFiniteError) as e:
+        return stop_exit_code(e, cfg, "finetune")
     if env_rank() != 0:
         return 0
     m, s, b = r["mean"], r["std"], r["majority"]

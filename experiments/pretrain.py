@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -11,12 +10,11 @@ import torch
 from experiments.compose import compose
 from experiments.config import Config
 from experiments.reliability import (
-    PREEMPTED_EXIT,
     NonFiniteError,
     Preempted,
     check_checkpoint_matches,
     resolve_resume,
-    resume_hint,
+    stop_exit_code,
 )
 from experiments.run import (
     cache_dir,
@@ -185,15 +183,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     cfg = compose(presets, overrides).cfg
     try:
         results = pretrain(cfg)
-    except Preempted as e:
-        if env_rank() != 0:
-            return 0  # a DDP worker: a non-zero exit would make Lightning's launcher kill rank 0 mid-message
-        print(f"famlab: preempted at step {e.step}; checkpoint {e.checkpoint}. Resume with: "
-              f"{resume_hint(cfg, e.checkpoint.parent.parent)}", file=sys.stderr)
-        return PREEMPTED_EXIT
-    except NonFiniteError as e:
-        print(f"famlab: {e}", file=sys.stderr)
-        return 1
+    except (Preempted, NonFiniteError) as e:
+        return stop_exit_code(e, cfg, "pretrain")
     if env_rank() != 0:
         return 0  # rank 0 reports
     first, final = results["first"].get("val/loss"), results["final"].get("val/loss")

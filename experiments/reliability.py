@@ -395,6 +395,27 @@ def check_checkpoint_matches(path: str, module: Any, key: str = "resume") -> Non
         )
 
 
+def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
+    """Report a preempted or non-finite stop on stderr and return the CLI's exit status for it.
+
+    Preempted: `PREEMPTED_EXIT` on rank 0 with the command that resumes (fine-tuning reruns from its init);
+    other DDP ranks return 0, since a non-zero exit would make Lightning's launcher kill rank 0 mid-message.
+    Non-finite stop: 1.
+    """
+    from experiments.run import env_rank
+
+    if isinstance(e, NonFiniteError):
+        print(f"famlab: {e}", file=sys.stderr)
+        return 1
+    assert isinstance(e, Preempted)
+    if env_rank() != 0:
+        return 0
+    how = "Resume with" if job == "pretrain" else "Fine-tuning restarts from its init; rerun with"
+    print(f"famlab: preempted at step {e.step}; checkpoint {e.checkpoint}. "
+          f"{how}: {resume_hint(cfg, e.checkpoint.parent.parent, job)}", file=sys.stderr)
+    return PREEMPTED_EXIT
+
+
 def resume_hint(cfg: Config, run_dir: Path, job: str = "pretrain") -> str:
     """The command line that resumes this run."""
     args = " ".join(a for a in sys.argv[1:] if not a.startswith(("run_dir=", "resume=")))

@@ -2,12 +2,18 @@
 
 Steps (each run is a run directory inside ``runs/compare-<name>-<ts>/``, all in one W&B group):
 1. one tokenizer for every family, trained once on the corpus (cached), its path passed to each run;
-2. budget plan (``compare.match``, :mod:`experiments.budget`): steps or sizes per family;
-3. optional ``compare.lr_grid``: the pretraining lr per family with the lowest final validation loss;
-4. per family and ``compare.pretrain_seeds``: pretrain, then bits per byte on validation documents;
+2. budget plan (``compare.match``, :mod:`experiments.budget`): steps or sizes per arm;
+3. optional ``compare.lr_grid``: the pretraining lr per arm with the lowest final validation loss;
+4. per arm and ``compare.pretrain_seeds``: pretrain, then bits per byte on validation documents;
 5. per pretrained model: fine-tune on ``data.task`` for ``compare.seeds``; per family the scratch baseline
-   for ``compare.scratch_seeds``;
+   for ``compare.scratch_seeds`` (it does not depend on the pretraining objective);
 6. :func:`experiments.report.build_report` writes ``report.md``, PNG plots and ``results.json``.
+
+An *arm* is one (family, objective) pair. With ``compare.objectives=[]`` there is one arm per family, named
+after the family, with its preset's objective. ``compare.objectives=[span,prefix_lm,gpt:ul2]`` crosses
+objectives with families (the T5 paper's Table 2 layout): a bare objective is given to every family in
+``compare.families`` that can train it, ``family:objective`` to that family only; arms are then named
+``<family>-<objective>`` (run directories ``<arm>-pretrain-s0``, ``<arm>-ft-s0``).
 
 With no size preset the bundled default is ``tiny`` plus :data:`TINY_DEFAULTS` (a budget that finishes in
 minutes on 2 CPU cores); ``famlab compare small`` is the serious single-GPU setting.
@@ -54,7 +60,10 @@ def log(message: str) -> None:
 
 
 def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[str, Config]]:
-    """The comparison's own config (first family) and one composed config per ``compare.families``."""
+    """The comparison's own config (first family) and one composed config per arm, keyed by arm name.
+
+    Arms come from ``compare.families`` x ``compare.objectives`` (:func:`expand_arms`), in family order.
+    """
     presets = list(presets)
     if not any(p in SIZES for p in presets):
         presets = ["tiny", *presets]
@@ -66,17 +75,81 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
     families = list(base.compare.families)
     if not families or len(set(families)) != len(families):
         raise ConfigInputError(f"compare.families={families} must name distinct families")
-    cfgs = {}
     for family in families:
         if family not in ("bert", "gpt", "t5"):
             raise ConfigInputError(f"compare.families: {family!r} is not one of: bert, gpt, t5")
-        # objective.name follows each family's preset unless the user fixed it
-        cfgs[family] = compose([family, *family_free], [*defaults, *overrides]).cfg
+    pairs, kept = expand_arms(families, list(base.compare.objectives))
+    if kept:
+        log(f"compare.objectives gives no objective to {', '.join(kept)}: kept the preset objective")
+    cfgs = {}
+    for family, objective in pairs:
+        # objective.name follows each family's preset unless the user fixed it or compare.objectives names one
+        chosen = [f"objective.name={objective}"] if objective else []
+        cfg = compose([family, *family_free], [*defaults, *overrides, *chosen]).cfg
+        cfgs[arm_name(family, cfg.objective.name, bool(base.compare.objectives))] = cfg
     if not base.compare.seeds and not base.compare.scratch_seeds:
         raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
     if not base.compare.pretrain_seeds:
         raise ConfigInputError("compare.pretrain_seeds=[] must name at least one seed")
     return base, cfgs
+
+
+def arm_name(family: str, objective: str, crossed: bool) -> str:
+    """``<family>`` when the comparison has one preset arm per family, else ``<family>-<objective>``."""
+    return f"{family}-{objective}" if crossed else family
+
+
+def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """The (family, objective) arms of ``compare.objectives``, family-major in ``compare.families`` order.
+
+    Args:
+        families: ``compare.families`` (already checked: distinct, each bert / gpt / t5).
+        objectives: ``compare.objectives`` entries: ``objective`` (every family that can train it) or
+            ``family:objective`` (that family only); ``[]`` = one arm per family with its preset objective.
+
+    Returns:
+        (arms as (family, objective) with objective None = the family's preset, families that got no objective
+        from the list and so keep their preset).
+
+    Raises:
+        ConfigInputError: one line naming ``compare.objectives`` and listing the valid pairs, for an
+            unparsable entry, an unknown objective, one no family in ``compare.families`` can train, an
+            invalid or foreign ``family:objective``, or a duplicate.
+    """
+    from objectives.pairs import OBJECTIVES, valid_pairs
+
+    if not objectives:
+        return [(f, None) for f in families], []
+    known = {o for names in OBJECTIVES.values() for o in names}
+
+    def fail(problem: str) -> ConfigInputError:
+        return ConfigInputError(f"compare.objectives: {problem}; valid pairs: {valid_pairs()}")
+
+    chosen: dict[str, list[str]] = {f: [] for f in families}
+    seen: dict[tuple[str, str], str] = {}
+    for entry in objectives:
+        entry = str(entry).strip()
+        family, sep, objective = entry.rpartition(":")
+        if not objective or (sep and not family) or ":" in family:
+            raise fail(f"cannot parse {entry!r} (expected objective or family:objective)")
+        if objective not in known:
+            raise fail(f"{objective!r} is not an objective")
+        if sep and family not in families:
+            raise fail(f"{entry!r} names {family!r}, which is not in compare.families={families}")
+        if sep and objective not in OBJECTIVES[family]:
+            raise fail(f"{entry!r} is not a valid pair")
+        targets = [family] if sep else [f for f in families if objective in OBJECTIVES[f]]
+        if not targets:
+            raise fail(f"no family in compare.families={families} can train {objective!r}")
+        for f in targets:
+            if (f, objective) in seen:
+                raise fail(f"{entry!r} repeats {f}:{objective} (already from {seen[f, objective]!r})")
+            seen[f, objective] = entry
+            chosen[f].append(objective)
+    arms: list[tuple[str, str | None]] = []
+    for f in families:
+        arms += [(f, o) for o in chosen[f]] or [(f, None)]
+    return arms, [f for f in families if not chosen[f]]
 
 
 def make_objective_for(cfg: Config, ids: Any) -> Any:
@@ -93,21 +166,27 @@ def make_objective_for(cfg: Config, ids: Any) -> Any:
 
 
 def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, Any]:
-    """Match the budget across families in place (steps or sizes); returns what the report states."""
+    """Match the budget across arms in place (steps or sizes); returns what the report states.
+
+    ``cfgs`` maps arm names to configs (:func:`compose_all`). ``plan["families"]`` is keyed by arm name (the
+    key keeps its historical name: with ``compare.objectives=[]`` the arms are the families); each entry
+    names its ``family`` and ``objective``. FLOPs and corpus tokens per step come from each arm's own
+    objective batch shape, so arms of one family with different objectives get different step counts.
+    """
     match, tol = base.compare.match.value, base.compare.tolerance
     plan: dict[str, Any] = {"match": match, "tolerance": tol, "families": {}}
     if match == "params":
-        ref_family = next(iter(cfgs))
-        target = count_params(cfgs[ref_family].model)[1]
-        for family, cfg in cfgs.items():
-            if family != ref_family:
+        ref_arm = next(iter(cfgs))
+        target = count_params(cfgs[ref_arm].model)[1]
+        for arm, cfg in cfgs.items():
+            if arm != ref_arm:
                 cfg.model, _ = solve_params(cfg.model, target)
         plan["target_non_embedding_params"] = target
-        plan["reference"] = f"{ref_family} at its preset size (non-embedding parameters)"
+        plan["reference"] = f"{ref_arm} at its preset size (non-embedding parameters)"
     costs = {}
-    for family, cfg in cfgs.items():
+    for arm, cfg in cfgs.items():
         acc = cfg.trainer.accumulate_grad_batches
-        costs[family] = step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size, acc)
+        costs[arm] = step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size, acc)
     if match in ("flops", "tokens"):
         per_step = {f: (c.flops if match == "flops" else c.corpus_tokens) for f, c in costs.items()}
         ordered = sorted(per_step.values())
@@ -115,16 +194,19 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, An
         target = base.trainer.max_steps * median
         steps = match_steps(per_step, target, tol, match)
         checks = max(1, round(base.trainer.max_steps / base.trainer.val_check_interval))
-        for family, cfg in cfgs.items():
-            cfg.trainer.max_steps = steps[family]
-            cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, max(1, steps[family] // 5))
-            cfg.trainer.val_check_interval = _divisor_near(steps[family], steps[family] / checks)
+        for arm, cfg in cfgs.items():
+            cfg.trainer.max_steps = steps[arm]
+            cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, max(1, steps[arm] // 5))
+            cfg.trainer.val_check_interval = _divisor_near(steps[arm], steps[arm] / checks)
         plan["target"] = target
-        plan["reference"] = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost family"
-    for family, cfg in cfgs.items():
+        plan["reference"] = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost " + (
+            "arm" if base.compare.objectives else "family")
+    for arm, cfg in cfgs.items():
         total, non_emb = count_params(cfg.model)
-        c = costs[family]
-        plan["families"][family] = {
+        c = costs[arm]
+        plan["families"][arm] = {
+            "family": cfg.model.family.value,
+            "objective": cfg.objective.name,
             "steps": cfg.trainer.max_steps,
             "flops_per_step": c.flops,
             "corpus_tokens_per_step": c.corpus_tokens,
@@ -203,12 +285,14 @@ def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[st
     return {"measure": score.measure, "value": score.value, "num_texts": score.num_texts, "num_bytes": score.num_bytes}
 
 
-def _pretrain_one(cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "") -> dict:
+def _pretrain_one(
+    cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None
+) -> dict:
     from experiments.pretrain import pretrain
 
     run = copy.deepcopy(cfg)
     run.seed = seed
-    run.run_dir = str(comp_dir / f"{cfg.model.family.value}-pretrain-s{seed}{suffix}")
+    run.run_dir = str(comp_dir / f"{arm or cfg.model.family.value}-pretrain-s{seed}{suffix}")
     run.name = Path(run.run_dir).name
     run.wandb.group = group
     run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
@@ -225,13 +309,15 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     base, cfgs = compose_all(presets, overrides)
     cmp = base.compare
     size = base.size or "custom"
-    name = base.name or f"{'-'.join(cfgs)}-{size}"
+    families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
+    name = base.name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
     comp_dir = Path("runs") / f"compare-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     while comp_dir.exists():
         comp_dir = comp_dir.with_name(comp_dir.name + "x")
     comp_dir.mkdir(parents=True)
     group = f"compare-{name}"
-    log(f"{comp_dir}: families {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size}")
+    what = "arms" if cmp.objectives else "families"
+    log(f"{comp_dir}: {what} {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size}")
 
     val_fraction = base.data.val_fraction if base.data.val_fraction is not None else 0.05
     corpus = load_corpus(base.data.corpus, val_fraction=val_fraction, seed=base.data.seed)
@@ -251,15 +337,18 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan["tokenizer_hash"] = bundle.hash
     write_json(comp_dir / "plan.json", plan)
-    for family, p in plan["families"].items():
+    for arm, p in plan["families"].items():
         log(
-            f"budget {family}: {p['steps']} steps x {p['batch_shape']}, {p['flops']:.3e} FLOPs, "
+            f"budget {arm}: {p['steps']} steps x {p['batch_shape']}, {p['flops']:.3e} FLOPs, "
             f"{p['corpus_tokens']} corpus tokens, {p['non_embedding_params']} non-embedding params"
         )
     log(f"budget spread on {cmp.match.value}: {plan['achieved_spread']:.3%} (tolerance {cmp.tolerance:.0%})")
 
-    total_jobs = len(cfgs) * (len(cmp.pretrain_seeds) * (1 + bool(cmp.seeds)) + bool(cmp.scratch_seeds))
-    total_jobs += len(cfgs) * max(0, len(cmp.lr_grid) - 1)
+    scratch_cfgs = {}  # family -> the config of its first arm (model size as budgeted; objective irrelevant)
+    for cfg in cfgs.values():
+        scratch_cfgs.setdefault(cfg.model.family.value, cfg)
+    total_jobs = len(cfgs) * (len(cmp.pretrain_seeds) * (1 + bool(cmp.seeds)) + max(0, len(cmp.lr_grid) - 1))
+    total_jobs += len(scratch_cfgs) * bool(cmp.scratch_seeds)
     done = 0
 
     def progress(what: str) -> None:
@@ -267,38 +356,44 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         done += 1
         log(f"[{done}/{total_jobs}] {what} ({time.time() - started:.0f} s elapsed)")
 
-    for family, cfg in cfgs.items():
-        tags = [family, str(cfg.objective.name), f"budget-{cmp.match.value}", "compare"]
+    budget_tag = f"budget-{cmp.match.value}"
+    for arm, cfg in cfgs.items():
+        family = cfg.model.family.value
+        tags = [family, str(cfg.objective.name), budget_tag, "compare"]
         if cmp.lr_grid:
             tried = []
             for lr in cmp.lr_grid:
                 trial = copy.deepcopy(cfg)
                 trial.optim.lr, trial.optim.lr_scale = lr, 1.0
-                r = _pretrain_one(trial, comp_dir, group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}")
+                r = _pretrain_one(
+                    trial, comp_dir, group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm
+                )
                 tried.append((r["final"].get("val/loss", float("inf")), lr, r))
-                progress(f"lr {lr:g} {family}: val/loss {r['final'].get('val/loss')}")
+                progress(f"lr {lr:g} {arm}: val/loss {r['final'].get('val/loss')}")
             best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
             cfg.optim.lr, cfg.optim.lr_scale = best_lr, 1.0
-            plan["families"][family]["lr_grid"] = {f"{lr:g}": loss for loss, lr, _ in tried}
-            plan["families"][family]["lr"] = best_lr
+            plan["families"][arm]["lr_grid"] = {f"{lr:g}": loss for loss, lr, _ in tried}
+            plan["families"][arm]["lr"] = best_lr
             write_json(comp_dir / "plan.json", plan)
-            log(f"{family}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
+            log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
         for i, seed in enumerate(cmp.pretrain_seeds):
             if cmp.lr_grid and i == 0:
                 run = next(r for loss, lr, r in tried if lr == best_lr)
             else:
-                run = _pretrain_one(cfg, comp_dir, group, tags, seed)
-                progress(f"pretrain {family} seed {seed}: val/loss {run['final'].get('val/loss')}")
+                run = _pretrain_one(cfg, comp_dir, group, tags, seed, arm=arm)
+                progress(f"pretrain {arm} seed {seed}: val/loss {run['final'].get('val/loss')}")
             run_dir, run_cfg = Path(run["run_dir"]), run["cfg"]
             scores = byte_scores(run_dir, run_cfg, corpus, bundle)
             write_json(run_dir / "eval.json", {"byte_score": scores})
-            log(f"{family} seed {seed}: {scores['measure']} {scores['value']:.4f}")
+            log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
             if cmp.seeds:
-                _finetune(run_cfg, str(run_dir), comp_dir / f"{family}-ft-s{seed}", list(cmp.seeds), group, tags)
-                progress(f"fine-tune {family} (pretrained seed {seed}) seeds {list(cmp.seeds)}")
-        if cmp.scratch_seeds:
+                _finetune(run_cfg, str(run_dir), comp_dir / f"{arm}-ft-s{seed}", list(cmp.seeds), group, tags)
+                progress(f"fine-tune {arm} (pretrained seed {seed}) seeds {list(cmp.seeds)}")
+        if cmp.scratch_seeds and scratch_cfgs.get(family) is cfg:  # once per family, after its first arm
+            # the objective tag only where it is the family's single (preset) objective, as before arms existed
+            objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
             _finetune(cfg, "scratch", comp_dir / f"{family}-scratch", list(cmp.scratch_seeds), group,
-                      [*tags, "scratch"])
+                      [family, *objective_tag, budget_tag, "compare", "scratch"])
             progress(f"fine-tune {family} from scratch seeds {list(cmp.scratch_seeds)}")
 
     from experiments.report import build_report

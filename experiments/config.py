@@ -153,6 +153,7 @@ class FinetuneConfig:
 @dataclass
 class CompareConfig:
     families: list[str] = field(default_factory=lambda: ["bert", "gpt", "t5"])  # families compared
+    objectives: list[str] = field(default_factory=list)  # arms: objective or family:objective; [] = presets
     match: CompareMatch = CompareMatch.flops  # budget matched across families: flops | params | tokens
     pretrain_seeds: list[int] = field(default_factory=lambda: [0])  # pretraining seeds per family
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # fine-tuning seeds per pretrained model

@@ -4,7 +4,8 @@
 ``metrics.csv``, ``eval.json``, and a comparison's ``plan.json``), so no W&B server is needed. A directory
 is a comparison directory (its run directories are read) or a run directory itself.
 
-Numbers per family: parameters, corpus tokens, FLOPs, final validation loss / perplexity, the unigram floor
+Numbers per arm (one family x objective; the family itself when each family has its preset objective):
+parameters, corpus tokens, FLOPs, final validation loss / perplexity, the unigram floor
 (``val/unigram_loss``), bits per byte (GPT, T5) or BERT's pseudo-log-likelihood bits per byte in its own
 column (not a likelihood), fine-tune test acc / F1 / MCC as mean +- std over seeds, the scratch baseline,
 throughput; reference rows on the same test split: majority class and TF-IDF + logistic regression.
@@ -91,12 +92,47 @@ def _throughput(metrics: list[dict[str, float]]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def pretrain_runs(runs: list[dict[str, Any]], family: str, plan: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The family's budgeted pretraining runs: lr-grid trials count only at the lr the grid chose."""
-    chosen = (plan or {}).get("families", {}).get(family, {}).get("lr")
+def _objective(run: dict[str, Any]) -> str | None:
+    return (run["config"].get("objective") or {}).get("name") or run["results"].get("objective")
+
+
+def _is_scratch(run: dict[str, Any]) -> bool:
+    return run["results"]["job"] == "finetune" and run["results"].get("init") == "scratch"
+
+
+def label_arms(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> None:
+    """Set ``run["arm"]`` on every run: the comparison arm (family x objective) it belongs to.
+
+    Arm names come from the plan (``plan["families"]`` is keyed by arm, each entry naming its family and
+    objective; older plans are keyed by family only). Runs outside a plan are ``<family>`` when their family
+    was pretrained with one objective, else ``<family>-<objective>``. Scratch fine-tunes belong to no arm
+    (``None``): the baseline is per family.
+    """
+    lookup: dict[tuple[str, str | None], str] = {}
+    for name, p in ((plan or {}).get("families") or {}).items():
+        lookup[p.get("family", name), p.get("objective")] = name
+    objectives: dict[str, set[str | None]] = {}
+    for r in runs:
+        if not _is_scratch(r):
+            objectives.setdefault(r["results"]["family"], set()).add(_objective(r))
+    for r in runs:
+        fam, obj = r["results"]["family"], _objective(r)
+        if _is_scratch(r):
+            r["arm"] = None
+        elif (fam, obj) in lookup or (fam, None) in lookup:
+            r["arm"] = lookup.get((fam, obj)) or lookup[fam, None]
+        else:
+            r["arm"] = f"{fam}-{obj}" if len(objectives[fam]) > 1 else fam
+
+
+def pretrain_runs(runs: list[dict[str, Any]], arm: str, plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The arm's budgeted pretraining runs: lr-grid trials count only at the lr the grid chose."""
+    if any("arm" not in r for r in runs):
+        label_arms(runs, plan)
+    chosen = (plan or {}).get("families", {}).get(arm, {}).get("lr")
     out = []
     for r in runs:
-        if r["results"]["family"] != family or r["results"]["job"] != "pretrain":
+        if r["arm"] != arm or r["results"]["job"] != "pretrain":
             continue
         o = r["config"]["optim"]
         if "lr-tune" in r["config"]["wandb"]["tags"] and not (chosen and math.isclose(o["lr"] * o["lr_scale"], chosen)):
@@ -105,25 +141,28 @@ def pretrain_runs(runs: list[dict[str, Any]], family: str, plan: dict[str, Any] 
     return out
 
 
-def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[str, Any]:
-    """Per-family numbers (the report table) from run records."""
-    families: dict[str, dict[str, Any]] = {}
+def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per-arm numbers (the report table) from run records, keyed by arm name (the family when each family was
+    pretrained with one objective). Each family's scratch baseline is in every row of that family; a family
+    with only scratch runs gets a row of its own."""
+    label_arms(runs, plan)
     order = list(plan["families"]) if plan else []
     for r in runs:
-        fam = r["results"]["family"]
-        if fam not in order:
-            order.append(fam)
-    for fam in order:
-        pre = pretrain_runs(runs, fam, plan)
-        ft = [r for r in runs if r["results"]["family"] == fam and r["results"]["job"] == "finetune"]
-        scratch = [r for r in ft if r["results"].get("init") == "scratch"]
-        tuned = [r for r in ft if r["results"].get("init") != "scratch"]
-        row: dict[str, Any] = {"family": fam}
+        if r["arm"] is not None and r["arm"] not in order:
+            order.append(r["arm"])
+    arms: dict[str, dict[str, Any]] = {}
+    for arm in order:
+        mine = [r for r in runs if r["arm"] == arm]
+        if not mine:
+            continue
+        pre = pretrain_runs(runs, arm, plan)
+        tuned = [r for r in mine if r["results"]["job"] == "finetune"]
+        row: dict[str, Any] = {"family": mine[0]["results"]["family"], "objective": _objective(mine[0])}
         if pre:
             p0 = pre[0]
             res, cfg = p0["results"], p0["config"]
             final = [r["results"]["final"] for r in pre]
-            planned = (plan or {}).get("families", {}).get(fam, {})
+            planned = (plan or {}).get("families", {}).get(arm, {})
             row.update({
                 "objective": res.get("objective"),
                 "pretrain_seeds": len(pre),
@@ -145,13 +184,20 @@ def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[s
             scores = [r["eval"]["byte_score"] for r in pre if "eval" in r]
             if scores:
                 row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
-        for label, group in (("finetune", tuned), ("scratch", scratch)):
-            if group:
-                vals = _ft_scores(group)
-                row[label] = {m: _mean_std(vals[m]) for m in METRICS}
-                row[label + "_values"] = vals
-        families[fam] = row
-    return families
+        if tuned:
+            vals = _ft_scores(tuned)
+            row["finetune"] = {m: _mean_std(vals[m]) for m in METRICS}
+            row["finetune_values"] = vals
+        arms[arm] = row
+    for fam in dict.fromkeys(r["results"]["family"] for r in runs if _is_scratch(r)):
+        vals = _ft_scores([r for r in runs if _is_scratch(r) and r["results"]["family"] == fam])
+        rows = [row for row in arms.values() if row["family"] == fam]
+        if not rows:
+            rows = [arms.setdefault(fam, {"family": fam, "objective": None})]
+        for row in rows:
+            row["scratch"] = {m: _mean_std(vals[m]) for m in METRICS}
+            row["scratch_values"] = vals
+    return arms
 
 
 def majority_reference(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -242,15 +288,16 @@ def _ms(t: tuple[float, float, int] | None) -> str:
 
 
 def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tuple[str, str]:
-    """(pretraining table, fine-tuning table) in Markdown."""
+    """(pretraining table, fine-tuning table) in Markdown: one row per arm (``families`` from :func:`summarize`),
+    each family's scratch baseline once, after its last arm."""
     head = ("| family | objective | params | non-emb params | steps | corpus tokens | FLOPs | val loss | val ppl | "
             "unigram floor | val loss 2x / 4x length | bits/byte | BERT PLL bits/byte | lr | tokens/s | wall s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for f, r in families.items():
+    for r in families.values():
         if "val_loss" not in r:
             continue
         lines.append("| " + " | ".join([
-            f, str(r["objective"]), _fmt(r["params"]), _fmt(r["non_embedding_params"]), str(r["steps"]),
+            r["family"], str(r["objective"]), _fmt(r["params"]), _fmt(r["non_embedding_params"]), str(r["steps"]),
             _fmt(r["corpus_tokens"]), f"{r['flops']:.3e}" if r["flops"] else "-", _fmt(r["val_loss"]),
             _fmt(r["val_ppl"], 1), _fmt(r["unigram_loss"]), f"{_fmt(r.get('loss_2x'))} / {_fmt(r.get('loss_4x'))}",
             _fmt(r.get("bits_per_byte")),
@@ -259,11 +306,13 @@ def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tu
     pre = "\n".join(lines)
     head2 = "| model | test acc | test F1 (macro) | test MCC |"
     lines = [head2, "|---|---|---|---|"]
-    for f, r in families.items():
-        for label in ("finetune", "scratch"):
-            if label in r:
-                name = f"{f} pretrained" if label == "finetune" else f"{f} scratch"
-                lines.append(f"| {name} | " + " | ".join(_ms(r[label][m]) for m in METRICS) + " |")
+    rows = list(families.items())
+    for i, (arm, r) in enumerate(rows):
+        if "finetune" in r:
+            lines.append(f"| {arm} pretrained | " + " | ".join(_ms(r["finetune"][m]) for m in METRICS) + " |")
+        last_of_family = all(other["family"] != r["family"] for _, other in rows[i + 1:])
+        if "scratch" in r and last_of_family:
+            lines.append(f"| {r['family']} scratch | " + " | ".join(_ms(r["scratch"][m]) for m in METRICS) + " |")
     for name, ref in (("majority class", majority), ("TF-IDF + logistic regression", tfidf)):
         if ref:
             lines.append(f"| {name} (reference) | " + " | ".join(_fmt(ref[m]) for m in METRICS) + " |")
@@ -293,34 +342,44 @@ def _curve(run: dict[str, Any], key: str) -> tuple[list[float], list[float], lis
 def plot_pretraining(
     runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path, plan: dict[str, Any] | None = None
 ) -> Path:
-    """One column per family: loss vs tokens read (top) and vs training FLOPs (bottom), unigram floor."""
+    """One panel pair per arm: loss vs tokens read and vs training FLOPs, with the arm's unigram floor.
+
+    Up to four arms are columns (tokens on top, FLOPs below); more arms are rows, so the figure grows in
+    height instead of becoming too wide to read.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pre = {f: rs for f in families if (rs := pretrain_runs(runs, f, plan))}
-    colors = _family_colors(list(families))
-    fig, axes = plt.subplots(2, max(1, len(pre)), figsize=(4.6 * max(1, len(pre)), 7.2), squeeze=False)
-    for col, (fam, rs) in enumerate(pre.items()):
+    pre = {a: rs for a in families if (rs := pretrain_runs(runs, a, plan))}
+    colors = _family_colors(list(dict.fromkeys(r["family"] for r in families.values())))
+    n = max(1, len(pre))
+    tall = n > 4
+    shape, size = ((n, 2), (9.6, 3.4 * n)) if tall else ((2, n), (4.6 * n, 7.2))
+    fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
+    crossed = any(a != r["family"] for a, r in families.items())
+    for col, (arm, rs) in enumerate(pre.items()):
+        fam = families[arm]["family"]
         for row, (key, unit, short) in enumerate((("budget/tokens", "tokens read by the network", "tokens"),
                                                   ("budget/flops", "training FLOPs", "FLOPs"))):
-            ax = axes[row][col]
+            ax = axes[col][row] if tall else axes[row][col]
             for i, r in enumerate(rs):
                 tx, ty, vx, vy = _curve(r, key)
                 seed = r["config"]["seed"]
                 ax.plot(tx, ty, color=colors[fam], alpha=0.35, lw=1, label="train loss" if i == 0 else None)
                 ax.plot(vx, vy, "o-", color=colors[fam], ms=3, label=f"val loss (seed {seed})")
-            floor = families[fam].get("unigram_loss")
+            floor = families[arm].get("unigram_loss")
             if floor is not None and not math.isnan(floor):
                 ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor {floor:.2f}")
             ax.set_xlabel(unit)
             ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))  # 1e5 tokens / 1e11 FLOPs: no overlap
             ax.set_ylabel("loss (nats per label token)")
-            ax.set_title(f"{fam} ({families[fam].get('objective')}): loss vs {short}")
+            ax.set_title(f"{fam} ({families[arm].get('objective')}): loss vs {short}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-    fig.suptitle("Pretraining loss per family (objectives differ: compare each with its own floor)")
+    per = "arm (family, objective)" if crossed else "family"
+    fig.suptitle(f"Pretraining loss per {per} (objectives differ: compare each with its own floor)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -328,21 +387,26 @@ def plot_pretraining(
 
 
 def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any, path: Path) -> Path:
-    """Fine-tune test scores per family (mean +- std over seeds), pretrained and scratch, with reference lines."""
+    """Fine-tune test scores per arm (mean +- std over seeds), pretrained and (once per family) scratch, with
+    reference lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 4.2), squeeze=False)
     names = list(families)
-    colors = _family_colors(names)
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(max(5.0, 1.1 * len(names) + 2) * len(METRICS), 4.2),
+                             squeeze=False)
+    colors = _family_colors(list(dict.fromkeys(r["family"] for r in families.values())))
     for ax, metric in zip(axes[0], METRICS, strict=True):
-        for i, fam in enumerate(names):
+        scratch_shown: set[str] = set()
+        for i, arm in enumerate(names):
+            fam = families[arm]["family"]
             for j, (label, hatch) in enumerate((("finetune", None), ("scratch", "//"))):
-                stat = families[fam].get(label, {}).get(metric)
-                if stat is None or stat[2] == 0:
+                stat = families[arm].get(label, {}).get(metric)
+                if stat is None or stat[2] == 0 or (label == "scratch" and fam in scratch_shown):
                     continue
+                scratch_shown.update([fam] if label == "scratch" else [])
                 x = i + (j - 0.5) * 0.38
                 ax.bar(x, stat[0], width=0.36, yerr=stat[1], capsize=4, color=colors[fam],
                        alpha=1.0 if label == "finetune" else 0.45, hatch=hatch, edgecolor="black", lw=0.5,
@@ -350,8 +414,9 @@ def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any
         for ref, name, style in ((majority, "majority class", ":"), (tfidf, "TF-IDF + LR", "--")):
             if ref:
                 ax.axhline(ref[metric], color="black", ls=style, lw=1, label=f"{name} {ref[metric]:.3f}")
-        ax.set_xticks(range(len(names)), names)
-        ax.set_xlabel("family (left bar: pretrained, right: scratch)")
+        ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 4 else 0, ha="right" if len(names) > 4
+                      else "center")
+        ax.set_xlabel("left bar: pretrained, right: scratch (once per family)")
         ax.set_ylabel(f"{metric} (fraction)" if metric != "test/mcc" else "test/mcc (-1 to 1)")
         ax.set_title(f"Fine-tuning {metric}, mean ± std over seeds")
         ax.grid(axis="y", alpha=0.3)
@@ -375,6 +440,8 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     scale = first_cfg.get("size") or "custom"
     curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
     scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png")
+    crossed = any(a != r["family"] for a, r in families.items())  # arms: families x compare.objectives
+    between = "arms (family x objective)" if crossed else "families"
     md = [f"# famlab comparison: {', '.join(families)}", ""]
     m = first_cfg["model"]
     per_family = {r["results"]["family"]: r["config"]["data"]["batch_size"] for r in runs}
@@ -386,14 +453,16 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         spread = plan["achieved_spread"]
         what = {"flops": "training FLOPs (families.flops)", "tokens": "corpus tokens",
                 "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan["match"]]
-        md.append(f"Budget matched on **{what}**: largest relative difference between families "
+        md.append(f"Budget matched on **{what}**: largest relative difference between {between} "
                   f"{spread:.2%} (tolerance {plan['tolerance']:.0%}); reference: {plan['reference']}.")
     md += ["", "## Pretraining", "", pre_table, "",
            "Validation losses of different objectives are not comparable with each other (different targets); "
            "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
-           "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not.", "",
+           "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not."
+           + (" Each arm's bits per byte conditions on its own objective's input format (the scoring rules of "
+              "objectives/evaluation.py)." if crossed else ""), "",
            "## Fine-tuning (test split)", "", ft_table, "",
-           "## Do families differ by more than seed variation?", "",
+           f"## Do {between} differ by more than seed variation?", "",
            "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
            "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
     for s in sig:

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from datamodules import ResumableSampler
 from experiments.reliability import PREEMPTED_EXIT, RNG_KEY
+from tests.experiments.ddp_trace_script import TRACE_ENV, read_trace
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,19 +40,71 @@ def test_ddp_pretrain_logs_one_wandb_run_and_rank0_writes(tmp_path):
     assert sorted(step_rows(run_dir)) == list(range(6))
 
 
+def _traced(args: list[str], root: Path, trace: Path, **extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """`famlab` through ddp_trace_script; returns the process and ``(rank, step) -> (epoch, block indices)``."""
+    env = {**os.environ, "FAMLAB_CACHE": str(root / "cache"), "WANDB_MODE": "offline", TRACE_ENV: str(trace), **extra}
+    env.pop("FAMLAB_RUN_DIR", None)
+    done = subprocess.run([sys.executable, "-m", "tests.experiments.ddp_trace_script", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    seen: dict[tuple[int, int], tuple[int, list[int]]] = {}
+    for row in read_trace(trace):
+        key = (row["rank"], row["step"])
+        assert key not in seen, f"rank {key[0]} trained step {key[1]} twice in one run"
+        seen[key] = (row["epoch"], row["indices"])
+    return done, seen
+
+
 @pytest.mark.slow
-def test_ddp_run_interrupted_and_resumed_finishes_the_plan(tmp_path):
-    corpus = write_corpus(tmp_path / "corpus.txt")
+def test_ddp_run_interrupted_and_resumed_finishes_the_plan_seeing_every_sample_once_per_epoch(tmp_path):
+    """2 gloo ranks, 1.5 epochs, SIGTERM mid-epoch 0, resume=auto: the blocks trained on, step by step, are the
+    sampler's epochs exactly once (drop_last remainder aside), disjoint across ranks, and the same as an
+    uninterrupted run's."""
+    corpus = write_corpus(tmp_path / "corpus.txt")  # 135 blocks of 33 tokens: 8 batches of 8 per rank and epoch
     run_dir = tmp_path / "ddp-resume"
-    args = [*fast_args(corpus, run_dir, 8), *DDP]
-    first = _famlab(args, tmp_path, FAMLAB_FAULT_SIGTERM_STEP="3")
+    plan, cut, batch, seed = 12, 5, 8, 3
+    extra = [*DDP, "data.shuffle=true", f"data.seed={seed}"]
+    args = [*fast_args(corpus, run_dir, plan), *extra]
+    first, seen1 = _traced(args, tmp_path, tmp_path / "trace1", FAMLAB_FAULT_SIGTERM_STEP=str(cut))
     assert first.returncode == PREEMPTED_EXIT, first.stderr[-3000:]
     assert "resume=auto" in first.stderr
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert ckpt["global_step"] == 3
+    assert ckpt["global_step"] == cut
     states = ckpt[RNG_KEY]
     assert len(states) == 2 and not torch.equal(states[0]["collate"], states[1]["collate"])  # per rank
-    second = _famlab([*args, "resume=auto"], tmp_path)
+    second, seen2 = _traced([*args, "resume=auto"], tmp_path, tmp_path / "trace2")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert json.loads((run_dir / "results.json").read_text())["steps"] == 8
-    assert sorted(step_rows(run_dir)) == list(range(8))
+    assert json.loads((run_dir / "results.json").read_text())["steps"] == plan
+    assert sorted(step_rows(run_dir)) == list(range(plan))
+
+    # Each rank trains steps 1..cut before the preemption and cut+1..plan after it, each once.
+    for r in range(2):
+        assert sorted(s for rank, s in seen1 if rank == r) == list(range(1, cut + 1))
+        assert sorted(s for rank, s in seen2 if rank == r) == list(range(cut + 1, plan + 1))
+    seen = {**seen1, **seen2}
+    num_blocks = json.loads((tmp_path / "trace1" / "blocks0.json").read_text())["num_blocks"]
+    per_rank = num_blocks // 2  # the sampler cuts the global order to a multiple of the world size
+    per_epoch = per_rank // batch  # the loader drops each rank's last partial batch
+    assert 0 < cut < per_epoch < plan < 2 * per_epoch  # the cut is mid-epoch 0, the plan 1.5 epochs
+    for (r, step), (epoch, indices) in seen.items():
+        assert epoch == (step - 1) // per_epoch and len(indices) == batch and -1 not in indices, (r, step, indices)
+    for step in range(1, plan + 1):
+        assert not set(seen[0, step][1]) & set(seen[1, step][1]), f"step {step}: both ranks trained a block"
+
+    # Per epoch, both ranks over both segments: the sampler's order for (seed, epoch, rank), each block once.
+    for epoch in range(2):
+        steps = [s for s in range(1, plan + 1) if (s - 1) // per_epoch == epoch]
+        everyone: list[int] = []
+        for r in range(2):
+            got = [i for s in steps for i in seen[r, s][1]]
+            expected = ResumableSampler(num_blocks, shuffle=True, seed=seed, rank=r, world_size=2).indices(epoch)
+            assert got == expected[: len(got)].tolist(), f"rank {r} epoch {epoch}"
+            everyone += got
+        assert len(everyone) == len(set(everyone)), f"epoch {epoch}: a block trained twice"
+        if len(steps) == per_epoch:  # a complete epoch: everything but the documented drop_last remainder
+            assert len(everyone) == num_blocks - num_blocks % 2 - 2 * (per_rank % batch)
+    assert seen[0, 1][1] != seen[0, per_epoch + 1][1]  # shuffled per epoch (else the checks above prove little)
+
+    # An uninterrupted 2-process run trains the same blocks at every step on every rank.
+    reference, seen_ref = _traced([*fast_args(corpus, tmp_path / "ref", plan), *extra], tmp_path, tmp_path / "ref1")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert seen_ref == seen

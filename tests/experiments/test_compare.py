@@ -108,3 +108,140 @@ def test_lr_grid_keeps_the_lr_with_the_lowest_validation_loss(tmp_path, monkeypa
     assert results["lr"] == pytest.approx(plan["lr"]) and results["val_loss"] == pytest.approx(min(losses.values()))
     ft = yaml.safe_load((comp / "gpt-ft-s0" / "config.yaml").read_text())
     assert ft["init"].endswith(f"gpt-pretrain-s0-lr{plan['lr']:g}")  # fine-tuned from the chosen run
+
+
+# --- compare.objectives: objectives as a comparison axis (arms = family x objective) ---------------------------
+
+def test_arms_are_family_major_and_a_family_without_objective_keeps_its_preset():
+    from experiments.compare import expand_arms
+
+    arms, kept = expand_arms(["gpt", "t5"], ["span", "prefix_lm"])
+    assert arms == [("gpt", "span"), ("gpt", "prefix_lm"), ("t5", "span"), ("t5", "prefix_lm")] and kept == []
+    arms, kept = expand_arms(["bert", "gpt", "t5"], ["mlm", "span_mlm", "clm"])
+    assert arms == [("bert", "mlm"), ("bert", "span_mlm"), ("gpt", "clm"), ("t5", None)] and kept == ["t5"]
+    arms, _ = expand_arms(["gpt", "t5"], ["t5:ul2", "clm"])  # family:objective reaches that family only
+    assert arms == [("gpt", "clm"), ("t5", "ul2")]
+    assert expand_arms(["bert", "gpt"], []) == ([("bert", None), ("gpt", None)], [])
+
+
+@pytest.mark.parametrize(
+    ("families", "objectives", "problem"),
+    [
+        ("[gpt,t5]", "[foo]", "'foo' is not an objective"),
+        ("[gpt,t5]", "[gpt:mlm]", "'gpt:mlm' is not a valid pair"),
+        ("[gpt,t5]", "[mlm]", "no family in compare.families=['gpt', 't5'] can train 'mlm'"),
+        ("[gpt]", "[t5:span]", "'t5:span' names 't5', which is not in compare.families=['gpt']"),
+        ("[gpt,t5]", "[span,span]", "'span' repeats gpt:span"),
+        ("[gpt,t5]", "[span,t5:span]", "'t5:span' repeats t5:span"),
+        ("[gpt,t5]", "[gpt:span:x]", "cannot parse 'gpt:span:x'"),
+    ],
+)
+def test_bad_compare_objectives_fail_with_one_line_naming_the_key(tmp_path, capsys, families, objectives, problem):
+    args = ["compare", *tiny_inputs(tmp_path), f"compare.families={families}", f"compare.objectives={objectives}"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("famlab: error: compare.objectives: "), err
+    assert problem in err and "valid pairs: bert x mlm" in err, err
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
+
+
+def test_compose_all_builds_one_config_per_arm(capsys):
+    from experiments.compare import compose_all
+
+    _, cfgs = compose_all([], ["compare.families=[bert,gpt,t5]", "compare.objectives=[mlm,span_mlm,gpt:prefix_lm]"])
+    assert {a: c.objective.name for a, c in cfgs.items()} == {
+        "bert-mlm": "mlm", "bert-span_mlm": "span_mlm", "gpt-prefix_lm": "prefix_lm", "t5-span": "span"}
+    assert [c.model.family.value for c in cfgs.values()] == ["bert", "bert", "gpt", "t5"]
+    assert cfgs["bert-mlm"].data.batch_size == 128 and cfgs["gpt-prefix_lm"].data.batch_size == 32  # own presets
+    assert "gives no objective to t5: kept the preset objective" in capsys.readouterr().out
+    _, plain = compose_all([], ["compare.families=[gpt,t5]"])  # no compare.objectives: arms are the families
+    assert {a: c.objective.name for a, c in plain.items()} == {"gpt": "clm", "t5": "span"}
+
+
+def _ids(vocab_size: int = 2048, sentinels: int = 100):
+    from objectives import TokenIds
+
+    names = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "r", "x", "s")
+    return TokenIds(vocab_size=vocab_size, sentinel_ids=range(vocab_size - 1, vocab_size - 1 - sentinels, -1),
+                    **{n: i for i, n in enumerate(names)})
+
+
+@pytest.mark.parametrize("match", ["flops", "tokens"])
+def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
+    from experiments.budget import relative_spread
+    from experiments.compare import compose_all, plan_budget
+    from experiments.run import set_vocab
+
+    base, cfgs = compose_all([], ["compare.families=[gpt,t5]", "compare.objectives=[clm,span,prefix_lm]",
+                                  f"compare.match={match}", "trainer.max_steps=300"])
+    for cfg in cfgs.values():
+        set_vocab(cfg, 2048)
+    plan = plan_budget(base, cfgs, _ids())
+    arms = plan["families"]
+    assert list(arms) == ["gpt-clm", "gpt-span", "gpt-prefix_lm", "t5-span", "t5-prefix_lm"]
+    assert {a: (p["family"], p["objective"]) for a, p in arms.items()} == {
+        a: (c.model.family.value, c.objective.name) for a, c in cfgs.items()}
+    key = {"flops": "flops", "tokens": "corpus_tokens"}[match]
+    totals = {a: float(p[key]) for a, p in arms.items()}
+    assert relative_spread(totals) <= base.compare.tolerance and plan["achieved_spread"] == relative_spread(totals)
+    for a, p in arms.items():  # the configs train the planned steps, and steps x per-step cost is the total
+        assert cfgs[a].trainer.max_steps == p["steps"] and p[key] == p["steps"] * p[f"{key}_per_step"]
+    # T5's span and prefix-LM batches differ in encoder / decoder lengths: the per-step cost is the arm's own
+    assert arms["t5-span"]["batch_shape"] != arms["t5-prefix_lm"]["batch_shape"]
+    if match == "flops":
+        assert arms["t5-span"]["flops_per_step"] != arms["t5-prefix_lm"]["flops_per_step"]
+        assert arms["t5-span"]["steps"] != arms["t5-prefix_lm"]["steps"]
+
+
+@pytest.fixture(scope="module")
+def crossed(tmp_path_factory):
+    """A tiny comparison of gpt and t5, each pretrained with span corruption and with prefix LM."""
+    root = tmp_path_factory.mktemp("crossed")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("FAMLAB_CACHE", str(root / "cache"))
+        return run_compare(root, "compare.families=[gpt,t5]", "compare.objectives=[span,prefix_lm]",
+                           "trainer.max_steps=50", "trainer.val_check_interval=25", "compare.seeds=[0]",
+                           "compare.scratch_seeds=[0]", "finetune.max_steps=4", "finetune.val_every=2")
+
+
+ARMS = {"gpt-span": ("gpt", "span"), "gpt-prefix_lm": ("gpt", "prefix_lm"), "t5-span": ("t5", "span"),
+        "t5-prefix_lm": ("t5", "prefix_lm")}
+
+
+@pytest.mark.slow
+def test_objectives_axis_end_to_end_one_report_row_per_arm(crossed, capsys):
+    import math
+
+    runs = sorted(p.name for p in crossed.iterdir() if (p / "config.yaml").is_file())
+    assert runs == sorted([*(f"{a}-pretrain-s0" for a in ARMS), *(f"{a}-ft-s0" for a in ARMS),
+                           "gpt-scratch", "t5-scratch"])  # the scratch baseline once per family
+    plan = json.loads((crossed / "plan.json").read_text())
+    assert {a: (p["family"], p["objective"]) for a, p in plan["families"].items()} == ARMS
+    logged = {a: json.loads((crossed / f"{a}-pretrain-s0" / "results.json").read_text())["budget"]["flops"]
+              for a in ARMS}
+    assert max(logged.values()) / min(logged.values()) - 1 <= plan["tolerance"]
+    for arm, (family, objective) in ARMS.items():
+        for run in (f"{arm}-pretrain-s0", f"{arm}-ft-s0"):
+            cfg = yaml.safe_load((crossed / run / "config.yaml").read_text())
+            assert (cfg["model"]["family"], cfg["objective"]["name"]) == (family, objective)
+            assert {family, objective, "budget-flops"} <= set(cfg["wandb"]["tags"])
+    results = json.loads((crossed / "results.json").read_text())
+    rows = results["families"]
+    assert list(rows) == list(ARMS)
+    for arm, (family, objective) in ARMS.items():
+        assert (rows[arm]["family"], rows[arm]["objective"]) == (family, objective)
+        assert math.isfinite(rows[arm]["bits_per_byte"]) and rows[arm]["bits_per_byte"] > 0
+        assert "pll_bits_per_byte" not in rows[arm]
+    pre = strip_time_columns(results["tables"]["pretrain"])
+    col = pre[0].index("bits/byte")
+    assert [tuple(r[:2]) for r in pre[2:]] == list(ARMS.values())  # one row per arm: family, objective
+    assert all(math.isfinite(float(r[col])) for r in pre[2:])
+    ft = [line.split("|")[1].strip() for line in results["tables"]["finetune"].splitlines()[2:]]
+    assert ft[:6] == ["gpt-span pretrained", "gpt-prefix_lm pretrained", "gpt scratch",
+                      "t5-span pretrained", "t5-prefix_lm pretrained", "t5 scratch"]
+    # `famlab report` rebuilds the same tables from the run directories (arms from plan.json)
+    (crossed / "results.json").unlink()
+    assert cli.main(["report", str(crossed)]) == 0
+    assert json.loads((crossed / "results.json").read_text())["tables"] == results["tables"]
+    assert "between arms (family x objective)" in capsys.readouterr().out

@@ -90,3 +90,38 @@ def test_welch_test_matches_the_formula():
     dof = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
     assert row["p"] == pytest.approx(2 * stats.t.sf(abs(t), dof))
     assert row["verdict"].startswith("exceeds") == (row["p"] < 0.05)
+
+
+def _run(family: str, job: str, objective: str, init: str | None = None) -> dict:
+    return {"results": {"family": family, "job": job, "init": init}, "config": {"objective": {"name": objective}}}
+
+
+def test_runs_are_labelled_with_their_arm_with_or_without_a_plan():
+    from experiments.report import label_arms
+
+    runs = [_run("gpt", "pretrain", "span"), _run("gpt", "finetune", "span", "runs/x"),
+            _run("gpt", "pretrain", "prefix_lm"), _run("t5", "pretrain", "span"),
+            _run("gpt", "finetune", "clm", "scratch")]
+    label_arms(runs, None)  # no plan: <family>-<objective> only where a family has several objectives
+    assert [r["arm"] for r in runs] == ["gpt-span", "gpt-span", "gpt-prefix_lm", "t5", None]
+    plan = {"families": {"g-s": {"family": "gpt", "objective": "span"}, "g-p": {"family": "gpt", "objective":
+                                                                               "prefix_lm"}, "t5": {}}}
+    label_arms(runs, plan)  # the plan's names win; a plan from before arms is keyed by family only
+    assert [r["arm"] for r in runs] == ["g-s", "g-s", "g-p", "t5", None]
+
+
+def test_finetune_table_has_one_row_per_arm_and_each_scratch_baseline_once():
+    from experiments.report import tables
+
+    def stat(x: float) -> dict:
+        return {m: (x, 0.0, 1) for m in ("test/acc", "test/f1", "test/mcc")}
+
+    arms = {"gpt-span": {"family": "gpt", "finetune": stat(0.4), "scratch": stat(0.3)},
+            "gpt-prefix_lm": {"family": "gpt", "finetune": stat(0.5), "scratch": stat(0.3)},
+            "bert-mlm": {"family": "bert", "finetune": stat(0.6)},
+            "t5": {"family": "t5", "objective": None, "scratch": stat(0.2)}}
+    _, ft = tables(arms, None, None)
+    names = [line.split("|")[1].strip() for line in ft.splitlines()[2:]]
+    assert names == ["gpt-span pretrained", "gpt-prefix_lm pretrained", "gpt scratch", "bert-mlm pretrained",
+                     "t5 scratch"]
+    assert "| gpt-prefix_lm pretrained | 0.500 ± 0.000 (n=1) |" in ft

@@ -1,5 +1,8 @@
 """Budget matching across families: training FLOPs, parameter counts or corpus tokens (``compare.match``).
 
+The unit matched is a comparison *arm* (a family, or with ``compare.objectives`` a family x objective pair):
+the functions below take dicts keyed by arm name, and each arm's per-step cost comes from its own objective.
+
 - ``flops``: per-step training FLOPs come from :func:`families.flops.train_flops` on the shapes of a real
   collated batch of the family's objective (encoder tokens, decoder tokens, label positions of the output
   head); steps per family = round(target / flops_per_step), so the mismatch is at most half a step.
@@ -64,10 +67,10 @@ def step_cost(model: ModelConfig, objective: Any, batch_size: int, accumulate: i
 
 
 def match_steps(costs: dict[str, int], target: float, tolerance: float, what: str) -> dict[str, int]:
-    """Steps per family so that ``steps * cost`` is within ``tolerance`` of ``target``.
+    """Steps per arm (family, or family x objective) so that ``steps * cost`` is within ``tolerance`` of ``target``.
 
     Raises:
-        BudgetError: when a family cannot get within the tolerance (its step is too coarse).
+        BudgetError: when an arm cannot get within the tolerance (its step is too coarse).
     """
     steps = {}
     for family, cost in costs.items():
@@ -158,7 +161,7 @@ def relative_spread(values: dict[str, float]) -> float:
 
 
 def describe(cfgs: dict[str, Config]) -> str:
-    """One line per family: size, steps, batch (for progress output)."""
+    """One line per arm: size, steps, batch (for progress output)."""
     return "; ".join(
         f"{f}: dim {c.model.dim} ffn {c.model.ffn_dim} x{c.model.num_layers} steps {c.trainer.max_steps}"
         for f, c in cfgs.items()

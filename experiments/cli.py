@@ -108,11 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(_resolve(command)(presets, overrides, flags) or 0)
     except OmegaConfBaseException as e:
         print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)
-        return 2
     except ValueError as e:
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the source
         print(f"famlab: error: {message}", file=sys.stderr)
-        return 2
+    from experiments.run import remove_empty_run_dirs
+
+    remove_empty_run_dirs()  # a run refused on bad input leaves no empty directory behind
+    return 2
 
 
 if __name__ == "__main__":

@@ -41,6 +41,26 @@ def run_name(cfg: Config, job: str, task: str | None = None) -> str:
     return f"{family}-{cfg.objective.name}-{cfg.size or 'custom'}"
 
 
+CREATED_RUN_DIRS: list[Path] = []  # made by this process (with new parents); a run refused on bad input removes them
+
+
+SETUP_FILES = {"config.yaml", "tokenizer.json"}  # what a run writes before its first step
+
+
+def remove_empty_run_dirs() -> None:
+    """Remove the run directories this process created that hold nothing beyond setup (the run was refused).
+
+    Only directories that did not exist before this process, and only when they hold no more than
+    :data:`SETUP_FILES`: a run that trained a step keeps its directory whatever happens after.
+    """
+    while CREATED_RUN_DIRS:
+        path = CREATED_RUN_DIRS.pop()  # innermost first
+        if path.is_dir() and {p.name for p in path.iterdir()} <= SETUP_FILES:
+            for name in SETUP_FILES:
+                (path / name).unlink(missing_ok=True)
+            path.rmdir()
+
+
 def make_run_dir(cfg: Config, name: str) -> Path:
     """Create the run directory (``run_dir`` or ``runs/<name>-<YYYYmmdd-HHMMSS>``).
 
@@ -63,6 +83,7 @@ def make_run_dir(cfg: Config, name: str) -> Path:
         while path.exists():  # two runs started in the same second
             path = path.with_name(path.name + "x")
     try:
+        CREATED_RUN_DIRS.extend(p for p in reversed([path, *path.parents]) if not p.exists())  # outermost first
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
         probe.write_text("")

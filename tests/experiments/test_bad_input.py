@@ -71,12 +71,14 @@ CASES = [
 
 
 @pytest.mark.parametrize("case,args,fragment", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_exits_2_with_one_line(files, capsys, case, args, fragment):
+def test_bad_input_exits_2_with_one_line(files, capsys, case, args, fragment, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # default run directories go to ./runs
     capsys.readouterr()
     assert cli.main([a.format(d=files) for a in args]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("famlab:")]
     assert len(err) == 1 and err[0].startswith("famlab: error: "), err
     assert fragment.format(d=files) in err[0]
+    assert not list(tmp_path.iterdir()), "a refused run left an empty run directory behind"
 
 
 def test_existing_run_dir_is_not_overwritten(files, capsys):

@@ -325,9 +325,10 @@ def reliability_callbacks(cfg: Config, checkpoint_dir: Path) -> list[pl.Callback
 
 
 class AppendingCSVLogger(CSVLogger):
-    """``CSVLogger`` for a resumed run: keeps the existing ``metrics.csv`` (Lightning deletes it) and appends.
+    """``CSVLogger`` that keeps an existing ``metrics.csv`` (Lightning deletes it) and appends to it.
 
-    Steps logged after the checkpoint a run resumes from appear twice (the resumed run's row comes later).
+    A resumed run continues the file: steps logged after the checkpoint it resumes from appear twice (the
+    resumed run's row comes later). A fresh run has none, so this is a plain CSVLogger there.
     """
 
     @property
@@ -336,7 +337,11 @@ class AppendingCSVLogger(CSVLogger):
             return self._experiment
         path = Path(self.log_dir) / "metrics.csv"
         kept = path.read_text(encoding="utf-8") if path.is_file() else None
-        experiment = super().experiment
+        with warnings.catch_warnings():
+            # "Previous log files in this directory will be deleted": not here (the run directory also holds
+            # config.yaml / tokenizer.json, which Lightning never touches, and metrics.csv is kept below)
+            warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
+            experiment = super().experiment
         if kept and hasattr(experiment, "metrics_keys"):
             path.write_text(kept, encoding="utf-8")
             experiment.metrics_keys = sorted(kept.splitlines()[0].split(","))

@@ -221,13 +221,10 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
     The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
     gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
     """
-    from lightning.pytorch.loggers import CSVLogger
-
     from experiments.reliability import AppendingCSVLogger
 
     # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
-    csv_class = AppendingCSVLogger if cfg.resume != "never" else CSVLogger
-    loggers: list[Any] = [csv_class(save_dir=str(run_dir), name="", version="")]
+    loggers: list[Any] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
     mode = wandb_mode(cfg)
     if mode == "disabled":
         return loggers

@@ -53,3 +53,23 @@ def test_provenance_records_versions_git_and_hashes():
     assert prov["tokenizer_hash"] == "abc" and prov["data_hash"] == "def"
     assert prov["versions"]["torch"] and prov["versions"]["lightning"] and prov["python"].count(".") == 2
     assert set(prov["git"]) == {"commit", "dirty"} and prov["hardware"]["cpu_count"] >= 1
+
+
+def test_csv_logger_keeps_metrics_and_does_not_claim_to_delete(tmp_path):
+    """A fresh run's directory already holds config.yaml: no "will be deleted" warning; an existing metrics.csv
+    (a resumed run) is kept and appended to."""
+    import warnings
+
+    from experiments.run import make_loggers
+
+    (tmp_path / "config.yaml").write_text("x: 1\n")
+    (tmp_path / "metrics.csv").write_text("step,train/loss\n0,1.5\n")
+    cfg = compose(["gpt"], ["wandb.mode=disabled"]).cfg
+    (csv,) = make_loggers(cfg, tmp_path, job_type="pretrain", name="x", config={})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        csv.log_metrics({"train/loss": 1.25}, step=1)
+        csv.save()
+    assert not [w for w in caught if "will be deleted" in str(w.message)]
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == ["step,train/loss", "0,1.5", "1,1.25"]
+    assert (tmp_path / "config.yaml").read_text() == "x: 1\n"

@@ -54,6 +54,32 @@ def _traced(args: list[str], root: Path, trace: Path, **extra: str) -> tuple[sub
     return done, seen
 
 
+def _assert_every_block_once_per_epoch(seen: dict, *, num_blocks: int, plan: int, batch: int, seed: int) -> None:
+    """``seen`` (``(rank, step) -> (epoch, indices)`` of 2 ranks, steps 1..plan) follows the shuffled
+    ``ResumableSampler`` order of (seed, epoch, rank) batch by batch: every block once per epoch, ranks
+    disjoint, nothing missing in a complete epoch but the documented drop_last remainder."""
+    per_rank = num_blocks // 2  # the sampler cuts the global order to a multiple of the world size
+    per_epoch = per_rank // batch  # the loader drops each rank's last partial batch
+    assert sorted(seen) == [(r, s) for r in range(2) for s in range(1, plan + 1)]
+    for (r, step), (epoch, indices) in seen.items():
+        assert epoch == (step - 1) // per_epoch and len(indices) == batch and -1 not in indices, (r, step, indices)
+    for step in range(1, plan + 1):
+        assert not set(seen[0, step][1]) & set(seen[1, step][1]), f"step {step}: both ranks trained a block"
+    for epoch in range((plan - 1) // per_epoch + 1):
+        steps = [s for s in range(1, plan + 1) if (s - 1) // per_epoch == epoch]
+        everyone: list[int] = []
+        for r in range(2):
+            got = [i for s in steps for i in seen[r, s][1]]
+            expected = ResumableSampler(num_blocks, shuffle=True, seed=seed, rank=r, world_size=2).indices(epoch)
+            assert got == expected[: len(got)].tolist(), f"rank {r} epoch {epoch}: not the sampler's order"
+            everyone += got
+        assert len(everyone) == len(set(everyone)), f"epoch {epoch}: a block trained twice"
+        if len(steps) == per_epoch:  # a complete epoch: everything but the documented drop_last remainder
+            assert len(everyone) == num_blocks - num_blocks % 2 - 2 * (per_rank % batch)
+    if plan > per_epoch:  # shuffled per epoch (else the order checks prove little)
+        assert seen[0, 1][1] != seen[0, per_epoch + 1][1]
+
+
 @pytest.mark.slow
 def test_ddp_run_interrupted_and_resumed_finishes_the_plan_seeing_every_sample_once_per_epoch(tmp_path):
     """2 gloo ranks, 1.5 epochs, SIGTERM mid-epoch 0, resume=auto: the blocks trained on, step by step, are the
@@ -82,27 +108,9 @@ def test_ddp_run_interrupted_and_resumed_finishes_the_plan_seeing_every_sample_o
         assert sorted(s for rank, s in seen2 if rank == r) == list(range(cut + 1, plan + 1))
     seen = {**seen1, **seen2}
     num_blocks = json.loads((tmp_path / "trace1" / "blocks0.json").read_text())["num_blocks"]
-    per_rank = num_blocks // 2  # the sampler cuts the global order to a multiple of the world size
-    per_epoch = per_rank // batch  # the loader drops each rank's last partial batch
+    per_epoch = num_blocks // 2 // batch
     assert 0 < cut < per_epoch < plan < 2 * per_epoch  # the cut is mid-epoch 0, the plan 1.5 epochs
-    for (r, step), (epoch, indices) in seen.items():
-        assert epoch == (step - 1) // per_epoch and len(indices) == batch and -1 not in indices, (r, step, indices)
-    for step in range(1, plan + 1):
-        assert not set(seen[0, step][1]) & set(seen[1, step][1]), f"step {step}: both ranks trained a block"
-
-    # Per epoch, both ranks over both segments: the sampler's order for (seed, epoch, rank), each block once.
-    for epoch in range(2):
-        steps = [s for s in range(1, plan + 1) if (s - 1) // per_epoch == epoch]
-        everyone: list[int] = []
-        for r in range(2):
-            got = [i for s in steps for i in seen[r, s][1]]
-            expected = ResumableSampler(num_blocks, shuffle=True, seed=seed, rank=r, world_size=2).indices(epoch)
-            assert got == expected[: len(got)].tolist(), f"rank {r} epoch {epoch}"
-            everyone += got
-        assert len(everyone) == len(set(everyone)), f"epoch {epoch}: a block trained twice"
-        if len(steps) == per_epoch:  # a complete epoch: everything but the documented drop_last remainder
-            assert len(everyone) == num_blocks - num_blocks % 2 - 2 * (per_rank % batch)
-    assert seen[0, 1][1] != seen[0, per_epoch + 1][1]  # shuffled per epoch (else the checks above prove little)
+    _assert_every_block_once_per_epoch(seen, num_blocks=num_blocks, plan=plan, batch=batch, seed=seed)
 
     # An uninterrupted 2-process run trains the same blocks at every step on every rank.
     reference, seen_ref = _traced([*fast_args(corpus, tmp_path / "ref", plan), *extra], tmp_path, tmp_path / "ref1")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,23 @@ import numpy as np
 import torch
 
 TRACE_ENV = "FAMLAB_TEST_TRACE"
+SIGTERM_BATCH_ENV = "FAMLAB_TEST_SIGTERM_BATCH"  # SIGTERM this process as its n-th training batch starts
+
+
+class SigtermAtBatch(pl.Callback):
+    """Sends this process SIGTERM as its ``batch``-th training batch (1-based, this process) starts.
+
+    Unlike ``FAMLAB_FAULT_SIGTERM_STEP`` (after an optimizer step), this lands like a real signal can: between
+    the micro-batches of one accumulated step.
+    """
+
+    def __init__(self, batch: int) -> None:
+        self.batch, self.count = batch, 0
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self.count += 1
+        if self.count == self.batch:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 class BlockRecorder(pl.Callback):
@@ -78,6 +96,8 @@ def main() -> int:
     def traced_make_trainer(*args: Any, **kwargs: Any) -> Any:
         trainer = make_trainer(*args, **kwargs)
         trainer.callbacks.append(BlockRecorder(out_dir))
+        if os.environ.get(SIGTERM_BATCH_ENV):
+            trainer.callbacks.append(SigtermAtBatch(int(os.environ[SIGTERM_BATCH_ENV])))
         return trainer
 
     pretrain_job.make_trainer = traced_make_trainer  # the one change to the product path: an observer

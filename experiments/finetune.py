@@ -305,6 +305,7 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         )
         module = ClassifierModule(
             net, len(task.labels), optim, pooling=pooling, head_dropout=ft.head_dropout,
+            standardize=ft.standardize,
             head_lr=ft.head_lr if ft.head_lr is not None else 10 * ft.lr, pooler_state=pooler,
         )
         dm = ClassificationDataModule(

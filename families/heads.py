@@ -113,18 +113,25 @@ class Pooler(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """Optional pooler, dropout and a linear classifier ``(B, C) -> (B, num_classes)``.
+    """Optional pooler, optional standardisation, dropout and a linear classifier ``(B, C) -> (B, num_classes)``.
 
     Args:
         dim: Model width C.
         num_classes: Number of labels.
         dropout: Dropout before the classifier.
         pooler: Insert BERT's dense + tanh pooler first.
+        standardize: Standardise each pooled feature over the batch (``BatchNorm1d`` without affine, running
+            statistics at evaluation), as MAE's linear probe does (He et al. 2021): pretrained features can
+            share one large constant direction with little spread between examples, which a freshly
+            initialised linear classifier separates only slowly.
     """
 
-    def __init__(self, dim: int, num_classes: int, dropout: float = 0.1, pooler: bool = False) -> None:
+    def __init__(
+        self, dim: int, num_classes: int, dropout: float = 0.1, pooler: bool = False, standardize: bool = False
+    ) -> None:
         super().__init__()
         self.pooler = Pooler(dim) if pooler else None
+        self.norm = nn.BatchNorm1d(dim, affine=False) if standardize else None
         self.drop = nn.Dropout(dropout)
         self.classifier = nn.Linear(dim, num_classes)
         nn.init.normal_(self.classifier.weight, std=0.02)
@@ -133,4 +140,9 @@ class ClassificationHead(nn.Module):
     def forward(self, pooled: Tensor) -> Tensor:
         if self.pooler is not None:
             pooled = self.pooler(pooled)
+        if self.norm is not None:
+            if self.training and pooled.shape[0] == 1:  # an epoch's last batch of one has no batch statistics
+                pooled = F.batch_norm(pooled, self.norm.running_mean, self.norm.running_var, eps=self.norm.eps)
+            else:
+                pooled = self.norm(pooled)
         return self.classifier(self.drop(pooled))

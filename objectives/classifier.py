@@ -50,6 +50,8 @@ class ClassifierModule(L.LightningModule):
         pooling: `cls` | `last` | `mean` | `decoder` (`decoder` needs an encoder-decoder).
         head_dropout: dropout before the classifier.
         head_lr: learning rate of the head (pooler + classifier); `None` = `optim.lr`.
+        standardize: standardise the pooled features over the batch before the classifier
+            (`families.heads.ClassificationHead`).
         pooler_state: state dict for BERT's pooler (`families.hf.hf_pooler_state`), when the checkpoint has one;
             used with `cls` pooling, ignored otherwise.
     """
@@ -63,6 +65,7 @@ class ClassifierModule(L.LightningModule):
         pooling: str,
         head_dropout: float = 0.1,
         head_lr: float | None = None,
+        standardize: bool = False,
         pooler_state: dict[str, torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
@@ -79,6 +82,7 @@ class ClassifierModule(L.LightningModule):
                 "pooling": pooling,
                 "head_dropout": head_dropout,
                 "head_lr": head_lr,
+                "standardize": standardize,
                 "optim": asdict(optim),
             }
         )
@@ -88,7 +92,9 @@ class ClassifierModule(L.LightningModule):
         self.optim = optim
         self.head_lr = head_lr
         dim: int = net.config.dim  # type: ignore[assignment]  # a families network's ModelConfig
-        self.head = heads.ClassificationHead(dim, num_classes, head_dropout, pooler=pooling == "cls")
+        self.head = heads.ClassificationHead(
+            dim, num_classes, head_dropout, pooler=pooling == "cls", standardize=standardize
+        )
         # Only `cls` pooling has BERT's pooler; with other poolings a checkpoint's pooler weights go unused.
         if pooler_state is not None and self.head.pooler is not None:
             self.head.pooler.load_state_dict(pooler_state)

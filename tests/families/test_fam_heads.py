@@ -39,3 +39,16 @@ def test_mlm_head_on_selected_positions_equals_dense_then_gather():
     hidden = torch.randn(2, 6, 8)
     select = torch.rand(2, 6) < 0.4
     assert_close(head(hidden[select], emb), head(hidden, emb)[select])
+
+
+def test_standardizing_head_normalises_over_the_batch_then_uses_running_statistics():
+    torch.manual_seed(0)
+    head = ClassificationHead(8, 3, dropout=0.0, standardize=True)
+    x = torch.randn(16, 8) * 0.05 + torch.linspace(-2, 2, 8)  # a large shared offset, little spread
+    z = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5)
+    assert_close(head(x), head.classifier(z))
+    head(x[:1])  # a batch of one trains on the running statistics instead of failing
+    head.eval()
+    mean, var = head.norm.running_mean, head.norm.running_var
+    assert_close(head(x), head.classifier((x - mean) / torch.sqrt(var + 1e-5)))
+    assert not any(p.requires_grad for p in head.norm.parameters())  # no affine: the classifier is the only map

@@ -100,7 +100,6 @@ def test_ddp_run_interrupted_and_resumed_finishes_the_plan_seeing_every_sample_o
     second, seen2 = _traced([*args, "resume=auto"], tmp_path, tmp_path / "trace2")
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads((run_dir / "results.json").read_text())["steps"] == plan
-    assert sorted(step_rows(run_dir)) == list(range(plan))
 
     # Each rank trains steps 1..cut before the preemption and cut+1..plan after it, each once.
     for r in range(2):
@@ -116,3 +115,5 @@ def test_ddp_run_interrupted_and_resumed_finishes_the_plan_seeing_every_sample_o
     reference, seen_ref = _traced([*fast_args(corpus, tmp_path / "ref", plan), *extra], tmp_path, tmp_path / "ref1")
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert seen_ref == seen
+    # Last: rank 1 rewriting metrics.csv during setup races rank 0 (test_csv_ranks.py) and loses these rows.
+    assert sorted(step_rows(run_dir)) == list(range(plan)), "metrics.csv lost the first segment's rows"

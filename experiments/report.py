@@ -380,7 +380,7 @@ def plot_pretraining(
             ax.legend(fontsize=8)
     per = "arm (family, objective)" if crossed else "family"
     fig.suptitle(f"Pretraining loss per {per} (objectives differ: compare each with its own floor)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / size[1]))  # keep the suptitle clear of the first row's titles
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -395,10 +395,13 @@ def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any
     import matplotlib.pyplot as plt
 
     names = list(families)
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(max(5.0, 1.1 * len(names) + 2) * len(METRICS), 4.2),
-                             squeeze=False)
+    many = len(names) > 4  # many arms: one metric per row, so the figure does not become too wide to read
+    width = max(5.0, 1.1 * len(names) + 2)
+    wide = ((1, len(METRICS)), (5 * len(METRICS), 4.2))
+    shape, size = ((len(METRICS), 1), (width, 4.2 * len(METRICS))) if many else wide
+    fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
     colors = _family_colors(list(dict.fromkeys(r["family"] for r in families.values())))
-    for ax, metric in zip(axes[0], METRICS, strict=True):
+    for ax, metric in zip(axes.flat, METRICS, strict=True):
         scratch_shown: set[str] = set()
         for i, arm in enumerate(names):
             fam = families[arm]["family"]
@@ -414,8 +417,7 @@ def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any
         for ref, name, style in ((majority, "majority class", ":"), (tfidf, "TF-IDF + LR", "--")):
             if ref:
                 ax.axhline(ref[metric], color="black", ls=style, lw=1, label=f"{name} {ref[metric]:.3f}")
-        ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 4 else 0, ha="right" if len(names) > 4
-                      else "center")
+        ax.set_xticks(range(len(names)), names, rotation=30 if many else 0, ha="right" if many else "center")
         ax.set_xlabel("left bar: pretrained, right: scratch (once per family)")
         ax.set_ylabel(f"{metric} (fraction)" if metric != "test/mcc" else "test/mcc (-1 to 1)")
         ax.set_title(f"Fine-tuning {metric}, mean ± std over seeds")

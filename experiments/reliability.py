@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from experiments.config import Config, ConfigInputError
 
@@ -168,6 +169,12 @@ class RNGStateCallback(pl.Callback):
 class KeepTwoCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` that moves the previous ``last.ckpt`` to ``last-prev.ckpt`` before overwriting it."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No last-v1.ckpt: a resumed run whose last.ckpt was written by save_last (not by this callback) must
+        # overwrite it, since finetune / compare / generate read last.ckpt (the previous one is kept anyway).
+        kwargs.setdefault("enable_version_counter", False)
+        super().__init__(*args, **kwargs)
+
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         rotate_last(trainer, Path(filepath))
         super()._save_checkpoint(trainer, filepath)
@@ -199,6 +206,7 @@ class PreemptionCallback(pl.Callback):
         self.checkpoint_dir = checkpoint_dir
         self.signal: int | None = None
         self.saved: tuple[int, Path] | None = None
+        self._step_at_start = -1
         self._previous: dict[int, Any] = {}
         knob = os.environ.get("FAMLAB_FAULT_SIGTERM_STEP")
         self.fault_step = int(knob) if knob else None
@@ -227,7 +235,9 @@ class PreemptionCallback(pl.Callback):
             self.fault_step = None
             os.kill(os.getpid(), signal.SIGTERM)
         got = _all_reduce(1.0 if self.signal is not None else 0.0, "max")
-        if got > 0 and self.saved is None:
+        # a batch that did not step is between accumulated micro-batches: their gradients are not checkpointed
+        stepped = trainer.global_step != self._step_at_start
+        if got > 0 and self.saved is None and stepped:
             self.saved = (trainer.global_step, save_last(trainer, self.checkpoint_dir))
 
     # Raised one hook later than the save: this step's metrics are written to the loggers after
@@ -240,6 +250,7 @@ class PreemptionCallback(pl.Callback):
             for logger in trainer.loggers:
                 logger.save()
             raise Preempted(*self.saved)
+        self._step_at_start = trainer.global_step
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._restore()
@@ -335,6 +346,8 @@ class AppendingCSVLogger(CSVLogger):
     def experiment(self) -> Any:  # type: ignore[override]
         if self._experiment is not None:
             return self._experiment
+        if rank_zero_only.rank != 0:  # Lightning asks every rank for .experiment; only rank 0 may touch the file
+            return super().experiment
         path = Path(self.log_dir) / "metrics.csv"
         kept = path.read_text(encoding="utf-8") if path.is_file() else None
         with warnings.catch_warnings():

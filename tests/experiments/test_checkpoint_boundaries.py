@@ -1,7 +1,8 @@
-"""Where a preempted run's checkpoint lands, and where the resumed run writes: two known bugs, strict xfail.
+"""Where a preempted run's checkpoint lands, and where the resumed run writes.
 
-Both were found while tracing DDP resume (test_ddp.py); the fixes are in experiments/ (see each reason).
-When a fix lands these tests XPASS, which fails them under ``strict``: then drop the marker.
+Both were bugs found while tracing DDP resume (test_ddp.py): a run preempted before ModelCheckpoint's first
+save resumed into ``last-v1.ckpt`` (``last.ckpt`` stayed stale), and a signal between accumulated
+micro-batches checkpointed mid-window (the accumulated gradients were lost).
 """
 
 from __future__ import annotations
@@ -24,10 +25,6 @@ def env(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "save_last() writes last.ckpt behind ModelCheckpoint's back, so its restored last_model_path is '' and, finding "
-    "last.ckpt taken, Lightning's version counter makes the resumed run write last-v1.ckpt; fix: "
-    "KeepTwoCheckpoint(enable_version_counter=False) in make_trainer, or set last_model_path in save_last"))
 def test_run_preempted_before_its_first_checkpoint_resumes_into_last_ckpt(env, monkeypatch):
     """finetune init=, compare and generate read checkpoints/last.ckpt: it must hold the finished model."""
     root, corpus = env
@@ -43,10 +40,6 @@ def test_run_preempted_before_its_first_checkpoint_resumes_into_last_ckpt(env, m
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "PreemptionCallback saves at the first train-batch end after the signal, which with accumulate_grad_batches > 1 "
-    "can be mid-window: the accumulated gradients are not in the checkpoint, so the resumed step trains on part of "
-    "its batch; fix: save only at a batch end where global_step advanced"))
 def test_sigterm_between_accumulated_micro_batches_checkpoints_at_a_step_boundary(env, monkeypatch):
     import experiments.pretrain as pretrain_job
 

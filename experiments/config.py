@@ -142,7 +142,10 @@ class FinetuneConfig:
     lr: float = 1e-4  # body learning rate
     head_lr: float | None = None  # classification-head learning rate; None = 10 x lr (fresh weights)
     head_dropout: float = 0.1  # dropout before the classifier
-    standardize: bool = False  # standardise pooled features over the batch (BatchNorm, no affine) before the head
+    # standardise pooled features over the batch (BatchNorm, no affine) before the classifier: pretrained pooled
+    # features share one large direction with little spread between examples (T5 tiny: mean cosine 0.996 vs
+    # 0.49 at init), which a fresh classifier separates slowly; measured gains for every family (issue 4 note)
+    standardize: bool = True
     weight_decay: float = 0.01  # AdamW weight decay while fine-tuning
     warmup_ratio: float = 0.1  # fraction of fine-tuning steps spent in linear warmup
     pooling: Pooling | None = None  # cls | last | mean | decoder; None = bert cls, gpt last, t5 mean

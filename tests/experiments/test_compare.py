@@ -39,6 +39,15 @@ def run_compare(root: Path, *extra: str) -> Path:
     return new
 
 
+def compare_in_tmp(tmp_path_factory, name: str, *extra: str) -> Path:
+    """One comparison run in a fresh directory of its own (cwd and FAMLAB_CACHE), for module fixtures."""
+    root = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("FAMLAB_CACHE", str(root / "cache"))
+        return run_compare(root, *extra)
+
+
 def strip_time_columns(table: str) -> list[list[str]]:
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
     drop = {i for i, name in enumerate(rows[0]) if name in TIME_COLUMNS}
@@ -196,13 +205,10 @@ def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
 @pytest.fixture(scope="module")
 def crossed(tmp_path_factory):
     """A tiny comparison of gpt and t5, each pretrained with span corruption and with prefix LM."""
-    root = tmp_path_factory.mktemp("crossed")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("FAMLAB_CACHE", str(root / "cache"))
-        return run_compare(root, "compare.families=[gpt,t5]", "compare.objectives=[span,prefix_lm]",
-                           "trainer.max_steps=50", "trainer.val_check_interval=25", "compare.seeds=[0]",
-                           "compare.scratch_seeds=[0]", "finetune.max_steps=4", "finetune.val_every=2")
+    return compare_in_tmp(tmp_path_factory, "crossed", "compare.families=[gpt,t5]",
+                          "compare.objectives=[span,prefix_lm]", "trainer.max_steps=50",
+                          "trainer.val_check_interval=25", "compare.seeds=[0]", "compare.scratch_seeds=[0]",
+                          "finetune.max_steps=4", "finetune.val_every=2")
 
 
 ARMS = {"gpt-span": ("gpt", "span"), "gpt-prefix_lm": ("gpt", "prefix_lm"), "t5-span": ("t5", "span"),

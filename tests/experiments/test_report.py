@@ -5,7 +5,7 @@ import math
 import statistics
 
 import pytest
-from test_compare import run_compare
+from test_compare import compare_in_tmp
 
 from experiments import cli
 from experiments.report import significance
@@ -16,11 +16,7 @@ OUTPUTS = ("report.md", "results.json", "pretrain_curves.png", "finetune_scores.
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     """One tiny comparison of gpt and bert with parameter counts matched."""
-    root = tmp_path_factory.mktemp("report")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("FAMLAB_CACHE", str(root / "cache"))
-        return run_compare(root, "compare.families=[gpt,bert]", "compare.match=params")
+    return compare_in_tmp(tmp_path_factory, "report", "compare.families=[gpt,bert]", "compare.match=params")
 
 
 @pytest.mark.slow

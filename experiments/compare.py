@@ -154,15 +154,11 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
 
 def make_objective_for(cfg: Config, ids: Any) -> Any:
     """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
+    from experiments.pretrain import objective_settings
     from objectives import make_objective
 
-    o = cfg.objective
-    return make_objective(
-        o.name, ids, seq_len=cfg.data.seq_len, mask_rate=o.mask_rate, noise_density=o.noise_density,
-        mean_span=o.mean_span, family=cfg.model.family.value, prefix_fraction=o.prefix_fraction,
-        ul2_rates=tuple(o.ul2_rates), ul2_x_density=o.ul2_x_density, ul2_x_mean_span=o.ul2_x_mean_span,
-        span_p=o.span_p, max_span=o.max_span,
-    )
+    return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
+                          **objective_settings(cfg))
 
 
 def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, Any]:

@@ -58,6 +58,17 @@ def unigram_log_probs(counts: Any) -> Any:
     return (counts / counts.sum()).log().float()
 
 
+def objective_settings(cfg: Config) -> dict[str, Any]:
+    """The ``objective.*`` settings as keyword arguments of ``objectives.make_objective`` (and of the length
+    evaluation, which rebuilds the objective at other lengths)."""
+    o = cfg.objective
+    return dict(
+        mask_rate=o.mask_rate, noise_density=o.noise_density, mean_span=o.mean_span, prefix_fraction=o.prefix_fraction,
+        ul2_rates=tuple(o.ul2_rates), ul2_x_density=o.ul2_x_density, ul2_x_mean_span=o.ul2_x_mean_span,
+        span_p=o.span_p, max_span=o.max_span,
+    )
+
+
 def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: dict[str, Any]) -> dict[str, Any]:
     """Validation loss at 1x, 2x and 4x the training length (issue 8), for the report and sweep summaries.
 
@@ -90,13 +101,9 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     bundle = get_bundle(cfg, corpus, run_dir)
     set_vocab(cfg, bundle.vocab_size)
     ids = token_ids(bundle)
-    o = cfg.objective
-    settings = dict(
-        mask_rate=o.mask_rate, noise_density=o.noise_density, mean_span=o.mean_span, prefix_fraction=o.prefix_fraction,
-        ul2_rates=tuple(o.ul2_rates), ul2_x_density=o.ul2_x_density, ul2_x_mean_span=o.ul2_x_mean_span,
-        span_p=o.span_p, max_span=o.max_span,
-    )
-    objective = make_objective(o.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value, **settings)
+    settings = objective_settings(cfg)
+    objective = make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
+                               **settings)
     dm = PretrainDataModule(
         corpus,
         bundle,

@@ -234,10 +234,11 @@ class PreemptionCallback(pl.Callback):
         if self.fault_step is not None and trainer.global_step == self.fault_step:
             self.fault_step = None
             os.kill(os.getpid(), signal.SIGTERM)
-        got = _all_reduce(1.0 if self.signal is not None else 0.0, "max")
-        # a batch that did not step is between accumulated micro-batches: their gradients are not checkpointed
-        stepped = trainer.global_step != self._step_at_start
-        if got > 0 and self.saved is None and stepped:
+        # a batch that did not step is between accumulated micro-batches: their gradients are not checkpointed.
+        # Every rank steps at the same batches, so all skip the collective below together.
+        if trainer.global_step == self._step_at_start or self.saved is not None:
+            return
+        if _all_reduce(1.0 if self.signal is not None else 0.0, "max") > 0:
             self.saved = (trainer.global_step, save_last(trainer, self.checkpoint_dir))
 
     # Raised one hook later than the save: this step's metrics are written to the loggers after

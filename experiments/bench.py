@@ -311,6 +311,9 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
     """Run the whole benchmark, printing the report line by line; returns the numbers per family."""
     import os
 
+    from experiments.allocator import keep_freed_memory
+
+    allocator = keep_freed_memory() or "default"  # both sides share it: one process
     if s.threads:
         torch.set_num_threads(s.threads)
     use_cuda = s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available())
@@ -320,6 +323,7 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     out(f"famlab bench: device={device.type} precision={precision} threads={torch.get_num_threads()} "
         f"load1={load:.2f} torch={torch.__version__}")
+    out(f"allocator: {allocator} (both sides)")
     out(f"shapes: dim={s.dim} layers={s.layers} heads={s.heads} ffn={s.ffn} vocab={s.vocab} batch={s.batch} "
         f"seq={s.seq}; pairs={s.pairs} warmup={s.warmup} steps/sample={s.steps}")
     out(f"peak: {peak / 1e9:.1f} GFLOP/s ({how})")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from omegaconf.errors import OmegaConfBaseException
 
+from experiments.allocator import keep_freed_memory
 from experiments.compose import compose, format_omegaconf_error, preset_description, preset_names, preset_path
 
 USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=value]... [--flag]..."
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if command not in COMMANDS:
             raise UsageError(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")
         presets, overrides, flags = split_args(rest)
+        keep_freed_memory()  # training steps stop re-faulting their activations (see experiments.allocator)
         return int(_resolve(command)(presets, overrides, flags) or 0)
     except OmegaConfBaseException as e:
         print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)

@@ -33,7 +33,8 @@ class LossOutput:
         num_label_tokens: N, the number of positions with a label (a Python int is avoided: a 0-d long
             tensor, so no device sync is forced).
         logits: `(B, K, V)` logits at the K selected positions per row when the objective computes them
-            sparsely (MLM), or `(B, T, V)` dense logits (CLM, span); `None` when not kept.
+            sparsely (MLM); `None` for the dense LM objectives (CLM, span, prefix LM, UL2), whose head is fused
+            with the loss so their `(B, T, V)` logits never exist.
         labels: target ids with the same leading shape as `logits` (`-100` = no label).
     """
 
@@ -49,6 +50,16 @@ def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="sum")
     count = (labels != IGNORE).sum()
     return total, count
+
+
+def _lm_ce(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy, label count) of the network's LM head on `hidden` `(B, T, C)`, `-100` skipped.
+
+    `net.lm_loss` fuses the vocabulary projection with the loss (`families.heads.linear_cross_entropy`), so
+    the dense `(B, T, V)` logits are never materialised; the objectives using it return `logits=None`.
+    """
+    total = net.lm_loss(hidden, labels)  # type: ignore[operator]
+    return total, (labels != IGNORE).sum()
 
 
 def _stack(samples: Sequence[torch.Tensor], length: int) -> torch.Tensor:
@@ -135,9 +146,9 @@ class CausalLM(Objective):
         return {"input_ids": inputs, "labels": labels}
 
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
-        logits = net(batch["input_ids"]).logits  # (B, T, V)
-        total, count = _summed_ce(logits, batch["labels"])
-        return LossOutput(total / count.clamp(min=1), count, logits, batch["labels"])
+        hidden = net(batch["input_ids"], compute_logits=False).hidden  # (B, T, C)
+        total, count = _lm_ce(net, hidden, batch["labels"])
+        return LossOutput(total / count.clamp(min=1), count, None, batch["labels"])
 
 
 class SpanCorruption(Objective):
@@ -165,9 +176,9 @@ class SpanCorruption(Objective):
         return {"input_ids": inputs, "decoder_input_ids": decoder_inputs, "labels": targets}
 
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
-        logits = net(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"]).logits  # (B, Tt, V)
-        total, count = _summed_ce(logits, batch["labels"])
-        return LossOutput(total / count.clamp(min=1), count, logits, batch["labels"])
+        hidden = net(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"], compute_logits=False).hidden
+        total, count = _lm_ce(net, hidden, batch["labels"])  # over the (B, Tt) targets
+        return LossOutput(total / count.clamp(min=1), count, None, batch["labels"])
 
     def tokens_in(self, batch: Batch) -> int:
         return int(batch["input_ids"].numel() + batch["decoder_input_ids"].numel())

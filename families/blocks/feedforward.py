@@ -65,6 +65,8 @@ class FeedForward(nn.Module):
         if self.gated:
             gate, value = h.split(self.hidden, dim=-1)  # (B, T, F) each, views
             h = self.act(gate) * value
+        elif self.act is F.relu:
+            h = F.relu(h, inplace=True)  # h is the Linear's output, which its backward does not need
         else:
             h = self.act(h)
         return self.down(self.drop(h))

@@ -39,7 +39,6 @@ class LMHead(nn.Module):
             hidden = hidden * self.scale
         return F.linear(hidden, weight)
 
-
     def loss(self, hidden: Tensor, labels: Tensor, tied_weight: Tensor | None = None) -> Tensor:
         """Summed cross-entropy of the head's logits against ``labels`` (``-100`` skipped), logits never kept.
 

@@ -30,7 +30,7 @@ from torch import nn
 
 from objectives.corruption import _span_counts, span_corrupt
 from objectives.errors import ObjectiveError
-from objectives.objective import Batch, LossOutput, MaskedLM, Objective, _lm_ce, _stack
+from objectives.objective import Batch, LossOutput, MaskedLM, Objective, _dense_lm_loss, _stack
 from objectives.prefix import (
     decoder_batch,
     encoder_decoder_batch,
@@ -76,8 +76,7 @@ class _DecoderOnly(Objective):
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
         mask = prefix_lm_mask(batch["prefix_len"], batch["input_ids"].shape[1])  # (B, 1, T, T)
         hidden = net(batch["input_ids"], attention_mask=mask, compute_logits=False).hidden  # (B, T, C)
-        total, count = _lm_ce(net, hidden, batch["labels"])
-        return LossOutput(total / count.clamp(min=1), count, None, batch["labels"])
+        return _dense_lm_loss(net, hidden, batch["labels"])
 
 
 class _EncoderDecoder(Objective):
@@ -90,8 +89,7 @@ class _EncoderDecoder(Objective):
             decoder_input_ids=batch["decoder_input_ids"],
             compute_logits=False,
         ).hidden  # (B, Q, C)
-        total, count = _lm_ce(net, hidden, batch["labels"])
-        return LossOutput(total / count.clamp(min=1), count, None, batch["labels"])
+        return _dense_lm_loss(net, hidden, batch["labels"])
 
     def tokens_in(self, batch: Batch) -> int:
         """Real (non-padding) encoder tokens plus decoder tokens up to each row's last label."""

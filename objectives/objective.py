@@ -52,14 +52,15 @@ def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     return total, count
 
 
-def _lm_ce(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed cross-entropy, label count) of the network's LM head on `hidden` `(B, T, C)`, `-100` skipped.
+def _dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> LossOutput:
+    """Mean cross-entropy of the network's LM head on `hidden` `(B, T, C)` against `labels` `(B, T)`, `-100` skipped.
 
     `net.lm_loss` fuses the vocabulary projection with the loss (`families.heads.linear_cross_entropy`), so
-    the dense `(B, T, V)` logits are never materialised; the objectives using it return `logits=None`.
+    the dense `(B, T, V)` logits are never materialised and the output carries `logits=None`.
     """
     total = net.lm_loss(hidden, labels)  # type: ignore[operator]
-    return total, (labels != IGNORE).sum()
+    count = (labels != IGNORE).sum()
+    return LossOutput(total / count.clamp(min=1), count, None, labels)
 
 
 def _stack(samples: Sequence[torch.Tensor], length: int) -> torch.Tensor:
@@ -147,8 +148,7 @@ class CausalLM(Objective):
 
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
         hidden = net(batch["input_ids"], compute_logits=False).hidden  # (B, T, C)
-        total, count = _lm_ce(net, hidden, batch["labels"])
-        return LossOutput(total / count.clamp(min=1), count, None, batch["labels"])
+        return _dense_lm_loss(net, hidden, batch["labels"])
 
 
 class SpanCorruption(Objective):
@@ -177,8 +177,7 @@ class SpanCorruption(Objective):
 
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
         hidden = net(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"], compute_logits=False).hidden
-        total, count = _lm_ce(net, hidden, batch["labels"])  # over the (B, Tt) targets
-        return LossOutput(total / count.clamp(min=1), count, None, batch["labels"])
+        return _dense_lm_loss(net, hidden, batch["labels"])  # over the (B, Tt) targets
 
     def tokens_in(self, batch: Batch) -> int:
         return int(batch["input_ids"].numel() + batch["decoder_input_ids"].numel())

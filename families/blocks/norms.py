@@ -23,19 +23,21 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalise ``x`` of shape ``(..., C)``; statistics in fp32 as T5 does (half-precision variance overflows)."""
-        if FUSED and x.dtype == torch.float32 and self.weight.dtype == torch.float32 and torch.is_grad_enabled():
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32 and torch.is_grad_enabled():
             return _RMSNormFunction.apply(x, self.weight, self.eps)
-        variance = x.float().pow(2).mean(-1, keepdim=True)
-        y = x * torch.rsqrt(variance + self.eps)
-        if self.weight.dtype in (torch.float16, torch.bfloat16):
-            y = y.to(self.weight.dtype)
-        return self.weight * y
+        return rms_norm_reference(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
-FUSED = True
+def rms_norm_reference(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """T5's formula step by step, differentiated by autograd: the path for half precision and no-grad calls."""
+    variance = x.float().pow(2).mean(-1, keepdim=True)
+    y = x * torch.rsqrt(variance + eps)
+    if weight.dtype in (torch.float16, torch.bfloat16):
+        y = y.to(weight.dtype)
+    return weight * y
 
 
 class _RMSNormFunction(torch.autograd.Function):

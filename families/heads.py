@@ -50,87 +50,120 @@ class LMHead(nn.Module):
         return linear_cross_entropy(hidden, weight, labels, scale=self.scale)
 
 
-CHUNK_ELEMENTS = 1 << 22  # logits per chunk of linear_cross_entropy: 16 MiB of fp32
+CHUNK_ELEMENTS = 1 << 22  # logits per row chunk of linear_cross_entropy: 16 MiB of fp32
+VOCAB_SLICE = 1024  # vocabulary columns per matmul of linear_cross_entropy
 
 
 def linear_cross_entropy(
-    hidden: Tensor, weight: Tensor, labels: Tensor, *, scale: float = 1.0, chunk_elements: int = CHUNK_ELEMENTS
+    hidden: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    scale: float = 1.0,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    vocab_slice: int = VOCAB_SLICE,
 ) -> Tensor:
     """``sum_i CE(((scale * hidden_i) @ W^T), labels_i)`` over rows with a label (``-100`` = none), fp32.
 
     The vocabulary projection fused with the loss (as Liger-Kernel's fused linear cross-entropy): rows go
     through in chunks of at most ``chunk_elements`` logits, and when a gradient is wanted each chunk's
-    gradient ``softmax - onehot`` is formed in place in its logits buffer and pushed through the two
+    gradient ``softmax - onehot`` is formed in place in its logits buffers and pushed through the two
     backward matmuls at once. No ``(N, V)`` logits, log-probabilities or their gradients are kept between
     forward and backward: one logits buffer per chunk instead of the five ``(N, V)`` tensors of
     ``F.linear`` + ``F.cross_entropy`` + autograd (about a quarter of a small T5's step on CPU went to
-    allocating and filling them). The matmul FLOPs are those of the unfused head.
+    allocating and filling them). The matmul FLOPs are those of the unfused head; each matmul covers
+    ``vocab_slice`` vocabulary columns (``(n, C) @ (C, 1024)`` ran about 1.3x faster per FLOP than one
+    ``(n, C) @ (C, 8192)`` on the CPUs here).
 
     Args:
         hidden: ``(..., C)`` final hidden states.
         weight: ``(V, C)`` output (or tied embedding) weight.
         labels: ``(...)`` target ids, ``-100`` where there is no label.
         scale: Multiplier on ``hidden`` (T5's tied-head ``dim^-0.5``).
-        chunk_elements: Upper bound on the logits of one chunk.
+        chunk_elements: Upper bound on the logits of one row chunk.
+        vocab_slice: Vocabulary columns per matmul.
     """
     if hidden.shape[:-1] != labels.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} and labels {tuple(labels.shape)} disagree")
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
     rows = max(1, chunk_elements // weight.shape[0])
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _LinearCrossEntropy.apply(hidden, weight, labels, scale, rows)
+        return _LinearCrossEntropy.apply(hidden, weight, labels, scale, rows, vocab_slice)
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, hidden.shape[0], rows):
         h = hidden[start : start + rows]
-        logits = F.linear(h * scale if scale != 1.0 else h, weight).float()  # (n, V)
+        h = h * scale if scale != 1.0 else h
+        logits = [F.linear(h, w).float() for w in weight.split(vocab_slice)]  # (n, v) each
         total = total + _nll_into_grad_(logits, labels[start : start + rows], grad=False)
     return total
 
 
-def _nll_into_grad_(logits: Tensor, labels: Tensor, *, grad: bool) -> Tensor:
-    """Summed NLL of fp32 ``logits`` ``(n, V)`` at ``labels`` ``(n,)``; with ``grad``, ``logits`` is overwritten
-    by ``d NLL / d logits`` (softmax - onehot on labelled rows, 0 on the others). In-place passes only: max,
-    subtract + exp, sum, normalise + mask, scatter."""
+def _nll_into_grad_(logits: list[Tensor], labels: Tensor, *, grad: bool) -> Tensor:
+    """Summed NLL at ``labels`` ``(n,)`` of the fp32 logits given as consecutive vocabulary slices ``(n, v_j)``.
+
+    With ``grad``, each slice is overwritten by its part of ``d NLL / d logits`` (softmax - onehot on labelled
+    rows, 0 on the others). In-place passes only: max, subtract + exp, sum, normalise + mask, scatter.
+    """
     valid = labels != -100
-    index = labels.clamp(min=0)[:, None]  # (n, 1)
-    target = logits.gather(1, index).squeeze(1)  # (n,)
-    peak = logits.amax(-1, keepdim=True)  # (n, 1)
-    exp = logits.sub_(peak).exp_() if grad else (logits - peak).exp_()
-    total = exp.sum(-1, keepdim=True)  # (n, 1)
-    nll = (total.log() + peak).squeeze(1) - target
+    local, in_slice, offset = [], [], 0
+    for part in logits:  # each label's column within its slice
+        width = part.shape[1]
+        local.append((labels - offset).clamp(0, width - 1)[:, None])  # (n, 1)
+        in_slice.append(valid & (labels >= offset) & (labels < offset + width))  # (n,)
+        offset += width
+    target = sum(p.gather(1, i).squeeze(1) * m for p, i, m in zip(logits, local, in_slice, strict=True))  # (n,)
+    peak = torch.stack([p.amax(-1) for p in logits]).amax(0)[:, None]  # (n, 1)
+    exps = [p.sub_(peak).exp_() if grad else (p - peak).exp_() for p in logits]
+    total = sum(e.sum(-1, keepdim=True) for e in exps)  # (n, 1)
+    nll = (total.log() + peak).squeeze(1) - target  # type: ignore[union-attr]
     if grad:
         weights = valid[:, None] / total  # softmax normaliser on labelled rows, 0 on the others
-        exp.mul_(weights).scatter_add_(1, index, -valid[:, None].to(exp.dtype))
+        for e, i, m in zip(exps, local, in_slice, strict=True):
+            e.mul_(weights).scatter_add_(1, i, -m[:, None].to(e.dtype))
     return nll.masked_fill(~valid, 0.0).sum()
+
+
+def _mm_into(out: Tensor, a: Tensor, b: Tensor, *, accumulate: bool) -> None:
+    """``out = a @ b`` or ``out += a @ b`` into contiguous ``out``, without a temporary when the dtypes agree."""
+    if out.dtype != a.dtype:  # bf16 products into an fp32 gradient under autocast
+        out.add_(a @ b) if accumulate else out.copy_(a @ b)
+    elif accumulate:
+        out.addmm_(a, b)
+    else:
+        torch.mm(a, b, out=out)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """Forward computes the loss and both gradients chunk by chunk; backward scales them by ``grad_output``."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, scale: float, rows: int) -> Tensor:
+    def forward(
+        ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, scale: float, rows: int, vocab_slice: int
+    ) -> Tensor:
         total = hidden.new_zeros((), dtype=torch.float32)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight: Tensor | None = None
+        grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None  # (V, C), filled slice by slice
+        slices = weight.split(vocab_slice)  # (v, C) views
         for start in range(0, hidden.shape[0], rows):
             h = hidden[start : start + rows]
             if scale != 1.0:
                 h = h * scale
-            logits = F.linear(h, weight)  # (n, V); bf16 under autocast
-            probs = logits if logits.dtype == torch.float32 else logits.float()
+            logits = [F.linear(h, w) for w in slices]  # (n, v) each; bf16 under autocast
+            probs = [x if x.dtype == torch.float32 else x.float() for x in logits]
             total = total + _nll_into_grad_(probs, labels[start : start + rows], grad=True)
-            grad_logits = probs.to(logits.dtype)
+            grads = [p.to(x.dtype) for p, x in zip(probs, logits, strict=True)]  # d loss / d logits
             if grad_hidden is not None:
-                grad_h = grad_logits @ weight.to(grad_logits.dtype)  # (n, C)
-                grad_hidden[start : start + rows] = grad_h * scale if scale != 1.0 else grad_h
-            if ctx.needs_input_grad[1]:
-                h = h.to(grad_logits.dtype)
-                if grad_weight is None:
-                    grad_weight = (grad_logits.t() @ h).to(weight.dtype)  # (V, C), accumulated in weight's dtype
-                elif grad_weight.dtype == grad_logits.dtype:
-                    grad_weight.addmm_(grad_logits.t(), h)
-                else:
-                    grad_weight.add_(grad_logits.t() @ h)
+                grad_h = grad_hidden[start : start + rows]  # (n, C), contiguous rows
+                for j, (g, w) in enumerate(zip(grads, slices, strict=True)):
+                    _mm_into(grad_h, g, w.to(g.dtype), accumulate=j > 0)
+                if scale != 1.0:
+                    grad_h.mul_(scale)
+            if grad_weight is not None:
+                h = h.to(grads[0].dtype)
+                offset = 0
+                for g in grads:  # each slice's rows of grad_weight, accumulated over row chunks
+                    _mm_into(grad_weight[offset : offset + g.shape[1]], g.t(), h, accumulate=start > 0)
+                    offset += g.shape[1]
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total
 
@@ -140,7 +173,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         grad_hidden = grad_hidden * grad_output if grad_hidden is not None else None
         grad_weight = grad_weight * grad_output if grad_weight is not None else None
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 class MLMHead(nn.Module):

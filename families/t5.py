@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from families.blocks.layers import LayerCache
@@ -40,8 +41,20 @@ class T5(nn.Module):
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Decoder hidden states ``(B, T, C)``; ``cache`` from ``net.decoder.new_cache()`` for incremental steps."""
+        return self._decode_embedded(
+            self.embed(decoder_input_ids), encoder_hidden, encoder_attention_mask, decoder_attention_mask, cache
+        )
+
+    def _decode_embedded(
+        self,
+        embedded: Tensor,
+        encoder_hidden: Tensor,
+        encoder_attention_mask: Tensor | None,
+        decoder_attention_mask: Tensor | None,
+        cache: list[LayerCache] | None = None,
+    ) -> Tensor:
         return self.decoder(
-            self.embed(decoder_input_ids),
+            embedded,
             attention_mask=decoder_attention_mask,
             context=encoder_hidden,
             context_mask=encoder_attention_mask,
@@ -59,8 +72,14 @@ class T5(nn.Module):
         """Encode ``input_ids`` ``(B, S)`` and decode ``decoder_input_ids`` ``(B, T)``; ``logits`` ``(B, T, V)``."""
         if decoder_input_ids is None:
             raise ValueError("T5 forward needs decoder_input_ids (the targets shifted right behind the start id)")
-        encoder_hidden = self.encode(input_ids, attention_mask)
-        hidden = self.decode(decoder_input_ids, encoder_hidden, attention_mask, decoder_attention_mask)
+        # One lookup for encoder and decoder tokens: the backward builds one dense (V, C) embedding gradient
+        # (a zero-filled V x C buffer plus an accumulation into the tied head's) instead of two.
+        embedded = self.embed(torch.cat((input_ids.reshape(-1), decoder_input_ids.reshape(-1))))
+        encoder_in, decoder_in = embedded.split((input_ids.numel(), decoder_input_ids.numel()))  # contiguous rows
+        encoder_hidden = self.encoder(encoder_in.view(*input_ids.shape, -1), attention_mask=attention_mask)
+        hidden = self._decode_embedded(
+            decoder_in.view(*decoder_input_ids.shape, -1), encoder_hidden, attention_mask, decoder_attention_mask
+        )
         return NetworkOutput(self.project(hidden) if compute_logits else None, hidden, encoder_hidden)
 
     def project(self, hidden: Tensor) -> Tensor:

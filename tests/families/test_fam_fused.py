@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,22 +13,29 @@ import families.blocks.norms as norms
 from families.heads import linear_cross_entropy
 
 
-@pytest.mark.parametrize(("rows", "vocab", "chunk", "scale"), [(50, 300, 1 << 22, 1.0), (50, 300, 300 * 7, 0.0625)])
-def test_linear_cross_entropy_matches_unfused(rows: int, vocab: int, chunk: int, scale: float) -> None:
+@pytest.mark.parametrize(
+    ("rows", "vocab", "chunk", "vocab_slice", "scale"),
+    [(50, 300, 1 << 22, 1024, 1.0), (50, 300, 300 * 7, 1024, 0.0625), (50, 300, 300 * 7, 128, 0.0625)],
+)
+def test_linear_cross_entropy_matches_unfused(
+    rows: int, vocab: int, chunk: int, vocab_slice: int, scale: float
+) -> None:
     torch.manual_seed(0)
     hidden = torch.randn(rows, 16, requires_grad=True)
     weight = (torch.randn(vocab, 16) * 0.3).requires_grad_()
     labels = torch.randint(0, vocab, (rows,))
     labels[::5] = -100
+    labels[1], labels[2] = vocab - 1, 0  # first and last column (of the last and first vocabulary slice)
     ref = F.cross_entropy(F.linear(hidden * scale, weight), labels, reduction="sum")
     ref_grads = torch.autograd.grad(ref * 0.7, (hidden, weight))
-    out = linear_cross_entropy(hidden, weight, labels, scale=scale, chunk_elements=chunk)
+    fused = partial(linear_cross_entropy, scale=scale, chunk_elements=chunk, vocab_slice=vocab_slice)
+    out = fused(hidden, weight, labels)
     grads = torch.autograd.grad(out * 0.7, (hidden, weight))
     assert_close(out, ref)
     for got, want in zip(grads, ref_grads, strict=True):
         assert_close(got, want)
     with torch.no_grad():
-        assert_close(linear_cross_entropy(hidden, weight, labels, scale=scale, chunk_elements=chunk), ref)
+        assert_close(fused(hidden, weight, labels), ref)
 
 
 def test_fused_rmsnorm_matches_autograd() -> None:
@@ -42,3 +51,20 @@ def test_fused_rmsnorm_matches_autograd() -> None:
     want = (reference, *torch.autograd.grad(reference, (x, norm.weight), grad))
     for g, w in zip(got, want, strict=True):
         assert_close(g, w)
+
+
+def test_linear_cross_entropy_under_bf16_autocast() -> None:
+    """bf16 matmuls (as under ``bf16-mixed``), fp32 softmax and an fp32 weight gradient, as the unfused head."""
+    torch.manual_seed(0)
+    hidden = torch.randn(40, 16, requires_grad=True)
+    weight = (torch.randn(300, 16) * 0.3).requires_grad_()
+    labels = torch.randint(0, 300, (40,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = F.cross_entropy(F.linear(hidden, weight).float(), labels, reduction="sum")
+        out = linear_cross_entropy(hidden, weight, labels, chunk_elements=300 * 16, vocab_slice=128)
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    grads = torch.autograd.grad(out, (hidden, weight))
+    assert out.dtype == torch.float32 and grads[1].dtype == torch.float32
+    assert_close(out, ref, rtol=1e-2, atol=1e-2)
+    for got, want in zip(grads, ref_grads, strict=True):
+        assert_close(got, want.to(got.dtype), rtol=2e-2, atol=2e-2)

@@ -47,6 +47,7 @@ class GPT(nn.Module):
         """LM head on any ``(..., C)`` tensor, giving ``(..., V)``."""
         return self.head(hidden, self.embed.weight)
 
-    def lm_loss(self, hidden: Tensor, labels: Tensor) -> Tensor:
-        """Summed cross-entropy of ``project(hidden)`` against ``labels`` (``-100`` skipped), without keeping logits."""
-        return self.head.loss(hidden, labels, self.embed.weight)
+    def lm_loss(self, hidden: Tensor, labels: Tensor, reduction: str = "sum") -> Tensor:
+        """Cross-entropy (``sum`` or ``mean``) of ``project(hidden)`` against ``labels`` (``-100`` skipped), without
+        keeping logits."""
+        return self.head.loss(hidden, labels, self.embed.weight, reduction=reduction)

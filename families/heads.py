@@ -39,15 +39,17 @@ class LMHead(nn.Module):
             hidden = hidden * self.scale
         return F.linear(hidden, weight)
 
-    def loss(self, hidden: Tensor, labels: Tensor, tied_weight: Tensor | None = None) -> Tensor:
-        """Summed cross-entropy of the head's logits against ``labels`` (``-100`` skipped), logits never kept.
+    def loss(
+        self, hidden: Tensor, labels: Tensor, tied_weight: Tensor | None = None, *, reduction: str = "sum"
+    ) -> Tensor:
+        """Cross-entropy of the head's logits against ``labels`` (``-100`` skipped), logits never kept.
 
         Equal to ``F.cross_entropy(self(hidden, tied_weight).float().flatten(0, -2), labels.flatten(),
-        reduction="sum")``; see :func:`linear_cross_entropy`.
+        reduction=reduction)``; see :func:`linear_cross_entropy`.
         """
         weight = self.weight if self.weight is not None else tied_weight
         assert weight is not None, "a tied head needs the embedding weight"
-        return linear_cross_entropy(hidden, weight, labels, scale=self.scale)
+        return linear_cross_entropy(hidden, weight, labels, scale=self.scale, reduction=reduction)
 
 
 CHUNK_ELEMENTS = 1 << 22  # logits per row chunk of linear_cross_entropy: 16 MiB of fp32
@@ -60,10 +62,12 @@ def linear_cross_entropy(
     labels: Tensor,
     *,
     scale: float = 1.0,
+    reduction: str = "sum",
     chunk_elements: int = CHUNK_ELEMENTS,
     vocab_slice: int = VOCAB_SLICE,
 ) -> Tensor:
-    """``sum_i CE(((scale * hidden_i) @ W^T), labels_i)`` over rows with a label (``-100`` = none), fp32.
+    """``sum_i CE(((scale * hidden_i) @ W^T), labels_i)`` over rows with a label (``-100`` = none), fp32;
+    divided by the number of labelled rows with ``reduction="mean"`` (as ``F.cross_entropy``; 0 when none).
 
     The vocabulary projection fused with the loss (as Liger-Kernel's fused linear cross-entropy): rows go
     through in chunks of at most ``chunk_elements`` logits, and when a gradient is wanted each chunk's
@@ -80,30 +84,37 @@ def linear_cross_entropy(
         weight: ``(V, C)`` output (or tied embedding) weight.
         labels: ``(...)`` target ids, ``-100`` where there is no label.
         scale: Multiplier on ``hidden`` (T5's tied-head ``dim^-0.5``).
+        reduction: ``sum`` or ``mean``. With ``mean`` the gradients are formed already divided, so the usual
+            ``loss.backward()`` hands them to autograd without another pass over the ``(V, C)`` gradient.
         chunk_elements: Upper bound on the logits of one row chunk.
         vocab_slice: Vocabulary columns per matmul.
     """
     if hidden.shape[:-1] != labels.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} and labels {tuple(labels.shape)} disagree")
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
     rows = max(1, chunk_elements // weight.shape[0])
+    divisor = (labels != -100).sum().clamp(min=1) if reduction == "mean" else None
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _LinearCrossEntropy.apply(hidden, weight, labels, scale, rows, vocab_slice)
+        return _LinearCrossEntropy.apply(hidden, weight, labels, scale, divisor, rows, vocab_slice)
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, hidden.shape[0], rows):
         h = hidden[start : start + rows]
         h = h * scale if scale != 1.0 else h
         logits = [F.linear(h, w).float() for w in weight.split(vocab_slice)]  # (n, v) each
-        total = total + _nll_into_grad_(logits, labels[start : start + rows], grad=False)
-    return total
+        total = total + _nll_into_grad_(logits, labels[start : start + rows], grad_scale=None)
+    return total / divisor if divisor is not None else total
 
 
-def _nll_into_grad_(logits: list[Tensor], labels: Tensor, *, grad: bool) -> Tensor:
+def _nll_into_grad_(logits: list[Tensor], labels: Tensor, *, grad_scale: Tensor | float | None) -> Tensor:
     """Summed NLL at ``labels`` ``(n,)`` of the fp32 logits given as consecutive vocabulary slices ``(n, v_j)``.
 
-    With ``grad``, each slice is overwritten by its part of ``d NLL / d logits`` (softmax - onehot on labelled
-    rows, 0 on the others). In-place passes only: max, subtract + exp, sum, normalise + mask, scatter.
+    With a ``grad_scale``, each slice is overwritten by its part of ``grad_scale * d NLL / d logits``
+    (softmax - onehot on labelled rows, 0 on the others). In-place passes only: max, subtract + exp, sum,
+    normalise + mask, scatter.
     """
+    grad = grad_scale is not None
     valid = labels != -100
     local, in_slice, offset = [], [], 0
     for part in logits:  # each label's column within its slice
@@ -117,9 +128,9 @@ def _nll_into_grad_(logits: list[Tensor], labels: Tensor, *, grad: bool) -> Tens
     total = sum(e.sum(-1, keepdim=True) for e in exps)  # (n, 1)
     nll = (total.log() + peak).squeeze(1) - target  # type: ignore[union-attr]
     if grad:
-        weights = valid[:, None] / total  # softmax normaliser on labelled rows, 0 on the others
+        weights = valid[:, None] * grad_scale / total  # softmax normaliser on labelled rows, 0 on the others
         for e, i, m in zip(exps, local, in_slice, strict=True):
-            e.mul_(weights).scatter_add_(1, i, -m[:, None].to(e.dtype))
+            e.mul_(weights).scatter_add_(1, i, m[:, None].to(e.dtype) * -grad_scale)
     return nll.masked_fill(~valid, 0.0).sum()
 
 
@@ -134,23 +145,33 @@ def _mm_into(out: Tensor, a: Tensor, b: Tensor, *, accumulate: bool) -> None:
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """Forward computes the loss and both gradients chunk by chunk; backward scales them by ``grad_output``."""
+    """Forward computes the loss and both gradients chunk by chunk; backward scales them by ``grad_output`` in
+    place (not at all when it is 1, as for ``loss.backward()`` of a mean) and hands them over, so it can run once.
+    """
 
     @staticmethod
     def forward(
-        ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, scale: float, rows: int, vocab_slice: int
+        ctx: Any,
+        hidden: Tensor,
+        weight: Tensor,
+        labels: Tensor,
+        scale: float,
+        divisor: Tensor | None,
+        rows: int,
+        vocab_slice: int,
     ) -> Tensor:
         total = hidden.new_zeros((), dtype=torch.float32)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None  # (V, C), filled slice by slice
         slices = weight.split(vocab_slice)  # (v, C) views
+        grad_scale = 1.0 / divisor if divisor is not None else 1.0
         for start in range(0, hidden.shape[0], rows):
             h = hidden[start : start + rows]
             if scale != 1.0:
                 h = h * scale
             logits = [F.linear(h, w) for w in slices]  # (n, v) each; bf16 under autocast
             probs = [x if x.dtype == torch.float32 else x.float() for x in logits]
-            total = total + _nll_into_grad_(probs, labels[start : start + rows], grad=True)
+            total = total + _nll_into_grad_(probs, labels[start : start + rows], grad_scale=grad_scale)
             grads = [p.to(x.dtype) for p, x in zip(probs, logits, strict=True)]  # d loss / d logits
             if grad_hidden is not None:
                 grad_h = grad_hidden[start : start + rows]  # (n, C), contiguous rows
@@ -164,16 +185,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 for g in grads:  # each slice's rows of grad_weight, accumulated over row chunks
                     _mm_into(grad_weight[offset : offset + g.shape[1]], g.t(), h, accumulate=start > 0)
                     offset += g.shape[1]
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        return total
+        ctx.grads = (grad_hidden, grad_weight)  # results, not inputs: held on ctx and handed over once
+        return total / divisor if divisor is not None else total
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
-        grad_hidden, grad_weight = ctx.saved_tensors
-        grad_hidden = grad_hidden * grad_output if grad_hidden is not None else None
-        grad_weight = grad_weight * grad_output if grad_weight is not None else None
-        return grad_hidden, grad_weight, None, None, None, None
+        if ctx.grads is None:
+            raise RuntimeError("the fused LM cross-entropy was already backpropagated (retain_graph is unsupported)")
+        grads, ctx.grads = ctx.grads, None
+        if grad_output.device.type != "cpu" or not bool(grad_output == 1):  # no host sync on an accelerator
+            grads = tuple(g.mul_(grad_output) if g is not None else None for g in grads)
+        return *grads, None, None, None, None, None
 
 
 class MLMHead(nn.Module):

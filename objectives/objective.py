@@ -58,9 +58,8 @@ def _dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -
     `net.lm_loss` fuses the vocabulary projection with the loss (`families.heads.linear_cross_entropy`), so
     the dense `(B, T, V)` logits are never materialised and the output carries `logits=None`.
     """
-    total = net.lm_loss(hidden, labels)  # type: ignore[operator]
-    count = (labels != IGNORE).sum()
-    return LossOutput(total / count.clamp(min=1), count, None, labels)
+    mean = net.lm_loss(hidden, labels, reduction="mean")  # type: ignore[operator]
+    return LossOutput(mean, (labels != IGNORE).sum(), None, labels)
 
 
 def _stack(samples: Sequence[torch.Tensor], length: int) -> torch.Tensor:

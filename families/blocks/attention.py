@@ -132,11 +132,14 @@ class Attention(nn.Module):
         is_causal: bool = False,
         rope: tuple[Tensor, Tensor] | None = None,
         cache: dict[str, Tensor] | None = None,
+        context_kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """Attend from ``x`` ``(B, T, C)`` to itself or to ``context`` ``(B, S, C)``; returns ``(B, T, C)``.
 
         ``rope`` rotates q and k of the new tokens (self-attention only). ``cache`` is a dict owned by the
         caller: self-attention appends this call's k/v to it; cross-attention fills it once and reuses it.
+        ``context_kv`` is ``self.kv(context)`` split into k and v ``(B, S, K * D)`` when the caller already
+        computed it (see :func:`project_context`).
         """
         B, T, _ = x.shape
         if self.cross:
@@ -144,8 +147,10 @@ class Attention(nn.Module):
             if cache is not None and "k" in cache:
                 k, v = cache["k"], cache["v"]  # (B, K, S, D) computed on the first step
             else:
-                assert context is not None, "cross-attention needs a context"
-                k, v = self.kv(context).split(self.split_sizes[1:], dim=-1)
+                if context_kv is None:
+                    assert context is not None, "cross-attention needs a context"
+                    context_kv = self.kv(context).split(self.split_sizes[1:], dim=-1)  # (B, S, K * D) each
+                k, v = context_kv
                 k, v = self._heads(k, self.num_kv_heads), self._heads(v, self.num_kv_heads)  # (B, K, S, D)
                 if cache is not None:
                     cache["k"], cache["v"] = k, v
@@ -175,3 +180,18 @@ class Attention(nn.Module):
             impl=self.impl,
         )  # (B, H, T, D)
         return self.o(y.transpose(1, 2).reshape(B, T, -1))  # (B, T, H*D) -> (B, T, C)
+
+
+def project_context(attentions: list[Attention], context: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """``[a.kv(context).split(...) for a in attentions]`` (each layer's k and v) as one matmul.
+
+    A decoder's cross-attention layers all project the same encoder output: one ``(B*S, C) @ (C, L*2*K*D)``
+    matmul over the concatenated K/V weights (and one of each in the backward) instead of L narrow ones;
+    the encoder output's gradient comes out of one matmul instead of L summed ones, and the 2L slices are
+    cut in one split (one concatenation in the backward).
+    """
+    layers = [a.kv for a in attentions]
+    weight = torch.cat([kv.weight for kv in layers])  # (L * 2KD, C)
+    bias = torch.cat([kv.bias for kv in layers]) if layers[0].bias is not None else None
+    parts = F.linear(context, weight, bias).split([w for a in attentions for w in a.split_sizes[1:]], dim=-1)
+    return [(parts[2 * i], parts[2 * i + 1]) for i in range(len(attentions))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from families.blocks.attention import Attention
+from families.blocks.attention import Attention, project_context
 from families.blocks.feedforward import FeedForward
 from families.blocks.norms import make_norm
 from families.blocks.positions import LearnedPositions, Positions, SinusoidalPositions
@@ -147,19 +147,22 @@ class Layer(nn.Module):
         context: Tensor | None = None,
         context_mask: Tensor | None = None,
         cache: LayerCache | None = None,
+        context_kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """``(B, T, C) -> (B, T, C)``; ``context`` ``(B, S, C)`` feeds the cross-attention."""
+        """``(B, T, C) -> (B, T, C)``; ``context`` ``(B, S, C)`` (or its K/V projection ``context_kv``) feeds the
+        cross-attention."""
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
+        cross_args = dict(mask=context_mask, cache=cross_cache, context_kv=context_kv)
         if self.pre_norm:
             x = x + self.drop(self.attn(self.attn_norm(x), mask=mask, is_causal=is_causal, rope=rope, cache=self_cache))
             if self.cross_attn is not None and self.cross_norm is not None:
-                x = x + self.drop(self.cross_attn(self.cross_norm(x), context, mask=context_mask, cache=cross_cache))
+                x = x + self.drop(self.cross_attn(self.cross_norm(x), context, **cross_args))  # type: ignore[arg-type]
             x = x + self.drop(self.ffn(self.ffn_norm(x)))
         else:
             x = self.attn_norm(x + self.drop(self.attn(x, mask=mask, is_causal=is_causal, rope=rope, cache=self_cache)))
             if self.cross_attn is not None and self.cross_norm is not None:
-                x = self.cross_norm(x + self.drop(self.cross_attn(x, context, mask=context_mask, cache=cross_cache)))
+                x = self.cross_norm(x + self.drop(self.cross_attn(x, context, **cross_args)))  # type: ignore[arg-type]
             x = self.ffn_norm(x + self.drop(self.ffn(x)))
         return x
 
@@ -253,6 +256,11 @@ class Stack(nn.Module):
         if context_mask is not None:
             S_enc = context.shape[1] if context is not None else context_mask.shape[-1]
             cross_mask, _ = prepare_mask(context_mask, q_len=T, k_len=S_enc, causal=False)
+        context_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(self.layers)
+        cross = [layer.cross_attn for layer in self.layers if layer.cross_attn is not None]
+        cached = cache is not None and "k" in cache[0]["cross"]  # later decoding steps reuse the cached K/V
+        if context is not None and len(cross) == len(self.layers) > 1 and not cached:
+            context_kv = list(project_context(cross, context))
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,
@@ -262,6 +270,7 @@ class Stack(nn.Module):
                 context=context,
                 context_mask=cross_mask,
                 cache=cache[i] if cache is not None else None,
+                context_kv=context_kv[i],
             )
         if self.final_norm is not None:
             x = self.final_norm(x)

@@ -38,6 +38,28 @@ def test_linear_cross_entropy_matches_unfused(
         assert_close(fused(hidden, weight, labels), ref)
 
 
+def test_linear_cross_entropy_mean_hands_its_gradients_over_once() -> None:
+    """``reduction="mean"`` as F.cross_entropy; ``loss.backward()`` (grad_output 1) gives the reference grads."""
+    torch.manual_seed(0)
+    hidden = torch.randn(30, 16, requires_grad=True)
+    weight = (torch.randn(200, 16) * 0.3).requires_grad_()
+    labels = torch.randint(0, 200, (30,))
+    labels[::3] = -100
+    ref = F.cross_entropy(F.linear(hidden, weight), labels)
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    out = linear_cross_entropy(hidden, weight, labels, reduction="mean", vocab_slice=64)
+    assert_close(out, ref)
+    out.backward(retain_graph=True)
+    assert_close(hidden.grad, ref_grads[0])
+    assert_close(weight.grad, ref_grads[1])
+    with pytest.raises(RuntimeError, match="already backpropagated"):
+        out.backward()
+    with pytest.raises(ValueError, match="reduction"):
+        linear_cross_entropy(hidden, weight, labels, reduction="none")
+    none_labelled = torch.full_like(labels, -100)
+    assert linear_cross_entropy(hidden, weight, none_labelled, reduction="mean").item() == 0.0
+
+
 def test_fused_rmsnorm_matches_autograd() -> None:
     torch.manual_seed(0)
     norm = norms.RMSNorm(16, eps=1e-6)

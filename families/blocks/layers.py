@@ -153,16 +153,19 @@ class Layer(nn.Module):
         cross-attention."""
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
-        cross_args = dict(mask=context_mask, cache=cross_cache, context_kv=context_kv)
         if self.pre_norm:
             x = x + self.drop(self.attn(self.attn_norm(x), mask=mask, is_causal=is_causal, rope=rope, cache=self_cache))
             if self.cross_attn is not None and self.cross_norm is not None:
-                x = x + self.drop(self.cross_attn(self.cross_norm(x), context, **cross_args))  # type: ignore[arg-type]
+                y = self.cross_attn(
+                    self.cross_norm(x), context, mask=context_mask, cache=cross_cache, context_kv=context_kv
+                )
+                x = x + self.drop(y)
             x = x + self.drop(self.ffn(self.ffn_norm(x)))
         else:
             x = self.attn_norm(x + self.drop(self.attn(x, mask=mask, is_causal=is_causal, rope=rope, cache=self_cache)))
             if self.cross_attn is not None and self.cross_norm is not None:
-                x = self.cross_norm(x + self.drop(self.cross_attn(x, context, **cross_args)))  # type: ignore[arg-type]
+                y = self.cross_attn(x, context, mask=context_mask, cache=cross_cache, context_kv=context_kv)
+                x = self.cross_norm(x + self.drop(y))
             x = self.ffn_norm(x + self.drop(self.ffn(x)))
         return x
 
@@ -260,7 +263,7 @@ class Stack(nn.Module):
         cross = [layer.cross_attn for layer in self.layers if layer.cross_attn is not None]
         cached = cache is not None and "k" in cache[0]["cross"]  # later decoding steps reuse the cached K/V
         if context is not None and len(cross) == len(self.layers) > 1 and not cached:
-            context_kv = list(project_context(cross, context))
+            context_kv = list(project_context(cross, context))  # typed as the Optional list above
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,

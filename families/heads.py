@@ -6,6 +6,7 @@ parameter (one storage, one state-dict key) and an untied one owns its weight.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -14,6 +15,15 @@ from torch import Tensor, nn
 
 from families.blocks.feedforward import get_activation
 from families.blocks.norms import make_norm
+
+IGNORE_INDEX = -100  # label of positions without a target (objectives.corruption.IGNORE; families do not import it)
+
+
+def _output_weight(own: Tensor | None, tied: Tensor | None) -> Tensor:
+    """A head's output weight: its own, or the embedding weight passed in when it is tied."""
+    weight = own if own is not None else tied
+    assert weight is not None, "a tied head needs the embedding weight"
+    return weight
 
 
 class LMHead(nn.Module):
@@ -33,8 +43,7 @@ class LMHead(nn.Module):
 
     def forward(self, hidden: Tensor, tied_weight: Tensor | None = None) -> Tensor:
         """``(..., C) -> (..., V)``."""
-        weight = self.weight if self.weight is not None else tied_weight
-        assert weight is not None, "a tied head needs the embedding weight"
+        weight = _output_weight(self.weight, tied_weight)
         if self.scale != 1.0:
             hidden = hidden * self.scale
         return F.linear(hidden, weight)
@@ -47,8 +56,7 @@ class LMHead(nn.Module):
         Equal to ``F.cross_entropy(self(hidden, tied_weight).float().flatten(0, -2), labels.flatten(),
         reduction=reduction)``; see :func:`linear_cross_entropy`.
         """
-        weight = self.weight if self.weight is not None else tied_weight
-        assert weight is not None, "a tied head needs the embedding weight"
+        weight = _output_weight(self.weight, tied_weight)
         return linear_cross_entropy(hidden, weight, labels, scale=self.scale, reduction=reduction)
 
 
@@ -95,16 +103,26 @@ def linear_cross_entropy(
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
     rows = max(1, chunk_elements // weight.shape[0])
-    divisor = (labels != -100).sum().clamp(min=1) if reduction == "mean" else None
+    divisor = (labels != IGNORE_INDEX).sum().clamp(min=1) if reduction == "mean" else None
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return _LinearCrossEntropy.apply(hidden, weight, labels, scale, divisor, rows, vocab_slice)
     total = hidden.new_zeros((), dtype=torch.float32)
+    for _, _, logits, chunk_labels in _chunk_logits(hidden, weight, labels, scale, rows, vocab_slice):
+        total = total + _nll_into_grad_([x.float() for x in logits], chunk_labels, grad_scale=None)
+    return total / divisor if divisor is not None else total
+
+
+def _chunk_logits(
+    hidden: Tensor, weight: Tensor, labels: Tensor, scale: float, rows: int, vocab_slice: int
+) -> Iterator[tuple[int, Tensor, list[Tensor], Tensor]]:
+    """Per chunk of ``rows`` rows: its first row, the scaled hidden ``(n, C)``, the logits as vocabulary slices
+    ``(n, v)`` (bf16 under autocast) and the chunk's labels ``(n,)``."""
+    slices = weight.split(vocab_slice)  # (v, C) views
     for start in range(0, hidden.shape[0], rows):
         h = hidden[start : start + rows]
-        h = h * scale if scale != 1.0 else h
-        logits = [F.linear(h, w).float() for w in weight.split(vocab_slice)]  # (n, v) each
-        total = total + _nll_into_grad_(logits, labels[start : start + rows], grad_scale=None)
-    return total / divisor if divisor is not None else total
+        if scale != 1.0:
+            h = h * scale
+        yield start, h, [F.linear(h, w) for w in slices], labels[start : start + rows]
 
 
 def _nll_into_grad_(logits: list[Tensor], labels: Tensor, *, grad_scale: Tensor | float | None) -> Tensor:
@@ -115,7 +133,7 @@ def _nll_into_grad_(logits: list[Tensor], labels: Tensor, *, grad_scale: Tensor 
     normalise + mask, scatter.
     """
     grad = grad_scale is not None
-    valid = labels != -100
+    valid = labels != IGNORE_INDEX
     local, in_slice, offset = [], [], 0
     for part in logits:  # each label's column within its slice
         width = part.shape[1]
@@ -165,13 +183,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None  # (V, C), filled slice by slice
         slices = weight.split(vocab_slice)  # (v, C) views
         grad_scale = 1.0 / divisor if divisor is not None else 1.0
-        for start in range(0, hidden.shape[0], rows):
-            h = hidden[start : start + rows]
-            if scale != 1.0:
-                h = h * scale
-            logits = [F.linear(h, w) for w in slices]  # (n, v) each; bf16 under autocast
+        for start, h, logits, chunk_labels in _chunk_logits(hidden, weight, labels, scale, rows, vocab_slice):
             probs = [x if x.dtype == torch.float32 else x.float() for x in logits]
-            total = total + _nll_into_grad_(probs, labels[start : start + rows], grad_scale=grad_scale)
+            total = total + _nll_into_grad_(probs, chunk_labels, grad_scale=grad_scale)
             grads = [p.to(x.dtype) for p, x in zip(probs, logits, strict=True)]  # d loss / d logits
             if grad_hidden is not None:
                 grad_h = grad_hidden[start : start + rows]  # (n, C), contiguous rows
@@ -228,8 +242,7 @@ class MLMHead(nn.Module):
 
     def forward(self, hidden: Tensor, tied_weight: Tensor | None = None) -> Tensor:
         """``(..., C) -> (..., V)``."""
-        weight = self.weight if self.weight is not None else tied_weight
-        assert weight is not None, "a tied head needs the embedding weight"
+        weight = _output_weight(self.weight, tied_weight)
         return F.linear(self.norm(self.act(self.transform(hidden))), weight, self.bias)
 
 

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from experiments.breakdown import TrainStep, breakdown, format_breakdown
+
 TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # issue 7: minimum median ratio famlab / HF
 # Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' datasheets, matched on the device name.
 GPU_PEAKS_BF16 = {
@@ -50,6 +52,7 @@ FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
                norm_eps=1e-6, init="t5"),
 }
 OBJECTIVE_OF = {"bert": "mlm", "gpt": "clm", "t5": "span"}
+PROFILE_ROUNDS = 8  # instrumented + plain steps per side for --profile
 
 
 class BenchError(ValueError):
@@ -73,7 +76,7 @@ class BenchSettings:
     steps: int = 1  # optimiser steps per timed sample
     threads: int = 0  # torch threads; 0 = leave torch's default
     data: bool = True  # measure the real loader's share of step time and the corpus tokenization time
-    profile: bool = False  # print a torch.profiler table of one step per side
+    profile: bool = False  # where each side's step time goes (CPU: experiments/breakdown.py; CUDA: torch.profiler)
     device: str = "auto"  # auto | cpu | cuda
     peak_size: int = 2048  # n of the n x n x n fp32 matmul whose rate is the CPU peak
     seed: int = 0
@@ -183,23 +186,13 @@ def _sync(device: torch.device) -> None:
 
 def make_step(
     model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device, lr: float = 1e-4
-) -> Callable[[], float]:
-    """A closure running forward + loss + backward + AdamW (weight-decay groups as famlab's) and returning the loss."""
+) -> TrainStep:
+    """A train step (forward + loss, backward, AdamW with famlab's weight-decay groups) that returns the loss."""
     from objectives.optim import decay_groups
 
     # fused AdamW on both sides (torch has a fused CPU kernel too): the same implementation, ~3x faster than foreach
     opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=lr, fused=True)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-
-    def step() -> float:
-        with autocast:
-            loss = loss_fn()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(loss.detach())
-
-    return step
+    return TrainStep(loss_fn, opt, device)
 
 
 def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Side, Side, dict[str, Any]]:
@@ -297,14 +290,15 @@ def loader_share(family: str, s: BenchSettings, step_s: float, workdir: str) -> 
 
 
 def profile_step(side: Side, label: str, rows: int = 12) -> None:
-    """Print the ops taking the most self CPU time over three steps of ``side``."""
+    """Print the ops taking the most self device time over three steps of ``side`` (CUDA; see ``--profile``)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
             side.step()
-    print(f"--- profile: {label} (3 steps, self CPU time) ---")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+        torch.cuda.synchronize()
+    print(f"--- profile: {label} (3 steps, self device time) ---")
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=rows))
 
 
 def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
@@ -348,7 +342,12 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
         verdict = "PASS" if ratio >= TARGETS[family] else "FAIL"
         out(f"  ratio famlab/hf median {ratio:.3f}  IQR [{q1:.3f}, {q3:.3f}]  target >= {TARGETS[family]:.2f}  "
             f"{verdict}")
-        if s.profile:
+        if s.profile and device.type == "cpu":
+            assert isinstance(ours.step, TrainStep) and isinstance(theirs.step, TrainStep)
+            out(f"  profile (ms per step, medians of {PROFILE_ROUNDS} steps per side; see experiments/breakdown.py):")
+            for line in format_breakdown(breakdown({"famlab": ours.step, "hf": theirs.step}, rounds=PROFILE_ROUNDS)):
+                out(line)
+        elif s.profile:
             profile_step(ours, f"{family} famlab")
             profile_step(theirs, f"{family} hf")
         if s.data:

@@ -1,6 +1,7 @@
 """`famlab bench`: runs end to end at tiny shapes, prints every field, and compares like with like."""
 
 import re
+from collections import defaultdict
 
 import pytest
 import torch
@@ -96,3 +97,40 @@ def test_biased_attention_fast_path_matches_the_reference():
     torch.testing.assert_close(results[0][0], results[1][0])
     for fast, ref in zip(results[0][1], results[1][1], strict=True):
         torch.testing.assert_close(fast, ref)
+
+
+def test_profile_breaks_down_real_steps_of_both_sides():
+    """`--profile` times the forward's aten ops and the backward's autograd nodes inside real train steps."""
+    from experiments.breakdown import MATMUL_NODES, breakdown, format_breakdown
+
+    s = BenchSettings(dim=32, layers=2, heads=4, ffn=64, vocab=400, batch=2, seq=16)
+    ours, theirs, _ = build_sides("t5", s, torch.device("cpu"))
+    results = breakdown({"famlab": ours.step, "hf": theirs.step}, rounds=2, warmup=0)
+    for side in results.values():
+        assert set(side.phases) == {"forward", "backward", "optimizer"} and min(side.phases.values()) > 0
+        assert side.forward_ops["mm"] > 0 and any(side.backward_nodes.get(n, 0) > 0 for n in MATMUL_NODES)
+        assert 0 < side.matmul_s() < sum(side.forward_ops.values()) + sum(side.backward_nodes.values())
+    assert "_RMSNormFunctionBackward" in results["famlab"].backward_nodes  # famlab's own backward is a node
+    assert "_RMSNormFunctionBackward" not in results["hf"].backward_nodes
+    table = "\n".join(format_breakdown(results, rows=3))
+    assert re.search(r"backward +[\d.]+ +[\d.]+", table) and "others)" in table
+    assert re.search(r"matmul .*: famlab [\d.]+ ms = \d+%, hf [\d.]+ ms = \d+%", table)
+
+
+def test_profile_hooks_do_not_outlive_their_step():
+    """The per-node hooks go with their backward: parameters' AccumulateGrad nodes are reused by later steps."""
+    from experiments.breakdown import _backward_timed
+
+    layer = torch.nn.Linear(4, 4)
+    first: dict[str, float] = defaultdict(float)
+    _backward_timed(layer(torch.ones(2, 4)).sum(), first)
+    assert first["torch::autograd::AccumulateGrad"] > 0
+    before = dict(first)
+    layer(torch.ones(2, 4)).sum().backward()
+    assert first == before
+
+
+def test_bench_profile_flag_prints_the_table(capsys):
+    assert cli.main(["bench", *TINY, "--no-data", "--families=gpt", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "profile (ms per step" in out and re.search(r"MmBackward0 +[\d.]+ +[\d.]+", out)

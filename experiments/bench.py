@@ -91,10 +91,10 @@ class BenchSettings:
 
 @dataclass
 class Side:
-    """One side of the comparison: a train step closure and its timings (seconds per step)."""
+    """One side of the comparison: its train step and its timings (seconds per step)."""
 
     name: str
-    step: Callable[[], float]
+    step: TrainStep
     times: list[float] = field(default_factory=list)
 
 
@@ -289,7 +289,7 @@ def loader_share(family: str, s: BenchSettings, step_s: float, workdir: str) -> 
     return tokenize_s, per_batch, per_batch / (per_batch + step_s)
 
 
-def profile_step(side: Side, label: str, rows: int = 12) -> None:
+def profile_step(side: Side, label: str, out: Callable[[str], None], rows: int = 12) -> None:
     """Print the ops taking the most self device time over three steps of ``side`` (CUDA; see ``--profile``)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -297,8 +297,8 @@ def profile_step(side: Side, label: str, rows: int = 12) -> None:
         for _ in range(3):
             side.step()
         torch.cuda.synchronize()
-    print(f"--- profile: {label} (3 steps, self device time) ---")
-    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=rows))
+    out(f"--- profile: {label} (3 steps, self device time) ---")
+    out(prof.key_averages().table(sort_by="self_device_time_total", row_limit=rows))
 
 
 def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
@@ -343,13 +343,12 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
         out(f"  ratio famlab/hf median {ratio:.3f}  IQR [{q1:.3f}, {q3:.3f}]  target >= {TARGETS[family]:.2f}  "
             f"{verdict}")
         if s.profile and device.type == "cpu":
-            assert isinstance(ours.step, TrainStep) and isinstance(theirs.step, TrainStep)
             out(f"  profile (ms per step, medians of {PROFILE_ROUNDS} steps per side; see experiments/breakdown.py):")
             for line in format_breakdown(breakdown({"famlab": ours.step, "hf": theirs.step}, rounds=PROFILE_ROUNDS)):
                 out(line)
         elif s.profile:
-            profile_step(ours, f"{family} famlab")
-            profile_step(theirs, f"{family} hf")
+            profile_step(ours, f"{family} famlab", out)
+            profile_step(theirs, f"{family} hf", out)
         if s.data:
             tok_s, per_batch, share = loader_share(family, s, t_ours, workdir.name)
             r.update(tokenize_s=tok_s, loader_s=per_batch, loader_share=share)

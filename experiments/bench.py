@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from experiments.breakdown import TrainStep, breakdown, format_breakdown
+from experiments.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
 
 TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # issue 7: minimum median ratio famlab / HF
 # Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' datasheets, matched on the device name.
@@ -52,7 +52,6 @@ FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
                norm_eps=1e-6, init="t5"),
 }
 OBJECTIVE_OF = {"bert": "mlm", "gpt": "clm", "t5": "span"}
-PROFILE_ROUNDS = 8  # instrumented + plain steps per side for --profile
 
 
 class BenchError(ValueError):
@@ -343,8 +342,8 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
         out(f"  ratio famlab/hf median {ratio:.3f}  IQR [{q1:.3f}, {q3:.3f}]  target >= {TARGETS[family]:.2f}  "
             f"{verdict}")
         if s.profile and device.type == "cpu":
-            out(f"  profile (ms per step, medians of {PROFILE_ROUNDS} steps per side; see experiments/breakdown.py):")
-            for line in format_breakdown(breakdown({"famlab": ours.step, "hf": theirs.step}, rounds=PROFILE_ROUNDS)):
+            out(f"  profile (ms per step, medians of {ROUNDS} steps per side; see experiments/breakdown.py):")
+            for line in format_breakdown(breakdown({"famlab": ours.step, "hf": theirs.step})):
                 out(line)
         elif s.profile:
             profile_step(ours, f"{family} famlab", out)

@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # aten ops and autograd nodes that are matrix multiplications (the "matmul" share of a step)
 MATMUL_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_"})
 MATMUL_NODES = frozenset({"MmBackward0", "AddmmBackward0", "BmmBackward0", "BaddbmmBackward0"})
+ROUNDS = 8  # measured steps per side (each an instrumented and a plain one)
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _median(samples: list[dict[str, float]]) -> dict[str, float]:
     return {name: statistics.median(sample.get(name, 0.0) for sample in samples) for name in names}
 
 
-def breakdown(steps: dict[str, TrainStep], *, rounds: int = 8, warmup: int = 1) -> dict[str, StepBreakdown]:
+def breakdown(steps: dict[str, TrainStep], *, rounds: int = ROUNDS, warmup: int = 1) -> dict[str, StepBreakdown]:
     """Measure each named step ``rounds`` times (plus ``warmup``), alternating which side goes first."""
     phases: dict[str, list[dict[str, float]]] = {name: [] for name in steps}
     ops: dict[str, list[dict[str, float]]] = {name: [] for name in steps}

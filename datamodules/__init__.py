@@ -1,7 +1,7 @@
 """WHERE tokens come from: corpora, tokenizers, packing, classification tasks, LightningDataModules.
 
 Imports neither ``families`` nor ``objectives``: the objective's / family's collator is injected.
-Names are loaded lazily (PEP 562), so ``from datamodules import ResumableSampler`` does not pay for
+Names are loaded lazily (PEP 562), so ``from famlab.datamodules import ResumableSampler`` does not pay for
 importing Lightning (about 10 s of CPU on a small machine, per DDP worker process).
 """
 
@@ -29,19 +29,19 @@ __all__ = [
 ]  # fmt: skip
 
 if TYPE_CHECKING:
-    from datamodules.classification import ClassificationDataModule, tokenize_examples
-    from datamodules.corpus import Corpus, load_corpus
-    from datamodules.errors import DataError
-    from datamodules.pretrain import BlockDataset, PretrainDataModule, token_dtype, write_token_file
-    from datamodules.sampler import PositionTrackingLoader, ResumableSampler
-    from datamodules.tasks import Example, Task, load_task
-    from datamodules.tokenizer import SPECIAL_TOKENS, TokenizerBundle, get_tokenizer, load_tokenizer, sentinel_token
+    from famlab.datamodules.classification import ClassificationDataModule, tokenize_examples
+    from famlab.datamodules.corpus import Corpus, load_corpus
+    from famlab.datamodules.errors import DataError
+    from famlab.datamodules.pretrain import BlockDataset, PretrainDataModule, token_dtype, write_token_file
+    from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler
+    from famlab.datamodules.tasks import Example, Task, load_task
+    from famlab.datamodules.tokenizer import SPECIAL_TOKENS, TokenizerBundle, get_tokenizer, load_tokenizer, sentinel_token
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'datamodules' has no attribute '{name}'")
-    value = getattr(importlib.import_module(f"datamodules.{_EXPORTS[name]}"), name)
+    value = getattr(importlib.import_module(f"famlab.datamodules.{_EXPORTS[name]}"), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

@@ -8,9 +8,9 @@ from typing import Any
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin
-from datamodules.tasks import Example, Task
-from datamodules.tokenizer import TokenizerBundle
+from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin
+from famlab.datamodules.tasks import Example, Task
+from famlab.datamodules.tokenizer import TokenizerBundle
 
 
 def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[dict[str, Any]]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from datamodules.bundled import WORDNET_CORPUS, read_jsonl_gz
-from datamodules.errors import DataError
-from datamodules.hf import load_hf
+from famlab.datamodules.bundled import WORDNET_CORPUS, read_jsonl_gz
+from famlab.datamodules.errors import DataError
+from famlab.datamodules.hf import load_hf
 
 log = logging.getLogger(__name__)
 CORPUS_SUFFIXES = (".txt", ".jsonl")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from datamodules.errors import DataError
+from famlab.datamodules.errors import DataError
 
 FILE_BUILDERS = {"json", "csv", "text", "parquet"}
 

@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.corpus import Corpus
-from datamodules.errors import DataError
-from datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin, dist_rank_world
-from datamodules.tokenizer import TokenizerBundle
+from famlab.datamodules.corpus import Corpus
+from famlab.datamodules.errors import DataError
+from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin, dist_rank_world
+from famlab.datamodules.tokenizer import TokenizerBundle
 
 ENCODE_CHUNK = 8192  # documents per encode_batch call: bounds memory, keeps Rust-side parallelism
 

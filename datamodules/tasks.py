@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.bundled import WORDNET_TASK, read_jsonl_gz
-from datamodules.errors import DataError
-from datamodules.hf import load_hf
+from famlab.datamodules.bundled import WORDNET_TASK, read_jsonl_gz
+from famlab.datamodules.errors import DataError
+from famlab.datamodules.hf import load_hf
 
 SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "dev": "val", "test": "test"}
 # GLUE column conventions, tried in order when the configured text column is absent.

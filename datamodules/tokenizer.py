@@ -16,8 +16,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from datamodules.corpus import Corpus
-from datamodules.errors import DataError
+from famlab.datamodules.corpus import Corpus
+from famlab.datamodules.errors import DataError
 
 SPECIAL_TOKENS = {
     "pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]",

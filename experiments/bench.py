@@ -1,7 +1,7 @@
 """``famlab bench``: train-step throughput and MFU of famlab's families against Hugging Face, side by side.
 
 For each family, famlab's network with its objective's loss and the equivalent Hugging Face model
-(``BertForMaskedLM`` / ``GPT2LMHeadModel`` / ``T5ForConditionalGeneration``, built by ``families.to_hf`` with
+(``BertForMaskedLM`` / ``GPT2LMHeadModel`` / ``T5ForConditionalGeneration``, built by ``famlab.families.to_hf`` with
 the same random weights, SDPA attention, labels passed to the model so HF computes its own loss) train on
 the same batch: forward + backward + the same torch AdamW step, dropout 0, fp32 on CPU and ``bf16-mixed`` on
 GPU. Steps are timed alternately in one process (pair i runs famlab first when i is even, HF first when odd,
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from experiments.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
+from famlab.experiments.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
 
 TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # issue 7: minimum median ratio famlab / HF
 # Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' datasheets, matched on the device name.
@@ -126,7 +126,7 @@ def parse_flags(presets: list[str], overrides: list[str], flags: list[str]) -> B
 
 def token_ids(vocab_size: int, num_sentinels: int = 100) -> Any:
     """famlab's fixed special-id layout (docs/interfaces.md) with sentinels at the top of the vocabulary."""
-    from objectives import TokenIds
+    from famlab.objectives import TokenIds
 
     names = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "r", "x", "s")
     sentinels = [vocab_size - 1 - i for i in range(num_sentinels)]
@@ -135,7 +135,7 @@ def token_ids(vocab_size: int, num_sentinels: int = 100) -> Any:
 
 def model_config(family: str, s: BenchSettings) -> Any:
     """famlab ``ModelConfig`` of ``family`` at the bench shapes (faithful family settings, dropout 0)."""
-    from families import ModelConfig
+    from famlab.families import ModelConfig
 
     return ModelConfig(
         family=family, vocab_size=s.vocab, dim=s.dim, num_layers=s.layers, num_heads=s.heads, ffn_dim=s.ffn,
@@ -187,7 +187,7 @@ def make_step(
     model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device, lr: float = 1e-4
 ) -> TrainStep:
     """A train step (forward + loss, backward, AdamW with famlab's weight-decay groups) that returns the loss."""
-    from objectives.optim import decay_groups
+    from famlab.objectives.optim import decay_groups
 
     # fused AdamW on both sides (torch has a fused CPU kernel too): the same implementation, ~3x faster than foreach
     opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=lr, fused=True)
@@ -196,9 +196,9 @@ def make_step(
 
 def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Side, Side, dict[str, Any]]:
     """famlab and HF train steps for ``family`` on one shared batch, plus what the report needs."""
-    from families import build_network, to_hf
-    from families.flops import train_flops
-    from objectives import make_objective
+    from famlab.families import build_network, to_hf
+    from famlab.families.flops import train_flops
+    from famlab.objectives import make_objective
 
     torch.manual_seed(s.seed)
     cfg = model_config(family, s)
@@ -265,8 +265,8 @@ def loader_share(family: str, s: BenchSettings, step_s: float, workdir: str) -> 
     """
     from pathlib import Path
 
-    from datamodules import PretrainDataModule, get_tokenizer, load_corpus
-    from objectives import TokenIds, make_objective
+    from famlab.datamodules import PretrainDataModule, get_tokenizer, load_corpus
+    from famlab.objectives import TokenIds, make_objective
 
     corpus = load_corpus("wordnet")
     bundle = get_tokenizer(corpus, vocab_size=s.vocab, cache_dir=workdir)
@@ -304,7 +304,7 @@ def run_bench(s: BenchSettings, out: Callable[[str], None] = print) -> dict[str,
     """Run the whole benchmark, printing the report line by line; returns the numbers per family."""
     import os
 
-    from experiments.allocator import keep_freed_memory
+    from famlab.experiments.allocator import keep_freed_memory
 
     allocator = keep_freed_memory() or "default"  # both sides share it: one process
     if s.threads:
@@ -371,6 +371,6 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
 if __name__ == "__main__":
     import sys
 
-    from experiments.cli import split_args
+    from famlab.experiments.cli import split_args
 
     sys.exit(main(*split_args(sys.argv[1:])))

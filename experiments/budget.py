@@ -3,7 +3,7 @@
 The unit matched is a comparison *arm* (a family, or with ``compare.objectives`` a family x objective pair):
 the functions below take dicts keyed by arm name, and each arm's per-step cost comes from its own objective.
 
-- ``flops``: per-step training FLOPs come from :func:`families.flops.train_flops` on the shapes of a real
+- ``flops``: per-step training FLOPs come from :func:`famlab.families.flops.train_flops` on the shapes of a real
   collated batch of the family's objective (encoder tokens, decoder tokens, label positions of the output
   head); steps per family = round(target / flops_per_step), so the mismatch is at most half a step.
 - ``params``: :func:`solve_params` picks ``model.dim`` (in steps of ``num_heads``, head_dim derived) and
@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.config import Config, ConfigInputError
-from families.config import ModelConfig
+from famlab.experiments.config import Config, ConfigInputError
+from famlab.families.config import ModelConfig
 
 
 class BudgetError(ConfigInputError):
@@ -55,7 +55,7 @@ def step_cost(model: ModelConfig, objective: Any, batch_size: int, accumulate: i
     positions; GPT (every position labelled, or the targets for span / prefix LM, whose logits are
     computed for the whole sequence) and T5 (decoder positions) project every output position.
     """
-    from families.flops import train_flops
+    from famlab.families.flops import train_flops
 
     batch = probe_batch(objective, batch_size, model.vocab_size)
     seq = int(batch["input_ids"].shape[1])
@@ -103,7 +103,7 @@ def count_params(model: ModelConfig) -> tuple[int, int]:
     """``(total, non-embedding)`` parameter counts of the network ``model`` describes (built on meta)."""
     import torch
 
-    from families import build_network
+    from famlab.families import build_network
 
     with torch.device("meta"):
         net = build_network(model)

@@ -2,7 +2,7 @@
 
 Commands live in :data:`COMMANDS` as ``name -> "module:function"``; each function takes
 ``(presets, overrides, flags)`` and returns an exit status. Another module adds a command by adding an
-entry (e.g. ``"compare": "experiments.compare:main"``) - nothing else here changes. Modules are imported
+entry (e.g. ``"compare": "famlab.experiments.compare:main"``) - nothing else here changes. Modules are imported
 only when their command runs, so ``famlab config`` stays fast.
 
 Config and input errors (``ValueError`` subclasses, OmegaConf errors) exit 2 with one line
@@ -17,23 +17,23 @@ from collections.abc import Callable
 
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.allocator import keep_freed_memory
-from experiments.compose import compose, format_omegaconf_error, preset_description, preset_names, preset_path
+from famlab.experiments.allocator import keep_freed_memory
+from famlab.experiments.compose import compose, format_omegaconf_error, preset_description, preset_names, preset_path
 
 USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=value]... [--flag]..."
 
 # name -> ("module:function", one-line help). Extend by adding entries; see the module docstring.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "pretrain": ("experiments.pretrain:main", "pretrain one family on a corpus"),
-    "finetune": ("experiments.finetune:main", "fine-tune a run / checkpoint / hf: model / scratch on a task"),
-    "compare": ("experiments.compare:main", "pretrain + fine-tune every family under a matched budget, report"),
-    "sweep": ("experiments.sweep:main", "run a W&B sweep file locally (--dry-run lists the trials)"),
-    "report": ("experiments.report:main", "rebuild the comparison report from run directories"),
-    "bench": ("experiments.bench:main", "throughput / MFU benchmarks against Hugging Face"),
-    "generate": ("experiments.generate:generate_main", "generate text from a pretraining run"),
-    "fill": ("experiments.generate:fill_main", "fill masked spans / sentinels with a pretraining run"),
-    "config": ("experiments.cli:config_command", "print the resolved config (or the validation error)"),
-    "presets": ("experiments.cli:presets_command", "list presets and the family x objective table"),
+    "pretrain": ("famlab.experiments.pretrain:main", "pretrain one family on a corpus"),
+    "finetune": ("famlab.experiments.finetune:main", "fine-tune a run / checkpoint / hf: model / scratch on a task"),
+    "compare": ("famlab.experiments.compare:main", "pretrain + fine-tune every family under a matched budget, report"),
+    "sweep": ("famlab.experiments.sweep:main", "run a W&B sweep file locally (--dry-run lists the trials)"),
+    "report": ("famlab.experiments.report:main", "rebuild the comparison report from run directories"),
+    "bench": ("famlab.experiments.bench:main", "throughput / MFU benchmarks against Hugging Face"),
+    "generate": ("famlab.experiments.generate:generate_main", "generate text from a pretraining run"),
+    "fill": ("famlab.experiments.generate:fill_main", "fill masked spans / sentinels with a pretraining run"),
+    "config": ("famlab.experiments.cli:config_command", "print the resolved config (or the validation error)"),
+    "presets": ("famlab.experiments.cli:presets_command", "list presets and the family x objective table"),
 }
 
 
@@ -56,7 +56,7 @@ def split_args(args: list[str]) -> tuple[list[str], list[str], list[str]]:
 
 def config_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """``famlab config``: print the resolved config as YAML."""
-    from experiments.compose import to_yaml
+    from famlab.experiments.compose import to_yaml
 
     print(to_yaml(compose(presets, overrides).cfg), end="")
     return 0
@@ -64,7 +64,7 @@ def config_command(presets: list[str], overrides: list[str], flags: list[str]) -
 
 def presets_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """``famlab presets``: each preset with its one-line description, then the family x objective table."""
-    from objectives import OBJECTIVES
+    from famlab.objectives import OBJECTIVES
 
     names = preset_names()
     width = max(len(n) for n in names)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the source
         print(f"famlab: error: {message}", file=sys.stderr)
-    from experiments.run import remove_empty_run_dirs
+    from famlab.experiments.run import remove_empty_run_dirs
 
     remove_empty_run_dirs()  # a run refused on bad input leaves no empty directory behind
     return 2

@@ -2,12 +2,12 @@
 
 Steps (each run is a run directory inside ``runs/compare-<name>-<ts>/``, all in one W&B group):
 1. one tokenizer for every family, trained once on the corpus (cached), its path passed to each run;
-2. budget plan (``compare.match``, :mod:`experiments.budget`): steps or sizes per arm;
+2. budget plan (``compare.match``, :mod:`famlab.experiments.budget`): steps or sizes per arm;
 3. optional ``compare.lr_grid``: the pretraining lr per arm with the lowest final validation loss;
 4. per arm and ``compare.pretrain_seeds``: pretrain, then bits per byte on validation documents;
 5. per pretrained model: fine-tune on ``data.task`` for ``compare.seeds``; per family the scratch baseline
    for ``compare.scratch_seeds`` (it does not depend on the pretraining objective);
-6. :func:`experiments.report.build_report` writes ``report.md``, PNG plots and ``results.json``.
+6. :func:`famlab.experiments.report.build_report` writes ``report.md``, PNG plots and ``results.json``.
 
 An *arm* is one (family, objective) pair. With ``compare.objectives=[]`` there is one arm per family, named
 after the family, with its preset's objective. ``compare.objectives=[span,prefix_lm,gpt:ul2]`` crosses
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.budget import (
+from famlab.experiments.budget import (
     BudgetError,
     count_params,
     match_steps,
@@ -35,9 +35,9 @@ from experiments.budget import (
     solve_params,
     step_cost,
 )
-from experiments.compose import compose, parse_overrides
-from experiments.config import Config, ConfigInputError
-from experiments.run import get_bundle, set_vocab, token_ids, write_json
+from famlab.experiments.compose import compose, parse_overrides
+from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
 
 SIZES = ("tiny", "small", "base")
 # The tiny comparison's budget (applied before the user's overrides): 3 pretraining runs, 9 fine-tunes and
@@ -116,7 +116,7 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
             unparsable entry, an unknown objective, one no family in ``compare.families`` can train, an
             invalid or foreign ``family:objective``, or a duplicate.
     """
-    from objectives.pairs import OBJECTIVES, valid_pairs
+    from famlab.objectives.pairs import OBJECTIVES, valid_pairs
 
     if not objectives:
         return [(f, None) for f in families], []
@@ -154,8 +154,8 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
 
 def make_objective_for(cfg: Config, ids: Any) -> Any:
     """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
-    from experiments.pretrain import objective_settings
-    from objectives import make_objective
+    from famlab.experiments.pretrain import objective_settings
+    from famlab.objectives import make_objective
 
     return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
                           **objective_settings(cfg))
@@ -232,7 +232,7 @@ def subsample_task(cfg: Config, limit: int, path: Path) -> Path:
     import csv
     import random
 
-    from datamodules import load_task
+    from famlab.datamodules import load_task
 
     d = cfg.data
     task = load_task(
@@ -266,8 +266,8 @@ def _divisor_near(n: int, want: float) -> int:
 
 def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[str, Any]:
     """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on validation documents."""
-    from experiments.finetune import Init, load_network
-    from objectives.evaluation import byte_score
+    from famlab.experiments.finetune import Init, load_network
+    from famlab.objectives.evaluation import byte_score
 
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
@@ -284,7 +284,7 @@ def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[st
 def _pretrain_one(
     cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None
 ) -> dict:
-    from experiments.pretrain import pretrain
+    from famlab.experiments.pretrain import pretrain
 
     run = copy.deepcopy(cfg)
     run.seed = seed
@@ -299,7 +299,7 @@ def _pretrain_one(
 
 def run_compare(presets: list[str], overrides: list[str]) -> Path:
     """Run the whole comparison; returns the comparison directory."""
-    from datamodules import load_corpus
+    from famlab.datamodules import load_corpus
 
     started = time.time()
     base, cfgs = compose_all(presets, overrides)
@@ -392,7 +392,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
                       [family, *objective_tag, budget_tag, "compare", "scratch"])
             progress(f"fine-tune {family} from scratch seeds {list(cmp.scratch_seeds)}")
 
-    from experiments.report import build_report
+    from famlab.experiments.report import build_report
 
     wall = time.time() - started
     (comp_dir / "compare.json").write_text(
@@ -404,7 +404,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
 
 
 def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> dict:
-    from experiments.finetune import finetune, parse_init
+    from famlab.experiments.finetune import finetune, parse_init
 
     ft = copy.deepcopy(cfg)
     ft.init = init

@@ -18,8 +18,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from experiments.config import Config, ConfigInputError
-from families.config import Family, ModelConfig
+from famlab.experiments.config import Config, ConfigInputError
+from famlab.families.config import Family, ModelConfig
 
 PRESET_DIR = Path(__file__).parent / "configs"
 FAMILIES = tuple(f.value for f in Family)
@@ -172,7 +172,7 @@ def to_dataclass(merged: DictConfig) -> Any:
 
 def cross_checks(cfg: Config) -> None:
     """Checks that involve more than one key; each message names every key involved."""
-    from objectives import OBJECTIVES, check_pair  # lazy: keeps `famlab config` / `presets` light
+    from famlab.objectives import OBJECTIVES, check_pair  # lazy: keeps `famlab config` / `presets` light
 
     family = cfg.model.family.value
     if cfg.objective.name is None:

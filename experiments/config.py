@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from families.config import ModelConfig
+from famlab.families.config import ModelConfig
 
 
 class ConfigInputError(ValueError):

@@ -4,7 +4,7 @@
 - a run directory (``config.yaml`` + ``tokenizer.json`` + ``checkpoints/last.ckpt``) or one of its
   checkpoints: model config and tokenizer from the run; presets or overrides that contradict the
   run's model config fail naming the keys;
-- ``hf:<name or local dir>``: weights through ``families.from_hf`` and the model's own tokenizer;
+- ``hf:<name or local dir>``: weights through ``famlab.families.from_hf`` and the model's own tokenizer;
 - ``scratch``: the model from the presets (the no-pretraining baseline), tokenizer trained on the corpus.
 
 One fine-tune per ``finetune.seeds`` entry: the best checkpoint by ``finetune.monitor`` is tested once;
@@ -27,9 +27,9 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass
-from experiments.config import Config, ConfigInputError
-from experiments.run import (
+from famlab.experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass
+from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.run import (
     close_wandb,
     get_bundle,
     make_loggers,
@@ -42,7 +42,7 @@ from experiments.run import (
     write_config,
     write_json,
 )
-from families.config import ModelConfig
+from famlab.families.config import ModelConfig
 
 log = logging.getLogger("famlab")
 METRICS = ("test/acc", "test/f1", "test/mcc")
@@ -96,7 +96,7 @@ def _check_contradictions(explicit: dict[str, Any], loaded: ModelConfig, source:
 
 def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, Init]:
     """Compose the config, taking the model section from ``init`` when it points at a run."""
-    from experiments.compose import parse_overrides
+    from famlab.experiments.compose import parse_overrides
 
     init_value = parse_overrides(overrides).get("init")
     if init_value is None:  # init from a preset file: compose once to read it
@@ -134,7 +134,7 @@ def load_network(cfg: Config, init: Init) -> tuple[Any, Any]:
     """Build the network for ``init``; returns ``(net, pooler_state or None)``."""
     import torch
 
-    from families import build_network
+    from famlab.families import build_network
 
     if init.kind == "hf":
         return _hf_network(init.hf or "")
@@ -174,8 +174,8 @@ def _hf_model(src: str) -> tuple[Any, bool]:
 
 
 def _hf_network(src: str) -> tuple[Any, Any]:
-    from families import from_hf
-    from families.hf import hf_pooler_state
+    from famlab.families import from_hf
+    from famlab.families.hf import hf_pooler_state
 
     model, has_pooler = _hf_model(src)
     # train mode: Lightning keeps modules' modes, and an eval-mode network would fine-tune without dropout
@@ -189,13 +189,13 @@ def _hf_network(src: str) -> tuple[Any, Any]:
 def hf_bundle(src: str, run_dir: Path) -> Any:
     """The HF model's own tokenizer as a ``datamodules.TokenizerBundle``, saved as ``<run_dir>/tokenizer.json``.
 
-    ``datamodules.load_tokenizer`` requires famlab's special-token names (``[PAD]`` ...), which GPT-2 / T5
+    ``famlab.datamodules.load_tokenizer`` requires famlab's special-token names (``[PAD]`` ...), which GPT-2 / T5
     tokenizers lack, so the ids are taken from the HF tokenizer's own attributes, with the same fallbacks
     the HF models use (GPT-2 pads with ``<|endoftext|>``; T5 has no [CLS] and starts the decoder with pad).
     """
     import hashlib
 
-    from datamodules.tokenizer import TokenizerBundle
+    from famlab.datamodules.tokenizer import TokenizerBundle
 
     try:
         from transformers import AutoTokenizer
@@ -253,8 +253,8 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     """Fine-tune once per ``finetune.seeds``; returns the results written to ``results.json``."""
     import lightning as L
 
-    from datamodules import ClassificationDataModule, load_task
-    from objectives import ClassificationCollator, ClassifierModule, OptimSettings
+    from famlab.datamodules import ClassificationDataModule, load_task
+    from famlab.objectives import ClassificationCollator, ClassifierModule, OptimSettings
 
     started = time.time()
     d = cfg.data
@@ -273,7 +273,7 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     elif init.kind == "run":
         bundle = get_bundle(cfg, None, run_dir)
     else:
-        from datamodules import load_corpus
+        from famlab.datamodules import load_corpus
 
         corpus = load_corpus(d.corpus, val_fraction=0.05, seed=d.seed)
         bundle = get_bundle(cfg, corpus, run_dir)
@@ -348,8 +348,8 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab finetune [presets...] init=<...> [key=value...]``."""
-    from experiments.reliability import NonFiniteError, Preempted, stop_exit_code
-    from experiments.run import env_rank
+    from famlab.experiments.reliability import NonFiniteError, Preempted, stop_exit_code
+    from famlab.experiments.run import env_rank
 
     cfg, init = compose_finetune(presets, overrides)
     try:

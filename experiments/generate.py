@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from experiments.config import Config, ConfigInputError
+from famlab.experiments.config import Config, ConfigInputError
 
 MASK = "[MASK]"
 OPTIONS = {
@@ -59,11 +59,11 @@ def load_run(run_dir: str) -> Run:
     """Network (``checkpoints/last.ckpt`` or the given ``.ckpt``), tokenizer and objective of a pretraining run."""
     from omegaconf import OmegaConf
 
-    from datamodules import get_tokenizer
-    from experiments.compose import to_dataclass
-    from experiments.finetune import load_network, parse_init
-    from experiments.run import token_ids
-    from families.config import ModelConfig
+    from famlab.datamodules import get_tokenizer
+    from famlab.experiments.compose import to_dataclass
+    from famlab.experiments.finetune import load_network, parse_init
+    from famlab.experiments.run import token_ids
+    from famlab.families.config import ModelConfig
 
     init = parse_init(run_dir)
     assert init.run_dir is not None
@@ -100,7 +100,7 @@ def parse_options(presets: list[str], overrides: list[str], required: str) -> tu
 
 
 def _sample(run: Run, logits: Any, opts: dict[str, Any], generator: Any) -> Any:
-    from families.generation import sample_next
+    from famlab.families.generation import sample_next
 
     return sample_next(
         logits, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"], generator=generator
@@ -112,7 +112,7 @@ def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator:
     ``prefix_lm_mask`` (families.generation's KV cache assumes plain causal attention)."""
     import torch
 
-    from objectives.prefix import prefix_lm_mask
+    from famlab.objectives.prefix import prefix_lm_mask
 
     seq = torch.tensor([prefix])
     limit = int(run.net.config.max_seq_len)
@@ -134,7 +134,7 @@ def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator:
 def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
     import torch
 
-    from families.generation import generate
+    from famlab.families.generation import generate
 
     ids = generate(
         run.net,
@@ -154,7 +154,7 @@ def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
     """The continuation of ``prompt`` (without the prompt)."""
     import torch
 
-    from families.generation import generate
+    from famlab.families.generation import generate
 
     generator = torch.Generator().manual_seed(opts["seed"])
     tokens, ids = run.encode(prompt), run.ids

@@ -7,16 +7,16 @@ from typing import Any
 
 import torch
 
-from experiments.compose import compose
-from experiments.config import Config
-from experiments.reliability import (
+from famlab.experiments.compose import compose
+from famlab.experiments.config import Config
+from famlab.experiments.reliability import (
     NonFiniteError,
     Preempted,
     check_checkpoint_matches,
     resolve_resume,
     stop_exit_code,
 )
-from experiments.run import (
+from famlab.experiments.run import (
     cache_dir,
     close_wandb,
     env_rank,
@@ -36,7 +36,7 @@ from experiments.run import (
 
 def optim_settings(cfg: Config, max_steps: int) -> Any:
     """``objectives.OptimSettings`` from ``optim.*`` (effective lr = lr * lr_scale)."""
-    from objectives import OptimSettings
+    from famlab.objectives import OptimSettings
 
     o = cfg.optim
     return OptimSettings(
@@ -59,7 +59,7 @@ def unigram_log_probs(counts: Any) -> Any:
 
 
 def objective_settings(cfg: Config) -> dict[str, Any]:
-    """The ``objective.*`` settings as keyword arguments of ``objectives.make_objective`` (and of the length
+    """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
     evaluation, which rebuilds the objective at other lengths)."""
     o = cfg.objective
     return dict(
@@ -75,7 +75,7 @@ def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: di
     `None` with a reason where the position scheme cannot reach that length (learned / sinusoidal positions
     beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.
     """
-    from objectives.evaluation import length_extrapolation
+    from famlab.objectives.evaluation import length_extrapolation
 
     points = length_extrapolation(
         net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=cfg.objective.name,
@@ -88,9 +88,9 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     """Run one pretraining job; returns the results written to ``results.json``."""
     import lightning as L
 
-    from datamodules import PretrainDataModule, load_corpus
-    from families import build_network
-    from objectives import PretrainModule, make_objective
+    from famlab.datamodules import PretrainDataModule, load_corpus
+    from famlab.families import build_network
+    from famlab.objectives import PretrainModule, make_objective
 
     started = time.time()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -120,10 +120,10 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     dm.prepare_data()  # tokenize once; also needed for the unigram floor below
     dm.setup("fit")
     net = build_network(cfg.model)
-    from experiments.budget import step_cost  # budget/flops x-axis: FLOPs of one micro-batch (families.flops)
+    from famlab.experiments.budget import step_cost  # budget/flops x-axis: FLOPs of one micro-batch (families.flops)
 
     flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops
-    from experiments.bench import peak_flops  # perf/mfu: a datasheet peak on GPU, a measured fp32 matmul on CPU
+    from famlab.experiments.bench import peak_flops  # perf/mfu: a datasheet peak on GPU, a measured fp32 matmul on CPU
 
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
     peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3)

@@ -33,7 +33,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from experiments.config import Config, ConfigInputError
+from famlab.experiments.config import Config, ConfigInputError
 
 RNG_KEY = "famlab_rng"  # checkpoint key of the per-rank RNG states
 PREV_NAME = "last-prev.ckpt"  # the previous last.ckpt, kept so a truncated last.ckpt is survivable
@@ -421,7 +421,7 @@ def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
     other DDP ranks return 0, since a non-zero exit would make Lightning's launcher kill rank 0 mid-message.
     Non-finite stop: 1.
     """
-    from experiments.run import env_rank
+    from famlab.experiments.run import env_rank
 
     if isinstance(e, NonFiniteError):
         print(f"famlab: {e}", file=sys.stderr)

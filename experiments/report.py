@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from experiments.config import ConfigInputError
+from famlab.experiments.config import ConfigInputError
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
@@ -225,7 +225,7 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    from datamodules import load_task
+    from famlab.datamodules import load_task
 
     task = load_task(
         d["task"], text_column=d["text_column"], text_pair_column=d["text_pair_column"],

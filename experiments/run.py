@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from experiments.compose import flatten, to_plain, to_yaml
-from experiments.config import Config, ConfigInputError
+from famlab.experiments.compose import flatten, to_plain, to_yaml
+from famlab.experiments.config import Config, ConfigInputError
 
 PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
 
@@ -166,7 +166,7 @@ def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> 
 
     Copies ``tokenizer.json`` into ``run_dir`` so a later fine-tune or comparison can reuse it.
     """
-    from datamodules import get_tokenizer
+    from famlab.datamodules import get_tokenizer
 
     t = cfg.data.tokenizer
     bundle = get_tokenizer(
@@ -184,7 +184,7 @@ def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> 
 
 def token_ids(bundle: Any) -> Any:
     """``objectives.TokenIds`` from a ``datamodules.TokenizerBundle`` (docs/interfaces.md)."""
-    from objectives import TokenIds
+    from famlab.objectives import TokenIds
 
     return TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
 
@@ -221,7 +221,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
     The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
     gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
     """
-    from experiments.reliability import AppendingCSVLogger
+    from famlab.experiments.reliability import AppendingCSVLogger
 
     # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
     loggers: list[Any] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
@@ -241,7 +241,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
 
         from lightning.pytorch.utilities import rank_zero_only
 
-        from experiments.wandb_guard import start_wandb
+        from famlab.experiments.wandb_guard import start_wandb
 
         if getattr(rank_zero_only, "rank", 0) != 0:
             return loggers  # only rank 0 logs to W&B (one run per job)
@@ -288,7 +288,7 @@ def make_trainer(
     import lightning as L
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
+    from famlab.experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
 
     t = cfg.trainer
     callbacks: list[Any] = [
@@ -357,7 +357,7 @@ def check_devices(accelerator: str, devices: int | str) -> None:
 def maybe_compile(cfg: Config, module: Any) -> Any:
     """``torch.compile`` the network (inductor) when ``trainer.compile``; eager if compilation fails."""
     if cfg.trainer.compile:
-        from families.compile import compile_network
+        from famlab.families.compile import compile_network
 
         compile_network(module.net)  # in place; logs and stays eager on failure
     return module

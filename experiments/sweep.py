@@ -30,8 +30,8 @@ from urllib.parse import urlparse
 import yaml
 from omegaconf import OmegaConf
 
-from experiments.compose import compose, load_yaml, schema
-from experiments.config import ConfigInputError
+from famlab.experiments.compose import compose, load_yaml, schema
+from famlab.experiments.config import ConfigInputError
 
 METHODS = ("grid", "random")
 DISTRIBUTIONS = ("constant", "categorical", "uniform", "int_uniform", "log_uniform_values", "q_uniform", "normal")
@@ -123,7 +123,7 @@ def _token(key: str, value: Any) -> str:
 
 
 def trial_command(spec: dict[str, Any], trial: dict[str, Any], extra: list[str]) -> list[str]:
-    """The file's command with W&B's macros expanded; ``famlab`` runs as ``python -m experiments``."""
+    """The file's command with W&B's macros expanded; ``famlab`` runs as ``python -m famlab``."""
     args = [_token(k, v) for k, v in trial.items()] + extra
     out: list[str] = []
     for tok in spec.get("command") or ["${program}", "${args_no_hyphens}"]:
@@ -140,15 +140,15 @@ def trial_command(spec: dict[str, Any], trial: dict[str, Any], extra: list[str])
         else:
             out.append(str(tok))
     if out and out[0] == "famlab":
-        out = [sys.executable, "-m", "experiments", *out[1:]]
+        out = [sys.executable, "-m", "famlab", *out[1:]]
     return out
 
 
 def _command_overrides(cmd: list[str]) -> tuple[list[str], list[str]]:
     """Presets and overrides of a famlab command line (after the subcommand), for validating trials."""
-    from experiments.cli import split_args
+    from famlab.experiments.cli import split_args
 
-    rest = cmd[3:] if cmd[1:3] == ["-m", "experiments"] else cmd[1:]
+    rest = cmd[3:] if cmd[1:3] == ["-m", "famlab"] else cmd[1:]
     presets, overrides, _ = split_args(rest[1:])
     return presets, overrides
 
@@ -169,7 +169,7 @@ def length_cell(run_dir: Path) -> str:
 
 def summarize(sweep_dir: Path, trials: list[dict[str, Any]], metric: str) -> str:
     """Markdown table: trial, parameters, exit status, the sweep metric (final and min from metrics.csv)."""
-    from experiments.report import read_metrics
+    from famlab.experiments.report import read_metrics
 
     names = sorted({k for t in trials for k in t["params"]})
     varying = [n for n in names if len({json.dumps(t["params"].get(n), default=str) for t in trials}) > 1]
@@ -247,7 +247,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     if "--dry-run" in flags:
         for r, cmd in zip(records, commands, strict=True):
             print(f"{r['name']}: " + " ".join(_token(k, v) for k, v in r["params"].items()))
-            print("    " + shlex.join(["famlab", *cmd[3:]] if cmd[1:3] == ["-m", "experiments"] else cmd))
+            print("    " + shlex.join(["famlab", *cmd[3:]] if cmd[1:3] == ["-m", "famlab"] else cmd))
         print(f"{len(records)} trials ({spec['method']}), group {group}")
         return 0
     sweep_dir.mkdir(parents=True)

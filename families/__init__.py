@@ -10,30 +10,30 @@ from typing import Any
 
 from torch import nn
 
-from families.config import ConfigError, Family, ModelConfig
-from families.network import NetworkOutput
+from famlab.families.config import ConfigError, Family, ModelConfig
+from famlab.families.network import NetworkOutput
 
 
 def build_network(cfg: ModelConfig) -> nn.Module:
     """Build the network for ``cfg.family`` (``bert | gpt | t5``); raises ConfigError if ``vocab_size`` is unset."""
-    from families.bert import Bert
-    from families.gpt import GPT
-    from families.t5 import T5
+    from famlab.families.bert import Bert
+    from famlab.families.gpt import GPT
+    from famlab.families.t5 import T5
 
     family = Family(cfg.family)
     return {Family.BERT: Bert, Family.GPT: GPT, Family.T5: T5}[family](cfg)
 
 
 def from_hf(model: Any) -> nn.Module:
-    """Our network with the weights of a Hugging Face BERT / GPT-2 / T5 model (see :mod:`families.hf`)."""
-    from families.hf import from_hf as _from_hf
+    """Our network with the weights of a Hugging Face BERT / GPT-2 / T5 model (see :mod:`famlab.families.hf`)."""
+    from famlab.families.hf import from_hf as _from_hf
 
     return _from_hf(model)
 
 
 def to_hf(net: nn.Module) -> Any:
-    """The Hugging Face model equivalent to ``net`` (see :mod:`families.hf`)."""
-    from families.hf import to_hf as _to_hf
+    """The Hugging Face model equivalent to ``net`` (see :mod:`famlab.families.hf`)."""
+    from famlab.families.hf import to_hf as _to_hf
 
     return _to_hf(net)
 

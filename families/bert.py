@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from families.config import Family, ModelConfig
-from families.heads import MLMHead
-from families.network import NetworkOutput, check_buildable, init_weights, make_stack
+from famlab.families.config import Family, ModelConfig
+from famlab.families.heads import MLMHead
+from famlab.families.network import NetworkOutput, check_buildable, init_weights, make_stack
 
 
 class Bert(nn.Module):

@@ -8,7 +8,7 @@ biases are not matmuls and are left out, as in the usual 6·N·D estimate.
 
 from __future__ import annotations
 
-from families.config import FFNKind, ModelConfig
+from famlab.families.config import FFNKind, ModelConfig
 
 
 def _attention(C: int, H: int, K: int, D: int, T: int, S: int, *, self_attn: bool) -> int:

@@ -60,7 +60,7 @@ def generate(
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` ``(B, T)`` (GPT) or from its encoding (T5).
 
     Args:
-        net: A GPT or T5 network from :func:`families.build_network`.
+        net: A GPT or T5 network from :func:`famlab.families.build_network`.
         input_ids: Prompt (GPT; left padding with ``attention_mask``) or encoder input (T5).
         max_new_tokens: Upper bound on generated tokens.
         eos_id: Stop a sequence after it emits this id (None: never).

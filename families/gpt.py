@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from families.blocks.layers import LayerCache
-from families.config import Family, ModelConfig
-from families.heads import LMHead
-from families.network import NetworkOutput, check_buildable, init_weights, make_stack
+from famlab.families.blocks.layers import LayerCache
+from famlab.families.config import Family, ModelConfig
+from famlab.families.heads import LMHead
+from famlab.families.network import NetworkOutput, check_buildable, init_weights, make_stack
 
 
 class GPT(nn.Module):

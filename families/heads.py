@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from families.blocks.feedforward import get_activation
-from families.blocks.norms import make_norm
+from famlab.families.blocks.feedforward import get_activation
+from famlab.families.blocks.norms import make_norm
 
 IGNORE_INDEX = -100  # label of positions without a target (objectives.corruption.IGNORE; families do not import it)
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from families.config import ModelConfig
+from famlab.families.config import ModelConfig
 
 _ACT_FROM_HF = {
     "gelu": "gelu",
@@ -240,7 +240,7 @@ def from_hf(model: Any) -> nn.Module:
     """Our network carrying the weights of a Hugging Face ``BertForMaskedLM`` (also ``BertForPreTraining`` /
     ``BertModel``, whose MLM head is then left at its init), ``GPT2LMHeadModel`` or ``T5ForConditionalGeneration``
     (v1.0 ReLU or v1.1 gated-GELU; tied or untied head)."""
-    from families import build_network
+    from famlab.families import build_network
 
     cfg = config_from_hf(model)
     net = build_network(cfg)
@@ -258,7 +258,7 @@ def from_hf(model: Any) -> nn.Module:
 
 
 def hf_pooler_state(model: Any) -> dict[str, Tensor] | None:
-    """State dict for :class:`families.heads.Pooler` from a ``BertModel`` / ``BertForPreTraining`` checkpoint,
+    """State dict for :class:`famlab.families.heads.Pooler` from a ``BertModel`` / ``BertForPreTraining`` checkpoint,
     or None when the model has no pooler (``BertForMaskedLM``, GPT-2, T5)."""
     base = getattr(model, "bert", model)
     pooler = getattr(base, "pooler", None)

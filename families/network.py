@@ -8,13 +8,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from families.blocks.attention import Attention
-from families.blocks.feedforward import FeedForward
-from families.blocks.layers import Stack
-from families.blocks.norms import RMSNorm
-from families.blocks.positions import LearnedPositions, T5RelativeBias, make_positions
-from families.config import ConfigError, InitScheme, ModelConfig, NormPosition
-from families.heads import LMHead, MLMHead
+from famlab.families.blocks.attention import Attention
+from famlab.families.blocks.feedforward import FeedForward
+from famlab.families.blocks.layers import Stack
+from famlab.families.blocks.norms import RMSNorm
+from famlab.families.blocks.positions import LearnedPositions, T5RelativeBias, make_positions
+from famlab.families.config import ConfigError, InitScheme, ModelConfig, NormPosition
+from famlab.families.heads import LMHead, MLMHead
 
 
 @dataclass

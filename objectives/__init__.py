@@ -5,13 +5,13 @@ Imports `families` only for types and heads; never `datamodules` or `experiments
 
 from typing import Any
 
-from objectives.collator import ClassificationCollator
-from objectives.corruption import clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
-from objectives.errors import ObjectiveError
-from objectives.objective import LossOutput, Objective, make_objective
-from objectives.optim import OptimSettings, configure_adamw, decay_groups, lr_factor
-from objectives.pairs import OBJECTIVES, check_pair
-from objectives.tokens import TokenIds
+from famlab.objectives.collator import ClassificationCollator
+from famlab.objectives.corruption import clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.objective import LossOutput, Objective, make_objective
+from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups, lr_factor
+from famlab.objectives.pairs import OBJECTIVES, check_pair
+from famlab.objectives.tokens import TokenIds
 
 __all__ = [
     "ClassificationCollator",
@@ -39,7 +39,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Import the LightningModules on first use, so `import objectives` stays light (no lightning import)."""
     if name in ("PretrainModule", "ClassifierModule"):
-        from objectives import modules
+        from famlab.objectives import modules
 
         return getattr(modules, name)
     raise AttributeError(f"module 'objectives' has no attribute {name!r}")

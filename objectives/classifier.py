@@ -21,10 +21,10 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
 
-from families import heads
-from objectives.errors import ObjectiveError
-from objectives.objective import Batch
-from objectives.optim import OptimSettings, configure_adamw, decay_groups
+from famlab.families import heads
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.objective import Batch
+from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups
 
 POOLINGS = ("cls", "last", "mean", "decoder")
 
@@ -51,8 +51,8 @@ class ClassifierModule(L.LightningModule):
         head_dropout: dropout before the classifier.
         head_lr: learning rate of the head (pooler + classifier); `None` = `optim.lr`.
         standardize: standardise the pooled features over the batch before the classifier
-            (`families.heads.ClassificationHead`).
-        pooler_state: state dict for BERT's pooler (`families.hf.hf_pooler_state`), when the checkpoint has one;
+            (`famlab.families.heads.ClassificationHead`).
+        pooler_state: state dict for BERT's pooler (`famlab.families.hf.hf_pooler_state`), when the checkpoint has one;
             used with `cls` pooling, ignored otherwise.
     """
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from objectives.errors import ObjectiveError
-from objectives.tokens import TokenIds
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.tokens import TokenIds
 
 FAMILIES = ("bert", "gpt", "t5")
 

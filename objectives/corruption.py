@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from objectives.errors import ObjectiveError
-from objectives.tokens import TokenIds
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.tokens import TokenIds
 
 IGNORE = -100  # label value skipped by the loss (torch's cross_entropy default ignore_index)
 

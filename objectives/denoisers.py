@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from objectives.corruption import _span_counts, span_corrupt
-from objectives.errors import ObjectiveError
-from objectives.objective import Batch, LossOutput, MaskedLM, Objective, _dense_lm_loss, _stack
-from objectives.prefix import (
+from famlab.objectives.corruption import _span_counts, span_corrupt
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.objective import Batch, LossOutput, MaskedLM, Objective, _dense_lm_loss, _stack
+from famlab.objectives.prefix import (
     decoder_batch,
     encoder_decoder_batch,
     pad_right,
@@ -39,8 +39,8 @@ from objectives.prefix import (
     sample_prefix_len,
     split_prefix,
 )
-from objectives.spans import span_mlm_mask
-from objectives.tokens import TokenIds
+from famlab.objectives.spans import span_mlm_mask
+from famlab.objectives.tokens import TokenIds
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from objectives.errors import ObjectiveError
-from objectives.objective import Objective, make_objective
-from objectives.prefix import prefix_lm_mask
-from objectives.tokens import TokenIds
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.objective import Objective, make_objective
+from famlab.objectives.prefix import prefix_lm_mask
+from famlab.objectives.tokens import TokenIds
 
 Encode = Callable[[str], Sequence[int]]
 LN2 = math.log(2.0)

@@ -1,6 +1,6 @@
 """The LightningModules: `PretrainModule` and `ClassifierModule` (they receive the network)."""
 
-from objectives.classifier import ClassifierModule
-from objectives.pretrain import PretrainModule
+from famlab.objectives.classifier import ClassifierModule
+from famlab.objectives.pretrain import PretrainModule
 
 __all__ = ["ClassifierModule", "PretrainModule"]

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from objectives.corruption import IGNORE, clm_shift, mlm_mask, span_corrupt, t5_lengths
-from objectives.errors import ObjectiveError
-from objectives.tokens import TokenIds
+from famlab.objectives.corruption import IGNORE, clm_shift, mlm_mask, span_corrupt, t5_lengths
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.tokens import TokenIds
 
 Batch = dict[str, torch.Tensor]
 
@@ -55,7 +55,7 @@ def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
 def _dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> LossOutput:
     """Mean cross-entropy of the network's LM head on `hidden` `(B, T, C)` against `labels` `(B, T)`, `-100` skipped.
 
-    `net.lm_loss` fuses the vocabulary projection with the loss (`families.heads.linear_cross_entropy`), so
+    `net.lm_loss` fuses the vocabulary projection with the loss (`famlab.families.heads.linear_cross_entropy`), so
     the dense `(B, T, V)` logits are never materialised and the output carries `logits=None`.
     """
     mean = net.lm_loss(hidden, labels, reduction="mean")  # type: ignore[operator]
@@ -202,7 +202,7 @@ def make_objective(
     """Build the objective `name` for `family` and sequences of `seq_len` tokens.
 
     `span`, `prefix_lm` and `ul2` differ by family (decoder-only vs encoder-decoder), so pass `family`;
-    without it `span` means T5's and the others need it. See `objectives.denoisers` for the new pairs.
+    without it `span` means T5's and the others need it. See `famlab.objectives.denoisers` for the new pairs.
 
     Args:
         name: objective name (`objective.name`): mlm | span_mlm | clm | span | prefix_lm | ul2.
@@ -217,7 +217,7 @@ def make_objective(
         ul2_x_density, ul2_x_mean_span: UL2's X (extreme) denoiser.
         span_p, max_span: SpanBERT's geometric span-length parameter and cap.
     """
-    from objectives import denoisers as dn  # the new pairs build on this module's classes
+    from famlab.objectives import denoisers as dn  # the new pairs build on this module's classes
 
     if seq_len < 4:
         raise ObjectiveError(f"sequence length {seq_len} is too short to train on (need at least 4)")

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from objectives.errors import ObjectiveError
+from famlab.objectives.errors import ObjectiveError
 
 
 @dataclass

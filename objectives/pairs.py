@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from objectives.errors import ObjectiveError
+from famlab.objectives.errors import ObjectiveError
 
 # The first objective of each family is its default. The new pairs (issue 8) are described in
 # objectives/denoisers.py: prefix_lm (T5 paper sec. 3.3), ul2 (Tay et al. 2022), span_mlm (SpanBERT).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from objectives.corruption import IGNORE
+from famlab.objectives.corruption import IGNORE
 
 
 def prefix_lm_mask(prefix_len: torch.Tensor, length: int) -> torch.Tensor:

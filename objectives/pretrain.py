@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torchmetrics import SumMetric
 
-from objectives.corruption import IGNORE
-from objectives.objective import Batch, Objective
-from objectives.optim import OptimSettings, configure_adamw, decay_groups
+from famlab.objectives.corruption import IGNORE
+from famlab.objectives.objective import Batch, Objective
+from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups
 
 
 class PretrainModule(L.LightningModule):

@@ -9,9 +9,9 @@ import math
 
 import torch
 
-from objectives.corruption import IGNORE
-from objectives.errors import ObjectiveError
-from objectives.tokens import TokenIds
+from famlab.objectives.corruption import IGNORE
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.tokens import TokenIds
 
 
 def geometric_span_lengths(

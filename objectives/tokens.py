@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from objectives.errors import ObjectiveError
+from famlab.objectives.errors import ObjectiveError
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,16 @@ def _imports(path: Path, top_level_only: bool) -> set[str]:
     names = set()
     for node in nodes:
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            names |= {_package(a.name) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names.add(_package(node.module))
     return names
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to: famlab's four live under the one ``famlab`` import name."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "famlab" and len(parts) > 1 else parts[0]
 
 
 @pytest.mark.parametrize("package", PACKAGES[:3])
@@ -68,11 +74,22 @@ def test_families_blocks_import_no_assembler():
     for path in _modules("families/blocks"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("families."):
-                assert node.module.split(".")[1] in ("blocks", "config"), f"{path} imports {node.module}"
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("famlab.families."):
+                assert node.module.split(".")[2] in ("blocks", "config"), f"{path} imports {node.module}"
 
 
 def test_the_checker_sees_imports():
     """The rules above are not vacuous: experiments' modules do import the other packages."""
     seen = set().union(*(_imports(p, top_level_only=False) for p in _modules("experiments")))
     assert {"families", "objectives", "datamodules"} <= seen
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_go_through_the_famlab_namespace(package):
+    """famlab's own modules are imported as ``famlab.<package>``: the bare names are not installed."""
+    for path in _modules(package):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            bare = [m for m in modules if m.split(".")[0] in PACKAGES]
+            assert not bare, f"{path} imports {bare} (use famlab.{bare[0]})"

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from families.blocks.positions import apply_rotary
+from famlab.families.blocks.positions import apply_rotary
 
 
 def attend(

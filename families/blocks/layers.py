@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from families.blocks.attention import Attention, project_context
-from families.blocks.feedforward import FeedForward
-from families.blocks.norms import make_norm
-from families.blocks.positions import LearnedPositions, Positions, SinusoidalPositions
+from famlab.families.blocks.attention import Attention, project_context
+from famlab.families.blocks.feedforward import FeedForward
+from famlab.families.blocks.norms import make_norm
+from famlab.families.blocks.positions import LearnedPositions, Positions, SinusoidalPositions
 
 LayerCache = dict[str, dict[str, Tensor]]
 

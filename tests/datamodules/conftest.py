@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from datamodules import Corpus, TokenizerBundle, get_tokenizer, load_corpus
+from famlab.datamodules import Corpus, TokenizerBundle, get_tokenizer, load_corpus
 
 
 @pytest.fixture(scope="session")

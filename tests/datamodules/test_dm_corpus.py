@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from datamodules import DataError, load_corpus
+from famlab.datamodules import DataError, load_corpus
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:

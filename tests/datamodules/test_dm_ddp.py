@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from datamodules import ResumableSampler
+from famlab.datamodules import ResumableSampler
 
 
 def _free_port() -> int:

@@ -3,7 +3,7 @@
 import ast
 from pathlib import Path
 
-import datamodules
+import famlab.datamodules as datamodules
 
 FORBIDDEN = {"families", "objectives", "experiments"}
 
@@ -19,6 +19,6 @@ def test_datamodules_imports_no_model_or_experiment_package():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module]
-            offenders += [f"{file.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+            offenders += [f"{file.name}: {n}" for n in names if n.removeprefix("famlab.").split(".")[0] in FORBIDDEN]
     assert len(list(root.rglob("*.py"))) >= 8
     assert offenders == []

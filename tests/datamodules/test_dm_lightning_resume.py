@@ -6,7 +6,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from datamodules import Corpus, PretrainDataModule
+from famlab.datamodules import Corpus, PretrainDataModule
 
 
 class _Recorder(pl.LightningModule):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules import Corpus, DataError, PretrainDataModule, token_dtype
+from famlab.datamodules import Corpus, DataError, PretrainDataModule, token_dtype
 
 
 def _stack(samples: list[torch.Tensor]) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader
 
-from datamodules import PositionTrackingLoader, ResumableSampler
+from famlab.datamodules import PositionTrackingLoader, ResumableSampler
 
 
 def test_order_is_a_pure_function_of_seed_and_epoch():

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from datamodules import ClassificationDataModule, DataError, Task, load_task
+from famlab.datamodules import ClassificationDataModule, DataError, Task, load_task
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import time
 import pytest
 from tokenizers import Tokenizer
 
-from datamodules import SPECIAL_TOKENS, Corpus, DataError, get_tokenizer, load_tokenizer, sentinel_token
-from datamodules.tokenizer import train_tokenizer
+from famlab.datamodules import SPECIAL_TOKENS, Corpus, DataError, get_tokenizer, load_tokenizer, sentinel_token
+from famlab.datamodules.tokenizer import train_tokenizer
 
 LAYOUT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]", "[EOS]", "[R]", "[X]", "[S]"]
 

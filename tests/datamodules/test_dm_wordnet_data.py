@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.bundled import DATA_DIR, WORDNET_CORPUS, WORDNET_TASK, read_jsonl_gz
+from famlab.datamodules.bundled import DATA_DIR, WORDNET_CORPUS, WORDNET_TASK, read_jsonl_gz
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDNET_DIR = Path("/usr/share/wordnet")

@@ -1,4 +1,4 @@
-"""experiments.allocator: freed memory stays mapped, so a step that re-allocates its activations stops faulting."""
+"""famlab.experiments.allocator: freed memory stays mapped, so a step that re-allocates its activations stops faulting."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from experiments import allocator
+from famlab.experiments import allocator
 
 # A step's worth of "activations" (MiB: 8 x 1, 4 x 8, 8 x 2) taken from malloc, as torch's CPU allocator takes
 # them, touched and freed last-first at the end of the "step"; the probe prints the minor page faults of one
@@ -19,7 +19,7 @@ SIZES_MIB = [1] * 8 + [8] * 4 + [2] * 8
 PROBE = textwrap.dedent(
     """
     import ctypes, resource
-    from experiments.allocator import keep_freed_memory
+    from famlab.experiments.allocator import keep_freed_memory
     keep_freed_memory()
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

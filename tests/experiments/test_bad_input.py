@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import cli
+from famlab.experiments import cli
 from tests.experiments.reliability_helpers import write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_existing_run_dir_is_not_overwritten(files, capsys):
 ])
 def test_bad_input_in_a_real_process(args, fragment):
     """The console entry itself: exit status 2, one stderr line, no traceback."""
-    done = subprocess.run([sys.executable, "-m", "experiments", *args], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "famlab", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]

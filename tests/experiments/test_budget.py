@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from experiments.budget import BudgetError, count_params, match_steps, non_embedding_params, solve_params, step_cost
-from families import build_network
-from families.config import ModelConfig
-from objectives import OBJECTIVES, TokenIds, make_objective
+from famlab.experiments.budget import BudgetError, count_params, match_steps, non_embedding_params, solve_params, step_cost
+from famlab.families import build_network
+from famlab.families.config import ModelConfig
+from famlab.objectives import OBJECTIVES, TokenIds, make_objective
 
 V = 512
 
@@ -29,7 +29,7 @@ def test_step_cost_matches_the_flop_counter_on_a_real_training_step(family):
     objective = make_objective(OBJECTIVES[family][0], ids(), seq_len=32, family=family,
                                generator=torch.Generator().manual_seed(0))
     cost = step_cost(cfg, objective, batch_size=4)
-    from experiments.budget import probe_batch
+    from famlab.experiments.budget import probe_batch
 
     torch.manual_seed(0)
     net = build_network(cfg)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments import cli
+from famlab.experiments import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,15 +56,15 @@ def test_presets_command_lists_presets_and_pairs(capsys):
 
 def test_command_table_is_extensible(monkeypatch, capsys):
     """A new command is one table entry pointing at module:function."""
-    monkeypatch.setitem(cli.COMMANDS, "echo", ("experiments.cli:config_command", "test"))
+    monkeypatch.setitem(cli.COMMANDS, "echo", ("famlab.experiments.cli:config_command", "test"))
     assert cli.main(["echo", "gpt", "model.dim=40"]) == 0
     assert "dim: 40" in capsys.readouterr().out
 
 
 def test_python_m_experiments_error_is_one_line_without_traceback():
-    """`python -m experiments pretrain gpt model.famly=x` exits 2 with one line (a real subprocess)."""
+    """`python -m famlab pretrain gpt model.famly=x` exits 2 with one line (a real subprocess)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments", "pretrain", "gpt", "model.famly=x"],
+        [sys.executable, "-m", "famlab", "pretrain", "gpt", "model.famly=x"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2

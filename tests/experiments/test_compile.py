@@ -5,10 +5,10 @@ import logging
 import pytest
 import torch
 
-from experiments.bench import BenchSettings, make_batch, model_config, token_ids
-from families import build_network
-from families.compile import compile_network, is_compiled
-from objectives import make_objective
+from famlab.experiments.bench import BenchSettings, make_batch, model_config, token_ids
+from famlab.families import build_network
+from famlab.families.compile import compile_network, is_compiled
+from famlab.objectives import make_objective
 
 TINY = BenchSettings(dim=32, layers=2, heads=4, ffn=64, vocab=300, batch=2, seq=16)
 
@@ -50,9 +50,9 @@ def test_compiled_network_runs_through_dynamo_and_matches_eager(family):
 @pytest.mark.slow
 def test_trainer_compile_true_uses_inductor_and_matches_eager():
     """`trainer.compile=true` (experiments' maybe_compile) compiles with inductor and keeps eager's loss."""
-    from experiments.compose import compose
-    from experiments.run import maybe_compile
-    from objectives import OptimSettings, PretrainModule
+    from famlab.experiments.compose import compose
+    from famlab.experiments.run import maybe_compile
+    from famlab.objectives import OptimSettings, PretrainModule
 
     net, objective, batch = _net_and_batch("gpt")
     eager_loss, _ = _loss_and_grads(net, objective, batch)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from experiments.compose import compose, flatten, parse_overrides, preset_names, to_plain, to_yaml
-from experiments.config import ConfigInputError
+from famlab.experiments.compose import compose, flatten, parse_overrides, preset_names, to_plain, to_yaml
+from famlab.experiments.config import ConfigInputError
 
 FAMILIES = ("bert", "gpt", "t5")
 SIZES = ("tiny", "small", "base")

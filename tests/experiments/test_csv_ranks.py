@@ -13,7 +13,7 @@ import time
 import pytest
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from experiments.reliability import AppendingCSVLogger
+from famlab.experiments.reliability import AppendingCSVLogger
 
 HISTORY = "epoch,step,train/loss\n0,0,6.5\n0,1,6.25\n"
 

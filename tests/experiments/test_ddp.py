@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from datamodules import ResumableSampler
-from experiments.reliability import PREEMPTED_EXIT, RNG_KEY
+from famlab.datamodules import ResumableSampler
+from famlab.experiments.reliability import PREEMPTED_EXIT, RNG_KEY
 from tests.experiments.ddp_trace_script import TRACE_ENV, read_trace
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus
 
@@ -23,7 +23,7 @@ DDP = ["trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=ddp"]
 def _famlab(args: list[str], root: Path, **extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "FAMLAB_CACHE": str(root / "cache"), "WANDB_MODE": "offline", **extra}
     env.pop("FAMLAB_RUN_DIR", None)
-    return subprocess.run([sys.executable, "-m", "experiments", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "famlab", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -14,8 +14,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from experiments import cli
-from experiments.reliability import PREEMPTED_EXIT, PREV_NAME, NonFiniteCallback, resolve_resume
+from famlab.experiments import cli
+from famlab.experiments.reliability import PREEMPTED_EXIT, PREV_NAME, NonFiniteCallback, resolve_resume
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_sigterm_to_a_running_pretrain_then_resume_auto_finishes(env):
     run_dir = root / "sigterm"
     args = [a for a in fast_args(corpus, run_dir, 40) if not a.startswith("wandb.")]
     args += ["wandb.mode=offline", "wandb.group=g1"]
-    proc = subprocess.Popen([sys.executable, "-m", "experiments", *args], cwd=ROOT, env=dict(os.environ),
+    proc = subprocess.Popen([sys.executable, "-m", "famlab", *args], cwd=ROOT, env=dict(os.environ),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     last = run_dir / "checkpoints" / "last.ckpt"
     deadline = time.time() + 300
@@ -65,7 +65,7 @@ def test_sigterm_to_a_running_pretrain_then_resume_auto_finishes(env):
     assert 4 <= cut < 40
     first_id = json.loads((run_dir / "wandb-run.json").read_text())["id"]
 
-    done = subprocess.run([sys.executable, "-m", "experiments", *args, "resume=auto"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "famlab", *args, "resume=auto"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((run_dir / "results.json").read_text())["steps"] == 40
@@ -164,7 +164,7 @@ def test_corrupt_last_ckpt_falls_back_to_the_previous_one(env, capsys):
 
 
 def test_resolve_resume_cases(tmp_path):
-    from experiments.config import Config, ConfigInputError
+    from famlab.experiments.config import Config, ConfigInputError
 
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()

@@ -6,11 +6,11 @@ import pytest
 import torch
 import yaml
 
-from datamodules import get_tokenizer, load_corpus
-from experiments.cli import main
-from experiments.generate import _spans, fill_text, generate_text, load_run
-from families import ModelConfig, build_network
-from objectives.prefix import prefix_lm_mask
+from famlab.datamodules import get_tokenizer, load_corpus
+from famlab.experiments.cli import main
+from famlab.experiments.generate import _spans, fill_text, generate_text, load_run
+from famlab.families import ModelConfig, build_network
+from famlab.objectives.prefix import prefix_lm_mask
 
 OPTS = {"max_new_tokens": 6, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
 PAIRS = [
@@ -126,7 +126,7 @@ def test_example_sweep_trials_compose(sweep):
     import itertools
     from pathlib import Path
 
-    from experiments.compose import compose
+    from famlab.experiments.compose import compose
 
     root = Path(__file__).resolve().parents[2]
     spec = yaml.safe_load((root / "experiments/configs/sweeps" / f"{sweep}.yaml").read_text())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments import cli
-from experiments.reliability import PREEMPTED_EXIT
+from famlab.experiments import cli
+from famlab.experiments.reliability import PREEMPTED_EXIT
 from tests.experiments.reliability_helpers import fast_args, losses, step_rows, write_corpus
 
 STEPS = 30  # about 1.5 epochs of the small corpus at batch 8: the resumed part crosses an epoch boundary
@@ -65,7 +65,7 @@ def test_rng_states_are_weights_only_loadable(tmp_path):
 
     import numpy as np
 
-    from experiments.reliability import rng_state, set_rng_state
+    from famlab.experiments.reliability import rng_state, set_rng_state
 
     state = rng_state()
     first = (torch.rand(3), np.random.rand(3), random.random())

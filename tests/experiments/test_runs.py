@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments import cli
+from famlab.experiments import cli
 
 FAMILIES = ("bert", "gpt", "t5")
 FAST = ["trainer.max_steps=6", "trainer.log_every_n_steps=2", "trainer.val_check_interval=3",

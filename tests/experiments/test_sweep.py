@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments import cli
-from experiments.sweep import expand_grid, expand_random, load_sweep, trial_command
+from famlab.experiments import cli
+from famlab.experiments.sweep import expand_grid, expand_random, load_sweep, trial_command
 
 BUNDLED = Path(__file__).resolve().parents[2] / "experiments" / "configs" / "sweeps"
 
@@ -58,7 +58,7 @@ def test_random_search_is_seeded_and_in_range():
 def test_args_no_hyphens_become_key_value_tokens():
     spec = {"command": ["${env}", "famlab", "pretrain", "tiny", "${args_no_hyphens}"]}
     cmd = trial_command(spec, {"model.pos": "rope", "objective.ul2_rates": [0.5, 0.5, 0.0]}, ["run_dir=x"])
-    assert cmd[1:] == ["-m", "experiments", "pretrain", "tiny", "model.pos=rope", "objective.ul2_rates=[0.5,0.5,0.0]",
+    assert cmd[1:] == ["-m", "famlab", "pretrain", "tiny", "model.pos=rope", "objective.ul2_rates=[0.5,0.5,0.0]",
                        "run_dir=x"]
 
 

@@ -5,7 +5,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from families import ModelConfig, build_network
+from famlab.families import ModelConfig, build_network
 
 VOCAB = 61
 

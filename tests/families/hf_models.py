@@ -87,7 +87,7 @@ def make_hf(name: str, seed: int = 0):
 
 def parity_diff(name: str, net=None, seed: int = 0) -> float:
     """Max |logits_ours - logits_hf| on a padded batch (padding and token types for BERT; T5 encoder padding)."""
-    from families import from_hf
+    from famlab.families import from_hf
 
     model = make_hf(name, seed)
     net = from_hf(model).eval() if net is None else net

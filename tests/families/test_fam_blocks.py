@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from families.blocks.attention import Attention, attend
-from families.blocks.feedforward import FeedForward
-from families.blocks.layers import prepare_mask
-from families.blocks.norms import RMSNorm
-from families.blocks.positions import (
+from famlab.families.blocks.attention import Attention, attend
+from famlab.families.blocks.feedforward import FeedForward
+from famlab.families.blocks.layers import prepare_mask
+from famlab.families.blocks.norms import RMSNorm
+from famlab.families.blocks.positions import (
     ALiBiPositions,
     RotaryPositions,
     SinusoidalPositions,

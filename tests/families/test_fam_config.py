@@ -3,8 +3,8 @@
 import pytest
 from omegaconf import OmegaConf
 
-from families import build_network
-from families.config import ConfigError, Family, FFNKind, ModelConfig, PosScheme
+from famlab.families import build_network
+from famlab.families.config import ConfigError, Family, FFNKind, ModelConfig, PosScheme
 
 
 def test_omegaconf_structured_round_trip_fills_derived_fields():

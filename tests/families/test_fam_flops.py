@@ -5,9 +5,9 @@ import torch
 from conftest import VOCAB, tiny
 from torch.utils.flop_counter import FlopCounterMode
 
-from families import build_network
-from families.flops import forward_flops, train_flops
-from families.network import set_attn_impl
+from famlab.families import build_network
+from famlab.families.flops import forward_flops, train_flops
+from famlab.families.network import set_attn_impl
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-import families.blocks.norms as norms
-from families.heads import linear_cross_entropy
+import famlab.families.blocks.norms as norms
+from famlab.families.heads import linear_cross_entropy
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import VOCAB
 
-from families.generation import generate, sample_next
+from famlab.families.generation import generate, sample_next
 
 
 @pytest.mark.parametrize("pos", ["learned", "rope", "alibi", "t5_bias", "sinusoidal"])

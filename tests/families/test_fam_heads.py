@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from families.heads import ClassificationHead, MLMHead, Pooler, pool
+from famlab.families.heads import ClassificationHead, MLMHead, Pooler, pool
 
 
 def test_pool_cls_last_mean_with_right_and_left_padding():

@@ -8,8 +8,8 @@ import torch
 from conftest import VOCAB, run, tiny
 from torch.testing import assert_close
 
-from families import NetworkOutput, build_network
-from families.network import set_attn_impl
+from famlab.families import NetworkOutput, build_network
+from famlab.families.network import set_attn_impl
 
 FAMILIES = ["bert", "gpt", "t5"]
 POSITIONS = ["learned", "sinusoidal", "rope", "alibi", "t5_bias", "none"]

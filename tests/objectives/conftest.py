@@ -5,8 +5,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from families import ModelConfig, build_network
-from objectives import TokenIds
+from famlab.families import ModelConfig, build_network
+from famlab.objectives import TokenIds
 
 
 def _make_ids(vocab_size: int = 1000, num_sentinels: int = 100) -> TokenIds:

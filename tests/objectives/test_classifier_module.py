@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from families import heads
-from objectives import ClassificationCollator, ClassifierModule, ObjectiveError, OptimSettings
+from famlab.families import heads
+from famlab.objectives import ClassificationCollator, ClassifierModule, ObjectiveError, OptimSettings
 
 CASES = [("bert", "cls"), ("gpt", "last"), ("t5", "mean"), ("t5", "decoder"), ("bert", "mean"), ("gpt", "mean")]
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from objectives import ClassificationCollator, ObjectiveError
-from objectives.collator import truncate_pair
+from famlab.objectives import ClassificationCollator, ObjectiveError
+from famlab.objectives.collator import truncate_pair
 
 
 def _item(a, b=None, label=1):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from objectives import ObjectiveError, clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
+from famlab.objectives import ObjectiveError, clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
 
 
 def _blocks(batch: int, length: int, vocab: int, seed: int = 0, sep_every: int | None = None) -> torch.Tensor:

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from objectives import OBJECTIVES, ObjectiveError, check_pair, make_objective, span_corrupt
-from objectives.corruption import IGNORE
-from objectives.prefix import prefix_lm_mask, split_prefix
-from objectives.spans import geometric_span_lengths, span_mlm_mask
+from famlab.objectives import OBJECTIVES, ObjectiveError, check_pair, make_objective, span_corrupt
+from famlab.objectives.corruption import IGNORE
+from famlab.objectives.prefix import prefix_lm_mask, split_prefix
+from famlab.objectives.spans import geometric_span_lengths, span_mlm_mask
 
 NEW_PAIRS = [
     ("bert", "span_mlm"),

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from objectives import ObjectiveError
-from objectives.evaluation import bits_per_byte, byte_score, length_extrapolation, pll_bits_per_byte
-from objectives.prefix import prefix_lm_mask
+from famlab.objectives import ObjectiveError
+from famlab.objectives.evaluation import bits_per_byte, byte_score, length_extrapolation, pll_bits_per_byte
+from famlab.objectives.prefix import prefix_lm_mask
 
 TEXTS = ["a cat sat", "", "the dog ran far away from home", "élan vital ✓"]
 
@@ -125,7 +125,7 @@ def test_length_extrapolation_skips_learned_positions_past_max_seq_len(ids, tiny
 
 def test_length_extrapolation_loss_is_the_token_weighted_val_loss(ids, tiny_net):
     """At 1x the result equals the objective's own loss over the same blocks (same seeded masks)."""
-    from objectives import make_objective
+    from famlab.objectives import make_objective
 
     net = tiny_net("t5").eval()
     tokens = torch.randint(10, 900, (800,), generator=torch.Generator().manual_seed(1))

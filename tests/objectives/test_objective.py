@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from objectives import ObjectiveError, check_pair, make_objective, t5_lengths
+from famlab.objectives import ObjectiveError, check_pair, make_objective, t5_lengths
 
 
 def _samples(n: int, length: int, vocab: int = 1000, seed: int = 0) -> list[torch.Tensor]:

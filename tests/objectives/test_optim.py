@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from objectives import ObjectiveError, OptimSettings, configure_adamw, decay_groups, lr_factor
+from famlab.objectives import ObjectiveError, OptimSettings, configure_adamw, decay_groups, lr_factor
 
 
 def test_decay_only_matrices(tiny_net):

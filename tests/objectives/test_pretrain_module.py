@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from objectives import OptimSettings, PretrainModule, make_objective
+from famlab.objectives import OptimSettings, PretrainModule, make_objective
 
 PAIRS = [("bert", "mlm"), ("gpt", "clm"), ("t5", "span")]
 # issue 8's pairs: padded T5 batches, prefix masks and SpanBERT spans through the same LightningModule

@@ -1,0 +1,125 @@
+"""Statistics shared by comparisons, sweeps and evaluations: Welch tests, Holm correction, confidence intervals.
+
+Every comparison famlab prints ("does A beat B beyond seed variation?") goes through these functions, so a
+sweep, a comparison and a zero-shot evaluation state significance the same way.
+
+- :func:`welch` - Welch's unequal-variance t-test of ``mean(a) - mean(b)``, one- or two-sided, with the
+  Welch-Satterthwaite degrees of freedom and the matching confidence interval of the difference.
+- :func:`holm` - Holm's step-down correction of a family of p-values (Holm 1979), which controls the
+  family-wise error rate without Bonferroni's loss of power.
+- :func:`mean_ci` - a t-based confidence interval of a mean over seeds.
+- :func:`bootstrap_ci` - a percentile bootstrap interval of a statistic over items.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WelchResult:
+    """``mean(a) - mean(b)`` with its Welch test; ``p`` follows ``alternative``."""
+
+    diff: float
+    ci_low: float
+    ci_high: float
+    t: float
+    df: float
+    p: float
+    n_a: int
+    n_b: int
+    alternative: str
+
+
+def welch(a: Sequence[float], b: Sequence[float], *, alternative: str = "greater", level: float = 0.95) -> WelchResult:
+    """Welch's t-test of ``mean(a) - mean(b)``.
+
+    Args:
+        a, b: per-seed values of the two arms (at least 2 each).
+        alternative: ``greater`` (H1: a > b), ``less`` or ``two-sided``.
+        level: coverage of the two-sided confidence interval of the difference.
+
+    When both arms have zero variance the test is decided by the sign of the difference (p = 0 or 1; 0.5 for
+    a tie under a one-sided alternative), which is the limit of the t statistic.
+
+    Raises:
+        ValueError: fewer than 2 values on a side, or an unknown ``alternative``.
+    """
+    from scipy import stats
+
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative={alternative!r} must be greater, less or two-sided")
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"a Welch test needs at least 2 values per arm (got {len(a)} and {len(b)})")
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff, se = ma - mb, math.sqrt(va + vb)
+    if se == 0.0:
+        sign = (diff > 0) - (diff < 0)
+        t = math.inf * sign if sign else 0.0
+        p = {"greater": 0.0 if sign > 0 else (1.0 if sign < 0 else 0.5),
+             "less": 0.0 if sign < 0 else (1.0 if sign > 0 else 0.5),
+             "two-sided": 0.0 if sign else 1.0}[alternative]
+        return WelchResult(diff, diff, diff, t, math.inf, p, len(a), len(b), alternative)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    t = diff / se
+    if alternative == "greater":
+        p = float(stats.t.sf(t, df))
+    elif alternative == "less":
+        p = float(stats.t.cdf(t, df))
+    else:
+        p = float(2 * stats.t.sf(abs(t), df))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return WelchResult(diff, diff - half, diff + half, t, df, p, len(a), len(b), alternative)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values, in the input order.
+
+    Sort ascending, multiply the k-th smallest (k from 0) by ``m - k``, take the running maximum, clip at 1.
+    A hypothesis is rejected at level alpha when its adjusted p-value is below alpha.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)``: a t interval over seeds; ``low == high == mean`` for a single value."""
+    from scipy import stats
+
+    if not values:
+        raise ValueError("mean_ci needs at least one value")
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def bootstrap_ci(
+    items: Sequence[float],
+    statistic: Callable[[Sequence[float]], float] = statistics.fmean,
+    *,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``(statistic(items), low, high)``: a seeded percentile bootstrap over items."""
+    if not items:
+        raise ValueError("bootstrap_ci needs at least one item")
+    rng = random.Random(seed)
+    n = len(items)
+    draws = sorted(statistic([items[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    lo = draws[int(math.floor((1 - level) / 2 * (resamples - 1)))]
+    hi = draws[int(math.ceil((1 + level) / 2 * (resamples - 1)))]
+    return statistic(items), lo, hi

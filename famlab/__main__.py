@@ -1,0 +1,9 @@
+"""``python -m famlab ...`` is ``famlab ...``."""
+
+import sys
+
+from famlab.experiments.cli import main
+
+# Guarded: under strategy=ddp Lightning re-executes the entry point once per rank.
+if __name__ == "__main__":
+    sys.exit(main())

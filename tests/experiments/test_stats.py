@@ -3,9 +3,8 @@
 import math
 
 import pytest
-from scipy import stats as sps
-
 from famlab.experiments.stats import bootstrap_ci, holm, mean_ci, welch
+from scipy import stats as sps
 
 A = [0.52, 0.55, 0.50, 0.53]
 B = [0.41, 0.47, 0.44]

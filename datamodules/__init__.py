@@ -35,7 +35,13 @@ if TYPE_CHECKING:
     from famlab.datamodules.pretrain import BlockDataset, PretrainDataModule, token_dtype, write_token_file
     from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler
     from famlab.datamodules.tasks import Example, Task, load_task
-    from famlab.datamodules.tokenizer import SPECIAL_TOKENS, TokenizerBundle, get_tokenizer, load_tokenizer, sentinel_token
+    from famlab.datamodules.tokenizer import (
+        SPECIAL_TOKENS,
+        TokenizerBundle,
+        get_tokenizer,
+        load_tokenizer,
+        sentinel_token,
+    )
 
 
 def __getattr__(name: str) -> Any:

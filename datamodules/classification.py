@@ -6,11 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-from torch.utils.data import DataLoader
-
 from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin
 from famlab.datamodules.tasks import Example, Task
 from famlab.datamodules.tokenizer import TokenizerBundle
+from torch.utils.data import DataLoader
 
 
 def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[dict[str, Any]]:

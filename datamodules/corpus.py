@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from famlab.datamodules.bundled import WORDNET_CORPUS, read_jsonl_gz
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.hf import load_hf

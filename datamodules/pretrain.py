@@ -12,12 +12,11 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
-
 from famlab.datamodules.corpus import Corpus
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin, dist_rank_world
 from famlab.datamodules.tokenizer import TokenizerBundle
+from torch.utils.data import DataLoader, Dataset
 
 ENCODE_CHUNK = 8192  # documents per encode_batch call: bounds memory, keeps Rust-side parallelism
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from famlab.datamodules.bundled import WORDNET_TASK, read_jsonl_gz
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.hf import load_hf

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
-from torch import nn
-
 from famlab.experiments.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
+from torch import nn
 
 TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # issue 7: minimum median ratio famlab / HF
 # Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' datasheets, matched on the device name.

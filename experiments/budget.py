@@ -102,7 +102,6 @@ def non_embedding_params(net: Any) -> int:
 def count_params(model: ModelConfig) -> tuple[int, int]:
     """``(total, non-embedding)`` parameter counts of the network ``model`` describes (built on meta)."""
     import torch
-
     from famlab.families import build_network
 
     with torch.device("meta"):

@@ -15,10 +15,9 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from omegaconf.errors import OmegaConfBaseException
-
 from famlab.experiments.allocator import keep_freed_memory
 from famlab.experiments.compose import compose, format_omegaconf_error, preset_description, preset_names, preset_path
+from omegaconf.errors import OmegaConfBaseException
 
 USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=value]... [--flag]..."
 

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.families.config import Family, ModelConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 PRESET_DIR = Path(__file__).parent / "configs"
 FAMILIES = tuple(f.value for f in Family)

@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import OmegaConf
-
 from famlab.experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import (
@@ -43,6 +41,7 @@ from famlab.experiments.run import (
     write_json,
 )
 from famlab.families.config import ModelConfig
+from omegaconf import OmegaConf
 
 log = logging.getLogger("famlab")
 METRICS = ("test/acc", "test/f1", "test/mcc")
@@ -133,7 +132,6 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
 def load_network(cfg: Config, init: Init) -> tuple[Any, Any]:
     """Build the network for ``init``; returns ``(net, pooler_state or None)``."""
     import torch
-
     from famlab.families import build_network
 
     if init.kind == "hf":
@@ -252,7 +250,6 @@ def majority_baseline(task: Any) -> dict[str, Any]:
 def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     """Fine-tune once per ``finetune.seeds``; returns the results written to ``results.json``."""
     import lightning as L
-
     from famlab.datamodules import ClassificationDataModule, load_task
     from famlab.objectives import ClassificationCollator, ClassifierModule, OptimSettings
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-
 from famlab.experiments.config import Config, ConfigInputError
 
 MASK = "[MASK]"
@@ -57,13 +56,12 @@ class Run:
 
 def load_run(run_dir: str) -> Run:
     """Network (``checkpoints/last.ckpt`` or the given ``.ckpt``), tokenizer and objective of a pretraining run."""
-    from omegaconf import OmegaConf
-
     from famlab.datamodules import get_tokenizer
     from famlab.experiments.compose import to_dataclass
     from famlab.experiments.finetune import load_network, parse_init
     from famlab.experiments.run import token_ids
     from famlab.families.config import ModelConfig
+    from omegaconf import OmegaConf
 
     init = parse_init(run_dir)
     assert init.run_dir is not None
@@ -111,7 +109,6 @@ def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator:
     """GPT with a bidirectional prefix (prefix_lm / span / ul2 training): recompute each step under
     ``prefix_lm_mask`` (families.generation's KV cache assumes plain causal attention)."""
     import torch
-
     from famlab.objectives.prefix import prefix_lm_mask
 
     seq = torch.tensor([prefix])
@@ -133,7 +130,6 @@ def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator:
 
 def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
     import torch
-
     from famlab.families.generation import generate
 
     ids = generate(
@@ -153,7 +149,6 @@ def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: An
 def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
     """The continuation of ``prompt`` (without the prompt)."""
     import torch
-
     from famlab.families.generation import generate
 
     generator = torch.Generator().manual_seed(opts["seed"])

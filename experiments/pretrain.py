@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 import torch
-
 from famlab.experiments.compose import compose
 from famlab.experiments.config import Config
 from famlab.experiments.reliability import (
@@ -87,7 +86,6 @@ def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: di
 def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     """Run one pretraining job; returns the results written to ``results.json``."""
     import lightning as L
-
     from famlab.datamodules import PretrainDataModule, load_corpus
     from famlab.families import build_network
     from famlab.objectives import PretrainModule, make_objective

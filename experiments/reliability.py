@@ -29,11 +29,10 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from famlab.experiments.config import Config, ConfigInputError
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
-from famlab.experiments.config import Config, ConfigInputError
 
 RNG_KEY = "famlab_rng"  # checkpoint key of the per-rank RNG states
 PREV_NAME = "last-prev.ckpt"  # the previous last.ckpt, kept so a truncated last.ckpt is survivable

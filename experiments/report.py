@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from famlab.experiments.config import ConfigInputError
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
@@ -221,11 +220,10 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
             if cache is not None and path != cache:
                 cache.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
             return saved["tfidf"]
+    from famlab.datamodules import load_task
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
-    from famlab.datamodules import load_task
 
     task = load_task(
         d["task"], text_column=d["text_column"], text_pair_column=d["text_pair_column"],

@@ -239,9 +239,8 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
             def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
                 return None
 
-        from lightning.pytorch.utilities import rank_zero_only
-
         from famlab.experiments.wandb_guard import start_wandb
+        from lightning.pytorch.utilities import rank_zero_only
 
         if getattr(rank_zero_only, "rank", 0) != 0:
             return loggers  # only rank 0 logs to W&B (one run per job)
@@ -286,9 +285,8 @@ def make_trainer(
 ) -> Any:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
     import lightning as L
-    from lightning.pytorch.callbacks import RichProgressBar
-
     from famlab.experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
+    from lightning.pytorch.callbacks import RichProgressBar
 
     t = cfg.trainer
     callbacks: list[Any] = [

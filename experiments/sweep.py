@@ -28,10 +28,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import yaml
-from omegaconf import OmegaConf
-
 from famlab.experiments.compose import compose, load_yaml, schema
 from famlab.experiments.config import ConfigInputError
+from omegaconf import OmegaConf
 
 METHODS = ("grid", "random")
 DISTRIBUTIONS = ("constant", "categorical", "uniform", "int_uniform", "log_uniform_values", "q_uniform", "normal")

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-
 from famlab.families.config import ConfigError, Family, ModelConfig
 from famlab.families.network import NetworkOutput
+from torch import nn
 
 
 def build_network(cfg: ModelConfig) -> nn.Module:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
-
 from famlab.families.config import Family, ModelConfig
 from famlab.families.heads import MLMHead
 from famlab.families.network import NetworkOutput, check_buildable, init_weights, make_stack
+from torch import Tensor, nn
 
 
 class Bert(nn.Module):

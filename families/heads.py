@@ -11,10 +11,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
 from famlab.families.blocks.feedforward import get_activation
 from famlab.families.blocks.norms import make_norm
+from torch import Tensor, nn
 
 IGNORE_INDEX = -100  # label of positions without a target (objectives.corruption.IGNORE; families do not import it)
 

@@ -12,9 +12,8 @@ import importlib
 from typing import Any
 
 import torch
-from torch import Tensor, nn
-
 from famlab.families.config import ModelConfig
+from torch import Tensor, nn
 
 _ACT_FROM_HF = {
     "gelu": "gelu",

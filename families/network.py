@@ -6,8 +6,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
-
 from famlab.families.blocks.attention import Attention
 from famlab.families.blocks.feedforward import FeedForward
 from famlab.families.blocks.layers import Stack
@@ -15,6 +13,7 @@ from famlab.families.blocks.norms import RMSNorm
 from famlab.families.blocks.positions import LearnedPositions, T5RelativeBias, make_positions
 from famlab.families.config import ConfigError, InitScheme, ModelConfig, NormPosition
 from famlab.families.heads import LMHead, MLMHead
+from torch import Tensor, nn
 
 
 @dataclass

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
-
 from famlab.families.blocks.layers import LayerCache
 from famlab.families.config import Family, ModelConfig
 from famlab.families.heads import LMHead
 from famlab.families.network import NetworkOutput, check_buildable, init_weights, make_stack
+from torch import Tensor, nn
 
 
 class T5(nn.Module):

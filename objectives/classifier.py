@@ -17,14 +17,13 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torchmetrics import MeanMetric, MetricCollection
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
-
 from famlab.families import heads
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch
 from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups
+from torch import nn
+from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
 
 POOLINGS = ("cls", "last", "mean", "decoder")
 

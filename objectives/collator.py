@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.tokens import TokenIds
 

@@ -10,7 +10,6 @@ Legend: B batch, L raw block length, T model sequence length, K selected / label
 from __future__ import annotations
 
 import torch
-
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.tokens import TokenIds
 

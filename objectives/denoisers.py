@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
 from famlab.objectives.corruption import _span_counts, span_corrupt
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch, LossOutput, MaskedLM, Objective, _dense_lm_loss, _stack
@@ -41,6 +39,7 @@ from famlab.objectives.prefix import (
 )
 from famlab.objectives.spans import span_mlm_mask
 from famlab.objectives.tokens import TokenIds
+from torch import nn
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Objective, make_objective
 from famlab.objectives.prefix import prefix_lm_mask
 from famlab.objectives.tokens import TokenIds
+from torch import nn
 
 Encode = Callable[[str], Sequence[int]]
 LN2 = math.log(2.0)

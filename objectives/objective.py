@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from famlab.objectives.corruption import IGNORE, clm_shift, mlm_mask, span_corrupt, t5_lengths
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.tokens import TokenIds
+from torch import nn
 
 Batch = dict[str, torch.Tensor]
 

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
-
 from famlab.objectives.errors import ObjectiveError
+from torch import nn
 
 
 @dataclass

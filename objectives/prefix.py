@@ -13,7 +13,6 @@ Legend: B batch, R raw block length, T model sequence length, P prefix length, Q
 from __future__ import annotations
 
 import torch
-
 from famlab.objectives.corruption import IGNORE
 
 

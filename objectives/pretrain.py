@@ -13,12 +13,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from torch import nn
-from torchmetrics import SumMetric
-
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.objective import Batch, Objective
 from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups
+from torch import nn
+from torchmetrics import SumMetric
 
 
 class PretrainModule(L.LightningModule):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.tokens import TokenIds

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
 from famlab.objectives.errors import ObjectiveError
 
 

@@ -15,9 +15,8 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
 from famlab.families.blocks.positions import apply_rotary
+from torch import Tensor, nn
 
 
 def attend(

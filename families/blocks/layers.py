@@ -9,12 +9,11 @@ reuses it).
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
-
 from famlab.families.blocks.attention import Attention, project_context
 from famlab.families.blocks.feedforward import FeedForward
 from famlab.families.blocks.norms import make_norm
 from famlab.families.blocks.positions import LearnedPositions, Positions, SinusoidalPositions
+from torch import Tensor, nn
 
 LayerCache = dict[str, dict[str, Tensor]]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from famlab.datamodules import Corpus, TokenizerBundle, get_tokenizer, load_corpus
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from famlab.datamodules import Corpus, DataError, PretrainDataModule, token_dtype
 
 

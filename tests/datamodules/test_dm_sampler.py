@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader
-
 from famlab.datamodules import PositionTrackingLoader, ResumableSampler
+from torch.utils.data import DataLoader
 
 
 def test_order_is_a_pure_function_of_seed_and_epoch():

@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-
 from famlab.datamodules import ClassificationDataModule, DataError, Task, load_task
 
 

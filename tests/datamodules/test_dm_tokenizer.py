@@ -6,10 +6,9 @@ import json
 import time
 
 import pytest
-from tokenizers import Tokenizer
-
 from famlab.datamodules import SPECIAL_TOKENS, Corpus, DataError, get_tokenizer, load_tokenizer, sentinel_token
 from famlab.datamodules.tokenizer import train_tokenizer
+from tokenizers import Tokenizer
 
 LAYOUT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]", "[EOS]", "[R]", "[X]", "[S]"]
 

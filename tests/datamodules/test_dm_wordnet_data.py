@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from famlab.datamodules.bundled import DATA_DIR, WORDNET_CORPUS, WORDNET_TASK, read_jsonl_gz
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""famlab.experiments.allocator: freed memory stays mapped, so a step that re-allocates its activations stops faulting."""
+"""experiments.allocator: freed memory stays mapped, so a step that re-allocates its activations stops faulting."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from famlab.experiments import allocator
 
 # A step's worth of "activations" (MiB: 8 x 1, 4 x 8, 8 x 2) taken from malloc, as torch's CPU allocator takes

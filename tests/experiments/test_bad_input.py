@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from famlab.experiments import cli
+
 from tests.experiments.reliability_helpers import write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]

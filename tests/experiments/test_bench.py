@@ -5,7 +5,6 @@ from collections import defaultdict
 
 import pytest
 import torch
-
 from famlab.experiments import cli
 from famlab.experiments.bench import (
     BenchError,

@@ -2,12 +2,18 @@
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
-
-from famlab.experiments.budget import BudgetError, count_params, match_steps, non_embedding_params, solve_params, step_cost
+from famlab.experiments.budget import (
+    BudgetError,
+    count_params,
+    match_steps,
+    non_embedding_params,
+    solve_params,
+    step_cost,
+)
 from famlab.families import build_network
 from famlab.families.config import ModelConfig
 from famlab.objectives import OBJECTIVES, TokenIds, make_objective
+from torch.utils.flop_counter import FlopCounterMode
 
 V = 512
 

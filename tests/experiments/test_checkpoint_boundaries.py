@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from famlab.experiments import cli
 from famlab.experiments.reliability import PREEMPTED_EXIT
+
 from tests.experiments.ddp_trace_script import SigtermAtBatch
 from tests.experiments.reliability_helpers import fast_args, write_corpus
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from famlab.experiments import cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from famlab.experiments import cli
 from famlab.experiments.report import TIME_COLUMNS
 

@@ -4,7 +4,6 @@ import logging
 
 import pytest
 import torch
-
 from famlab.experiments.bench import BenchSettings, make_batch, model_config, token_ids
 from famlab.families import build_network
 from famlab.families.compile import compile_network, is_compiled

@@ -1,7 +1,6 @@
 """Config composition: every preset composes and validates; merge order; one-line errors naming keys."""
 
 import pytest
-
 from famlab.experiments.compose import compose, flatten, parse_overrides, preset_names, to_plain, to_yaml
 from famlab.experiments.config import ConfigInputError
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
 from famlab.experiments.reliability import AppendingCSVLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 HISTORY = "epoch,step,train/loss\n0,0,6.5\n0,1,6.25\n"
 

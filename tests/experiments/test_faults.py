@@ -13,9 +13,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
-
 from famlab.experiments import cli
 from famlab.experiments.reliability import PREEMPTED_EXIT, PREV_NAME, NonFiniteCallback, resolve_resume
+
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]

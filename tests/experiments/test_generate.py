@@ -5,7 +5,6 @@ import shutil
 import pytest
 import torch
 import yaml
-
 from famlab.datamodules import get_tokenizer, load_corpus
 from famlab.experiments.cli import main
 from famlab.experiments.generate import _spans, fill_text, generate_text, load_run

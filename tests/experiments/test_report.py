@@ -5,10 +5,9 @@ import math
 import statistics
 
 import pytest
-from test_compare import compare_in_tmp
-
 from famlab.experiments import cli
 from famlab.experiments.report import significance
+from test_compare import compare_in_tmp
 
 OUTPUTS = ("report.md", "results.json", "pretrain_curves.png", "finetune_scores.png", "reference.json")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from famlab.experiments import cli
 from famlab.experiments.reliability import PREEMPTED_EXIT
+
 from tests.experiments.reliability_helpers import fast_args, losses, step_rows, write_corpus
 
 STEPS = 30  # about 1.5 epochs of the small corpus at batch 8: the resumed part crosses an epoch boundary
@@ -64,7 +64,6 @@ def test_rng_states_are_weights_only_loadable(tmp_path):
     import random
 
     import numpy as np
-
     from famlab.experiments.reliability import rng_state, set_rng_state
 
     state = rng_state()

@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from famlab.experiments.compose import compose
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.run import cache_dir, make_run_dir, provenance, run_name, wandb_mode

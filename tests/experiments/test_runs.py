@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from famlab.experiments import cli
 
 FAMILIES = ("bert", "gpt", "t5")

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from famlab.experiments import cli
 from famlab.experiments.sweep import expand_grid, expand_random, load_sweep, trial_command
 

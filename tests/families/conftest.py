@@ -4,7 +4,6 @@ from collections.abc import Callable
 
 import pytest
 import torch
-
 from famlab.families import ModelConfig, build_network
 
 VOCAB = 61

@@ -5,8 +5,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing import assert_close
-
 from famlab.families.blocks.attention import Attention, attend
 from famlab.families.blocks.feedforward import FeedForward
 from famlab.families.blocks.layers import prepare_mask
@@ -20,6 +18,7 @@ from famlab.families.blocks.positions import (
     apply_rotary,
     t5_relative_bucket,
 )
+from torch.testing import assert_close
 
 
 def _reference_attention(x, attn: Attention, mask=None):

@@ -1,10 +1,9 @@
 """ModelConfig: OmegaConf compatibility, derived fields and one-line errors naming the keys."""
 
 import pytest
-from omegaconf import OmegaConf
-
 from famlab.families import build_network
 from famlab.families.config import ConfigError, Family, FFNKind, ModelConfig, PosScheme
+from omegaconf import OmegaConf
 
 
 def test_omegaconf_structured_round_trip_fills_derived_fields():

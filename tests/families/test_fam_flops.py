@@ -3,11 +3,10 @@
 import pytest
 import torch
 from conftest import VOCAB, tiny
-from torch.utils.flop_counter import FlopCounterMode
-
 from famlab.families import build_network
 from famlab.families.flops import forward_flops, train_flops
 from famlab.families.network import set_attn_impl
+from torch.utils.flop_counter import FlopCounterMode
 
 
 @pytest.mark.parametrize(

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from functools import partial
 
+import famlab.families.blocks.norms as norms
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing import assert_close
-
-import famlab.families.blocks.norms as norms
 from famlab.families.heads import linear_cross_entropy
+from torch.testing import assert_close
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 import pytest
 import torch
 from conftest import VOCAB
-
 from famlab.families.generation import generate, sample_next
 
 

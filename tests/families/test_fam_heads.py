@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-from torch.testing import assert_close
-
 from famlab.families.heads import ClassificationHead, MLMHead, Pooler, pool
+from torch.testing import assert_close
 
 
 def test_pool_cls_last_mean_with_right_and_left_padding():

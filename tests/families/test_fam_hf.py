@@ -2,10 +2,9 @@
 
 import pytest
 import torch
-from hf_models import SPECS, VOCAB, make_hf, parity_diff, transformers
-
 from famlab.families import build_network, from_hf, to_hf
 from famlab.families.hf import config_from_hf, hf_pooler_state
+from hf_models import SPECS, VOCAB, make_hf, parity_diff, transformers
 
 
 @pytest.mark.parametrize("name", list(SPECS))

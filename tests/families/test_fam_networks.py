@@ -6,10 +6,9 @@ import sys
 import pytest
 import torch
 from conftest import VOCAB, run, tiny
-from torch.testing import assert_close
-
 from famlab.families import NetworkOutput, build_network
 from famlab.families.network import set_attn_impl
+from torch.testing import assert_close
 
 FAMILIES = ["bert", "gpt", "t5"]
 POSITIONS = ["learned", "sinusoidal", "rope", "alibi", "t5_bias", "none"]

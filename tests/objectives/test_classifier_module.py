@@ -3,10 +3,9 @@
 import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader
-
 from famlab.families import heads
 from famlab.objectives import ClassificationCollator, ClassifierModule, ObjectiveError, OptimSettings
+from torch.utils.data import DataLoader
 
 CASES = [("bert", "cls"), ("gpt", "last"), ("t5", "mean"), ("t5", "decoder"), ("bert", "mean"), ("gpt", "mean")]
 

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from famlab.objectives import ClassificationCollator, ObjectiveError
 from famlab.objectives.collator import truncate_pair
 

@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from famlab.objectives import ObjectiveError, clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
 
 

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from famlab.objectives import OBJECTIVES, ObjectiveError, check_pair, make_objective, span_corrupt
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.prefix import prefix_lm_mask, split_prefix

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from famlab.objectives import ObjectiveError
 from famlab.objectives.evaluation import bits_per_byte, byte_score, length_extrapolation, pll_bits_per_byte
 from famlab.objectives.prefix import prefix_lm_mask

@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from famlab.objectives import ObjectiveError, check_pair, make_objective, t5_lengths
 
 

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from famlab.objectives import ObjectiveError, OptimSettings, configure_adamw, decay_groups, lr_factor
 
 

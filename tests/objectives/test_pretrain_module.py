@@ -5,9 +5,8 @@ import math
 import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader
-
 from famlab.objectives import OptimSettings, PretrainModule, make_objective
+from torch.utils.data import DataLoader
 
 PAIRS = [("bert", "mlm"), ("gpt", "clm"), ("t5", "span")]
 # issue 8's pairs: padded T5 batches, prefix masks and SpanBERT spans through the same LightningModule

@@ -208,11 +208,31 @@ def cross_checks(cfg: Config) -> None:
         raise ConfigInputError(f"optim.betas={list(cfg.optim.betas)} must have two values")
     if not cfg.finetune.seeds:
         raise ConfigInputError("finetune.seeds=[] must name at least one seed")
+    _check_finetune_grid(cfg.finetune)
     monitors = ("val/acc", "val/f1", "val/mcc", "val/loss")
     if cfg.finetune.monitor not in monitors:
         raise ConfigInputError(f"finetune.monitor={cfg.finetune.monitor} is not one of: {', '.join(monitors)}")
     if cfg.resume not in ("never", "auto") and not Path(cfg.resume).expanduser().exists():
         raise ConfigInputError(f"resume={cfg.resume} is not never, auto or an existing checkpoint")
+
+
+def _check_finetune_grid(ft: Any) -> None:
+    """The fine-tuning grid and probe settings: finite positive rates, at least one probe seed and strength."""
+    import math
+
+    for key in ("lr_grid", "head_lr_grid", "probe_c_grid"):
+        values = list(getattr(ft, key))
+        bad = [v for v in values if not (math.isfinite(v) and v > 0)]
+        if bad:
+            raise ConfigInputError(f"finetune.{key}={values}: every value must be finite and > 0 (got {bad[0]})")
+    if ft.head_lr is not None and not (math.isfinite(ft.head_lr) and ft.head_lr > 0):
+        raise ConfigInputError(f"finetune.head_lr={ft.head_lr} must be finite and > 0")
+    if not ft.probe_c_grid:
+        raise ConfigInputError("finetune.probe_c_grid=[] must name at least one regularisation strength")
+    if not ft.probe_seeds:
+        raise ConfigInputError("finetune.probe_seeds=[] must name at least one random-init seed")
+    if ft.batch_size is not None and ft.batch_size < 1:
+        raise ConfigInputError(f"finetune.batch_size={ft.batch_size} must be >= 1")
 
 
 def _first_line(e: BaseException) -> str:

@@ -42,6 +42,11 @@ class Pooling(str, Enum):
     decoder = "decoder"  # T5 only: decoder hidden state at the first step (decoder start token)
 
 
+class FinetuneMode(str, Enum):
+    full = "full"  # train the body and a classification head (the grid x seeds protocol)
+    probe = "probe"  # linear probe: frozen body, pooled features, logistic regression, against random-init bodies
+
+
 class CompareMatch(str, Enum):
     flops = "flops"  # training steps chosen so total training FLOPs agree within 2 %
     params = "params"  # per-family sizes chosen so parameter counts agree within 2 %
@@ -139,8 +144,14 @@ class WandbConfig:
 class FinetuneConfig:
     epochs: int = 3  # passes over the training split (ignored when max_steps is set)
     max_steps: int | None = None  # optimizer steps instead of epochs; None = use epochs
+    mode: FinetuneMode = FinetuneMode.full  # full (fine-tune) | probe (frozen body + logistic regression)
     lr: float = 1e-4  # body learning rate
     head_lr: float | None = None  # classification-head learning rate; None = 10 x lr (fresh weights)
+    # Hyper-parameter grid: every (body lr, head lr) pair is fine-tuned for every seed; the pair with the best mean
+    # validation `monitor` over seeds is selected, and only its models read the test split. [] = [lr] / [head_lr].
+    lr_grid: list[float] = field(default_factory=list)
+    head_lr_grid: list[float] = field(default_factory=list)
+    batch_size: int | None = None  # fine-tuning batch size; None = data.batch_size
     head_dropout: float = 0.1  # dropout before the classifier
     # standardise pooled features over the batch (BatchNorm, no affine) before the classifier: pretrained pooled
     # features share one large direction with little spread between examples (T5 tiny: mean cosine 0.996 vs
@@ -152,6 +163,8 @@ class FinetuneConfig:
     seeds: list[int] = field(default_factory=lambda: [0])  # one fine-tune per seed; results give mean +- std
     val_every: int | None = None  # validate every N steps; None = each epoch (4 times over max_steps if set)
     monitor: str = "val/acc"  # validation metric that picks the best checkpoint (val/acc | val/f1 | val/mcc | val/loss)
+    probe_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])  # probe: random-init bodies compared
+    probe_c_grid: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0])  # probe: inverse L2 strengths
 
 
 @dataclass

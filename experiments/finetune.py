@@ -247,23 +247,68 @@ def majority_baseline(task: Any) -> dict[str, Any]:
     }
 
 
-def finetune(cfg: Config, init: Init) -> dict[str, Any]:
-    """Fine-tune once per ``finetune.seeds``; returns the results written to ``results.json``."""
-    import lightning as L
-    from famlab.datamodules import ClassificationDataModule, load_task
-    from famlab.objectives import ClassificationCollator, ClassifierModule, OptimSettings
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+    """One fine-tuning hyper-parameter setting of the grid (``finetune.lr_grid`` x ``finetune.head_lr_grid``)."""
 
+    lr: float
+    head_lr: float
+
+    @property
+    def name(self) -> str:
+        return f"lr{self.lr:g}-head{self.head_lr:g}"
+
+
+def grid_points(ft: Any) -> list[GridPoint]:
+    """The grid in a fixed order: body lr major, head lr minor; a missing head lr is 10 x the body lr."""
+    lrs = list(ft.lr_grid) or [ft.lr]
+    points = []
+    for lr in lrs:
+        heads_ = list(ft.head_lr_grid) or [ft.head_lr if ft.head_lr is not None else 10 * lr]
+        points += [GridPoint(float(lr), float(h)) for h in heads_]
+    return list(dict.fromkeys(points))
+
+
+def select_point(val: dict[GridPoint, dict[str, float]], mode: str) -> GridPoint:
+    """The grid point with the best mean validation score over seeds (``max`` or ``min``); ties: the first."""
+    def mean(p: GridPoint) -> float:
+        return statistics.fmean(val[p].values())
+
+    best = max(val, key=mean) if mode == "max" else min(val, key=mean)
+    return next(p for p in val if mean(p) == mean(best))
+
+
+def load_task_for(d: Any) -> Any:
+    """``data.task`` with the data section's column and split settings."""
+    from famlab.datamodules import load_task
+
+    return load_task(
+        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
+        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
+        test_fraction=d.test_fraction, seed=d.seed,
+    )
+
+
+def default_pooling(family: str) -> str:
+    """Each family's pooling when ``finetune.pooling`` is unset (see the README's fine-tuning protocol)."""
+    return DEFAULT_POOLING[family]
+
+
+def finetune(cfg: Config, init: Init) -> dict[str, Any]:
+    """Fine-tune every grid point x seed, select on validation, test the selected models once.
+
+    Protocol (the same for a pretrained and a from-scratch network): every (body lr, head lr) pair of the grid
+    is trained for every ``finetune.seeds`` entry, keeping each run's best checkpoint by ``finetune.monitor``;
+    the pair with the best mean validation score over seeds is selected; only that pair's checkpoints are
+    evaluated on the test split. Returns the results written to ``results.json``.
+    """
     started = time.time()
     d = cfg.data
     if init.kind == "hf":
         # the family (and so the run name) is only known once the model is loaded; fail early if it cannot be
         net0, _ = _hf_network(init.hf or "")
         cfg.model = net0.config
-    task = load_task(
-        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
-        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
-        test_fraction=d.test_fraction, seed=d.seed,
-    )
+    task = load_task_for(d)
     run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
     if init.kind == "hf":
         bundle = hf_bundle(init.hf or "", run_dir)
@@ -279,49 +324,35 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         raise ConfigInputError(
             f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {bundle.vocab_size} tokens"
         )
-    ids = token_ids(bundle)
     family = cfg.model.family.value
-    default_pooling = {"bert": "cls", "gpt": "last", "t5": "mean"}[family]
-    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling
+    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family)
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
+    job = _Job(cfg, init, task, bundle, pooling, written)
 
     ft = cfg.finetune
-    steps_per_epoch = math.ceil(len(task.train) / d.batch_size)
-    total = ft.max_steps or ft.epochs * steps_per_epoch
-    val_every = ft.val_every or (max(1, min(steps_per_epoch, total // 4)) if ft.max_steps else None)
+    points = grid_points(ft)
+    mode = "min" if ft.monitor.endswith("loss") else "max"
+    val: dict[GridPoint, dict[str, float]] = {}
+    best: dict[tuple[GridPoint, int], str] = {}
     per_seed: dict[str, dict[str, float]] = {}
-    for seed in ft.seeds:
-        L.seed_everything(seed, workers=True, verbose=False)
-        seed_dir = run_dir if len(ft.seeds) == 1 else run_dir / f"seed-{seed}"
-        seed_dir.mkdir(parents=True, exist_ok=True)
-        net, pooler = load_network(cfg, init)
-        optim = OptimSettings(
-            lr=ft.lr, betas=(cfg.optim.betas[0], cfg.optim.betas[1]), eps=cfg.optim.eps,
-            weight_decay=ft.weight_decay, warmup_steps=int(ft.warmup_ratio * total), max_steps=total,
-            min_lr_ratio=0.0,
-        )
-        module = ClassifierModule(
-            net, len(task.labels), optim, pooling=pooling, head_dropout=ft.head_dropout,
-            standardize=ft.standardize,
-            head_lr=ft.head_lr if ft.head_lr is not None else 10 * ft.lr, pooler_state=pooler,
-        )
-        dm = ClassificationDataModule(
-            task, bundle, batch_size=d.batch_size, collate_fn=ClassificationCollator(family, ids, d.max_len),
-            seed=seed, num_workers=d.num_workers,
-        )
-        name = run_dir.name if len(ft.seeds) == 1 else f"{run_dir.name}-s{seed}"
-        loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config={**written, "finetune_seed": seed})
-        mode = "min" if ft.monitor.endswith("loss") else "max"
-        trainer = make_trainer(
-            cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=mode,
-            max_steps=total, max_epochs=-1 if ft.max_steps else ft.epochs,
-            val_check_interval=val_every,
-            limit_val_batches=None,
-        )
-        trainer.fit(module, datamodule=dm)
-        scores = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
-        per_seed[str(seed)] = {k: float(scores[k]) for k in METRICS if k in scores}
-        close_wandb(loggers)
+    for point in points:
+        val[point] = {}
+        for seed in ft.seeds:
+            grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
+            seed_dir = _seed_dir(run_dir, grid_name, seed_name)
+            name = "-".join([run_dir.name, *([point.name] if grid_name else []), *([f"s{seed}"] if seed_name else [])])
+            score, path, scores = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1)
+            val[point][str(seed)], best[point, seed] = score, path
+            if scores is not None:
+                per_seed[str(seed)] = scores
+    chosen = select_point(val, mode)
+    if len(points) > 1:  # the test split is read once, after selection, by the selected point's models only
+        for seed in ft.seeds:
+            per_seed[str(seed)] = job.test(chosen, seed, best[chosen, seed])
+        for point in points:
+            if point != chosen:
+                for seed in ft.seeds:
+                    _drop_checkpoints(Path(best[point, seed]).parent)
 
     mean = {k: statistics.fmean(s[k] for s in per_seed.values()) for k in METRICS}
     std = {k: statistics.stdev([s[k] for s in per_seed.values()]) if len(per_seed) > 1 else 0.0 for k in METRICS}
@@ -333,6 +364,10 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         "num_classes": len(task.labels),
         "sizes": {"train": len(task.train), "val": len(task.val), "test": len(task.test)},
         "pooling": pooling,
+        "grid": [{"lr": p.lr, "head_lr": p.head_lr, "val": val[p], "val_mean": statistics.fmean(val[p].values())}
+                 for p in points],
+        "selected": {"lr": chosen.lr, "head_lr": chosen.head_lr},
+        "selection": f"{'highest' if mode == 'max' else 'lowest'} mean {ft.monitor} over seeds",
         "seeds": per_seed,
         "mean": mean,
         "std": std,
@@ -341,6 +376,99 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     }
     write_json(run_dir / "results.json", results)
     return results
+
+
+DEFAULT_POOLING = {"bert": "cls", "gpt": "last", "t5": "mean"}
+
+
+def _seed_dir(run_dir: Path, point: GridPoint | None, seed: int | None) -> Path:
+    path = run_dir if point is None else run_dir / point.name
+    path = path if seed is None else path / f"seed-{seed}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _drop_checkpoints(checkpoint_dir: Path) -> None:
+    """Checkpoints of a grid point that was not selected are never read again (their metrics.csv stays)."""
+    for ckpt in checkpoint_dir.glob("*.ckpt"):
+        ckpt.unlink()
+
+
+class _Job:
+    """What every fit and test of one fine-tuning command shares: config, task, tokenizer, pooling."""
+
+    def __init__(self, cfg: Config, init: Init, task: Any, bundle: Any, pooling: str, written: dict) -> None:
+        self.cfg, self.init, self.task, self.bundle = cfg, init, task, bundle
+        self.pooling, self.written = pooling, written
+        self.family = cfg.model.family.value
+        ft, d = cfg.finetune, cfg.data
+        self.batch_size = ft.batch_size or d.batch_size
+        steps_per_epoch = math.ceil(len(task.train) / self.batch_size)
+        self.total = ft.max_steps or ft.epochs * steps_per_epoch
+        self.val_every = ft.val_every or (max(1, min(steps_per_epoch, self.total // 4)) if ft.max_steps else None)
+        self.mode = "min" if ft.monitor.endswith("loss") else "max"
+
+    def module(self, point: GridPoint) -> Any:
+        from famlab.objectives import ClassifierModule, OptimSettings
+
+        cfg, ft = self.cfg, self.cfg.finetune
+        net, pooler = load_network(cfg, self.init)
+        optim = OptimSettings(
+            lr=point.lr, betas=(cfg.optim.betas[0], cfg.optim.betas[1]), eps=cfg.optim.eps,
+            weight_decay=ft.weight_decay, warmup_steps=int(ft.warmup_ratio * self.total), max_steps=self.total,
+            min_lr_ratio=0.0,
+        )
+        return ClassifierModule(
+            net, len(self.task.labels), optim, pooling=self.pooling, head_dropout=ft.head_dropout,
+            standardize=ft.standardize, head_lr=point.head_lr, pooler_state=pooler,
+        )
+
+    def datamodule(self, seed: int) -> Any:
+        from famlab.datamodules import ClassificationDataModule
+        from famlab.objectives import ClassificationCollator
+
+        collate = ClassificationCollator(self.family, token_ids(self.bundle), self.cfg.data.max_len)
+        return ClassificationDataModule(self.task, self.bundle, batch_size=self.batch_size, collate_fn=collate,
+                                        seed=seed, num_workers=self.cfg.data.num_workers)
+
+    def fit(
+        self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool
+    ) -> tuple[float, str, dict | None]:
+        """Train one (grid point, seed); returns (best validation score, its checkpoint, test scores if test_now)."""
+        import lightning as L
+
+        cfg, ft = self.cfg, self.cfg.finetune
+        L.seed_everything(seed, workers=True, verbose=False)
+        module, dm = self.module(point), self.datamodule(seed)
+        config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
+        loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config=config)
+        trainer = make_trainer(
+            cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=self.mode,
+            max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
+            val_check_interval=self.val_every, limit_val_batches=None,
+        )
+        trainer.fit(module, datamodule=dm)
+        callback = trainer.checkpoint_callback
+        score = float(callback.best_model_score) if callback.best_model_score is not None else math.nan
+        path = str(callback.best_model_path)
+        scores = None
+        if test_now:  # a one-point grid: selection is trivial, so test with this run's loggers (W&B included)
+            result = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
+            scores = {k: float(result[k]) for k in METRICS if k in result}
+        close_wandb(loggers)
+        return score, path, scores
+
+    def test(self, point: GridPoint, seed: int, checkpoint: str) -> dict[str, float]:
+        """Test the selected point's best checkpoint of ``seed``; the scores are appended to its metrics.csv."""
+        from famlab.experiments.reliability import AppendingCSVLogger
+
+        seed_dir = Path(checkpoint).parent.parent
+        module, dm = self.module(point), self.datamodule(seed)
+        loggers = [AppendingCSVLogger(save_dir=str(seed_dir), name="", version="")]
+        trainer = make_trainer(self.cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints",
+                               monitor=self.cfg.finetune.monitor, mode=self.mode, max_steps=self.total)
+        result = trainer.test(module, datamodule=dm, ckpt_path=checkpoint, verbose=False)[0]
+        return {k: float(result[k]) for k in METRICS if k in result}
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:

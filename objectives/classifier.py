@@ -28,6 +28,29 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, M
 POOLINGS = ("cls", "last", "mean", "decoder")
 
 
+def pooled_features(net: nn.Module, family: str, batch: Batch, pooling: str) -> torch.Tensor:
+    """`(B, C)` pooled hidden states of `net` for a classification batch (`ClassificationCollator` output).
+
+    The fine-tuned classifier and the linear probe read the body through this one function, so both see the
+    same features. `cls` is the first position's raw state here (BERT's dense + tanh pooler belongs to the
+    classification head).
+    """
+    input_ids, mask = batch["input_ids"], batch["attention_mask"]
+    if family == "t5":
+        encoded = net.encode(input_ids, attention_mask=mask)  # type: ignore[operator]  # (B, T, C)
+        if pooling != "decoder":
+            return heads.pool(encoded, mask, pooling)
+        decoded = net.decode(batch["decoder_input_ids"], encoded, encoder_attention_mask=mask)  # type: ignore[operator]
+        return decoded[:, 0]  # (B, C): the decoder state at the first step
+    if family == "bert":
+        out = net(input_ids, attention_mask=mask, token_type_ids=batch.get("token_type_ids"), compute_logits=False)
+    else:
+        # Left padding shifts the text; count positions from the first real token so they match pretraining.
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        out = net(input_ids, attention_mask=mask, position_ids=positions, compute_logits=False)
+    return heads.pool(out.hidden, mask, pooling)
+
+
 def _metrics(num_classes: int, prefix: str) -> MetricCollection:
     return MetricCollection(
         {
@@ -103,24 +126,7 @@ class ClassifierModule(L.LightningModule):
 
     def pooled(self, batch: Batch) -> torch.Tensor:
         """`(B, C)` pooled representation of the batch."""
-        input_ids, mask = batch["input_ids"], batch["attention_mask"]
-        if self.family == "t5":
-            encoded = self.net.encode(input_ids, attention_mask=mask)  # type: ignore[operator]  # (B, T, C)
-            if self.pooling != "decoder":
-                return heads.pool(encoded, mask, self.pooling)
-            decoded = self.net.decode(  # type: ignore[operator]
-                batch["decoder_input_ids"], encoded, encoder_attention_mask=mask
-            )  # (B, 1, C)
-            return decoded[:, 0]
-        if self.family == "bert":
-            out = self.net(
-                input_ids, attention_mask=mask, token_type_ids=batch.get("token_type_ids"), compute_logits=False
-            )
-        else:
-            # Left padding shifts the text; count positions from the first real token so they match pretraining.
-            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-            out = self.net(input_ids, attention_mask=mask, position_ids=positions, compute_logits=False)
-        return heads.pool(out.hidden, mask, self.pooling)
+        return pooled_features(self.net, self.family, batch, self.pooling)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """`(B, K)` class logits."""

@@ -70,6 +70,19 @@ def load_yaml(path: Path) -> DictConfig:
     return OmegaConf.create(data)
 
 
+def family_settings(family: str) -> dict[str, Any]:
+    """The ``model`` section of a family preset (``experiments/configs/<family>.yaml``) as a plain dict.
+
+    The one place the family's faithful block choices are read from: tests and benchmarks build their tiny
+    networks as ``ModelConfig(**family_settings(family), dim=..., ...)`` so they build what the presets build.
+    """
+    if family not in FAMILIES:
+        raise ConfigInputError(f"model.family={family!r} is not one of: {', '.join(FAMILIES)}")
+    model = OmegaConf.to_container(load_yaml(PRESET_DIR / f"{family}.yaml").get("model", {}))
+    assert isinstance(model, dict)
+    return {str(k): v for k, v in model.items()}
+
+
 def preset_description(path: Path) -> str:
     """The first comment line of a preset file (its one-line description)."""
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -13,117 +13,10 @@ from typing import Any
 
 import torch
 from famlab.families.config import ModelConfig
+from famlab.families.hf_settings import HFConversionError, config_from_hf, config_to_hf
 from torch import Tensor, nn
 
-_ACT_FROM_HF = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-}
-_ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
-
-
-def _kind(model: Any) -> str:
-    name = type(model).__name__
-    if name in ("BertForMaskedLM", "BertForPreTraining", "BertModel"):
-        return "bert"
-    if name in ("GPT2LMHeadModel", "GPT2Model"):
-        return "gpt"
-    if name in ("T5ForConditionalGeneration",):
-        return "t5"
-    raise ValueError(
-        f"from_hf: unsupported model class {name}; expected BertForMaskedLM, GPT2LMHeadModel or "
-        "T5ForConditionalGeneration"
-    )
-
-
-def _config(**kwargs: Any) -> ModelConfig:
-    return ModelConfig(**kwargs)  # enum fields accept their string values (coerced in __post_init__)
-
-
-def config_from_hf(model: Any) -> ModelConfig:
-    """The :class:`ModelConfig` equivalent to a Hugging Face model's config."""
-    kind, c = _kind(model), model.config
-    if kind == "bert":
-        return _config(
-            family="bert",
-            vocab_size=c.vocab_size,
-            dim=c.hidden_size,
-            num_layers=c.num_hidden_layers,
-            num_heads=c.num_attention_heads,
-            ffn_dim=c.intermediate_size,
-            max_seq_len=c.max_position_embeddings,
-            pos="learned",
-            norm="layernorm",
-            norm_position="post",
-            ffn="plain",
-            activation=_ACT_FROM_HF[c.hidden_act],
-            dropout=c.hidden_dropout_prob,
-            bias=True,
-            tie_embeddings=True,
-            type_vocab_size=c.type_vocab_size,
-            norm_eps=c.layer_norm_eps,
-            init="bert",
-            init_std=c.initializer_range,
-            pad_token_id=c.pad_token_id or 0,
-        )
-    if kind == "gpt":
-        tied = model.lm_head.weight is model.transformer.wte.weight if hasattr(model, "lm_head") else True
-        return _config(
-            family="gpt",
-            vocab_size=c.vocab_size,
-            dim=c.n_embd,
-            num_layers=c.n_layer,
-            num_heads=c.n_head,
-            ffn_dim=c.n_inner or 4 * c.n_embd,
-            max_seq_len=c.n_positions,
-            pos="learned",
-            norm="layernorm",
-            norm_position="pre",
-            ffn="plain",
-            activation=_ACT_FROM_HF[c.activation_function],
-            dropout=c.resid_pdrop,
-            bias=True,
-            tie_embeddings=tied,
-            norm_eps=c.layer_norm_epsilon,
-            init="gpt2",
-            init_std=c.initializer_range,
-            pad_token_id=c.pad_token_id or 0,
-        )
-    tied = model.lm_head.weight.data_ptr() == model.shared.weight.data_ptr()
-    # transformers 5 always ties T5's head and keeps the rescaling in `scale_decoder_outputs`; 4.x ties and
-    # rescales together under `tie_word_embeddings`
-    scaled = getattr(c, "scale_decoder_outputs", c.tie_word_embeddings)
-    return _config(
-        family="t5",
-        vocab_size=c.vocab_size,
-        dim=c.d_model,
-        num_layers=c.num_layers,
-        num_decoder_layers=c.num_decoder_layers,
-        num_heads=c.num_heads,
-        head_dim=c.d_kv,
-        ffn_dim=c.d_ff,
-        pos="t5_bias",
-        norm="rmsnorm",
-        norm_position="pre",
-        ffn="gated" if c.is_gated_act else "plain",
-        activation=_ACT_FROM_HF[c.dense_act_fn],
-        dropout=c.dropout_rate,
-        bias=False,
-        tie_embeddings=tied,
-        qk_scale=1.0,
-        head_scale=c.d_model**-0.5 if scaled else 1.0,
-        rel_pos_buckets=c.relative_attention_num_buckets,
-        rel_pos_max_distance=c.relative_attention_max_distance,
-        norm_eps=c.layer_norm_epsilon,
-        init="t5",
-        init_std=0.02 * c.initializer_factor,
-        pad_token_id=c.pad_token_id or 0,
-    )
-
+__all__ = ["HFConversionError", "config_from_hf", "from_hf", "hf_pooler_state", "to_hf"]
 
 def _bert_map(cfg: ModelConfig, prefix: str = "bert.") -> list[tuple[str, list[str], str]]:
     """(our key, HF keys, how) triples; how is ``copy``, ``cat`` (concatenate rows) or ``t`` (transpose)."""
@@ -149,9 +42,10 @@ def _bert_map(cfg: ModelConfig, prefix: str = "bert.") -> list[tuple[str, list[s
     return m
 
 
-def _bert_head_map() -> list[tuple[str, list[str], str]]:
+def _bert_head_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
     c = "cls.predictions."
-    return [
+    untied = [] if cfg.tie_embeddings else [("head.weight", [f"{c}decoder.weight"], "copy")]
+    return untied + [
         ("head.transform.weight", [f"{c}transform.dense.weight"], "copy"),
         ("head.transform.bias", [f"{c}transform.dense.bias"], "copy"),
         ("head.norm.weight", [f"{c}transform.LayerNorm.weight"], "copy"),
@@ -230,7 +124,7 @@ def _weight_map(cfg: ModelConfig, kind_of_model: str) -> list[tuple[str, list[st
         prefix = "" if kind_of_model == "BertModel" else "bert."
         m = _bert_map(cfg, prefix)
         if kind_of_model != "BertModel":
-            m += _bert_head_map()
+            m += _bert_head_map(cfg)
         return m
     return _gpt_map(cfg) if fam == "gpt" else _t5_map(cfg)
 
@@ -266,100 +160,21 @@ def hf_pooler_state(model: Any) -> dict[str, Tensor] | None:
     return {"dense.weight": pooler.dense.weight.detach().clone(), "dense.bias": pooler.dense.bias.detach().clone()}
 
 
-def _config_to_hf(cfg: ModelConfig) -> Any:
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
-
-    fam = cfg.family.value
-    common = dict(vocab_size=cfg.vocab_size, pad_token_id=cfg.pad_token_id)
-    if fam == "bert":
-        _require(
-            cfg, pos="learned", norm="layernorm", norm_position="post", ffn="plain", bias=True, tie_embeddings=True
-        )
-        return transformers.BertConfig(
-            hidden_size=cfg.dim,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            intermediate_size=cfg.ffn_dim,
-            max_position_embeddings=cfg.max_seq_len,
-            hidden_act=_ACT_TO_HF[cfg.activation.value],
-            hidden_dropout_prob=cfg.dropout,
-            attention_probs_dropout_prob=cfg.dropout,
-            type_vocab_size=cfg.type_vocab_size,
-            layer_norm_eps=cfg.norm_eps,
-            initializer_range=cfg.init_std,
-            **common,
-        )
-    if fam == "gpt":
-        _require(cfg, pos="learned", norm="layernorm", norm_position="pre", ffn="plain", bias=True)
-        return transformers.GPT2Config(
-            n_embd=cfg.dim,
-            n_layer=cfg.num_layers,
-            n_head=cfg.num_heads,
-            n_inner=cfg.ffn_dim,
-            n_positions=cfg.max_seq_len,
-            activation_function=_ACT_TO_HF[cfg.activation.value],
-            resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
-            attn_pdrop=cfg.dropout,
-            layer_norm_epsilon=cfg.norm_eps,
-            initializer_range=cfg.init_std,
-            tie_word_embeddings=cfg.tie_embeddings,
-            bos_token_id=None,
-            eos_token_id=None,
-            **common,
-        )
-    _require(cfg, pos="t5_bias", norm="rmsnorm", norm_position="pre", bias=False)
-    scaled = abs((cfg.head_scale or 1.0) - cfg.dim**-0.5) < 1e-9
-    if not scaled and cfg.head_scale != 1.0:
-        raise ValueError(f"to_hf: model.head_scale={cfg.head_scale} has no T5 equivalent (1.0 or dim^-0.5)")
-    act = _ACT_TO_HF[cfg.activation.value]
-    ffp = ("gated-gelu" if act == "gelu_new" else f"gated-{act}") if cfg.ffn.value == "gated" else act
-    return transformers.T5Config(
-        d_model=cfg.dim,
-        d_kv=cfg.head_dim,
-        d_ff=cfg.ffn_dim,
-        num_layers=cfg.num_layers,
-        num_decoder_layers=cfg.num_decoder_layers,
-        num_heads=cfg.num_heads,
-        relative_attention_num_buckets=cfg.rel_pos_buckets,
-        relative_attention_max_distance=cfg.rel_pos_max_distance,
-        dropout_rate=cfg.dropout,
-        layer_norm_epsilon=cfg.norm_eps,
-        initializer_factor=cfg.init_std / 0.02,
-        feed_forward_proj=ffp,
-        tie_word_embeddings=scaled,
-        decoder_start_token_id=cfg.pad_token_id,
-        eos_token_id=None,
-        **common,
-    )
-
-
-def _require(cfg: ModelConfig, **want: object) -> None:
-    for key, value in want.items():
-        have = getattr(cfg, key)
-        if getattr(have, "value", have) != value:
-            raise ValueError(
-                f"to_hf: model.{key}={getattr(have, 'value', have)} has no Hugging Face "
-                f"{cfg.family.value} equivalent (needs {value})"
-            )
-    if cfg.num_kv_heads != cfg.num_heads:
-        raise ValueError(f"to_hf: model.num_kv_heads={cfg.num_kv_heads} (GQA) has no Hugging Face equivalent")
-
-
 def to_hf(net: nn.Module) -> Any:
-    """Build the Hugging Face model equivalent to ``net`` (raises ValueError for settings HF cannot express)."""
+    """Build the Hugging Face model equivalent to ``net``; raises HFConversionError (a ValueError) naming the first
+    ``model.*`` setting HF cannot express."""
     transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
 
     cfg: ModelConfig = net.config  # type: ignore[assignment]
     fam = cfg.family.value
-    hf_cfg = _config_to_hf(cfg)
+    hf_cfg = config_to_hf(cfg)  # refuses what HF cannot express, before anything is built
     cls = {
         "bert": transformers.BertForMaskedLM,
         "gpt": transformers.GPT2LMHeadModel,
         "t5": transformers.T5ForConditionalGeneration,
     }[fam]
     model = cls(hf_cfg)
-    if not cfg.tie_embeddings:  # transformers 5 ties T5 always: give the head its own parameter
+    if fam == "t5" and not cfg.tie_embeddings:  # transformers 5 ties T5 always: give the head its own parameter
         model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
         if hasattr(model.config, "tie_word_embeddings"):
             model.config.tie_word_embeddings = False

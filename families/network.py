@@ -37,8 +37,19 @@ def check_buildable(cfg: ModelConfig) -> None:
         raise ConfigError("model.vocab_size=0: set it (experiments takes it from the tokenizer) before building")
 
 
-def make_stack(cfg: ModelConfig, *, causal: bool, cross: bool = False, num_layers: int | None = None) -> Stack:
-    """Build one :class:`Stack` from the config (the only place the blocks meet ``ModelConfig``)."""
+def make_stack(
+    cfg: ModelConfig,
+    *,
+    causal: bool,
+    cross: bool = False,
+    num_layers: int | None = None,
+    t5_dropout: bool = False,
+) -> Stack:
+    """Build one :class:`Stack` from the config (the only place the blocks meet ``ModelConfig``).
+
+    ``t5_dropout`` adds T5's two extra dropout sites (after the feed-forward activation and after the
+    final norm), so a T5 in training mode drops exactly where HF's ``T5ForConditionalGeneration`` does.
+    """
     positions = make_positions(
         cfg.pos,
         dim=cfg.dim,
@@ -61,6 +72,8 @@ def make_stack(cfg: ModelConfig, *, causal: bool, cross: bool = False, num_layer
         pre_norm=cfg.norm_position is NormPosition.PRE,
         bias=cfg.bias,
         dropout=cfg.dropout,
+        final_dropout=t5_dropout,
+        ffn_dropout=t5_dropout,
         num_heads=cfg.num_heads,
         num_kv_heads=cfg.num_kv_heads,
         head_dim=cfg.head_dim,

@@ -22,8 +22,8 @@ class T5(nn.Module):
         check_buildable(cfg)
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)  # shared by encoder, decoder (and a tied head)
-        self.encoder = make_stack(cfg, causal=False)
-        self.decoder = make_stack(cfg, causal=True, cross=True, num_layers=cfg.num_decoder_layers)
+        self.encoder = make_stack(cfg, causal=False, t5_dropout=True)
+        self.decoder = make_stack(cfg, causal=True, cross=True, num_layers=cfg.num_decoder_layers, t5_dropout=True)
         self.head = LMHead(cfg.dim, cfg.vocab_size, tied=cfg.tie_embeddings, scale=cfg.head_scale or 1.0)
         init_weights(self, cfg)
 

@@ -100,6 +100,8 @@ class Layer(nn.Module):
         norm, norm_eps: Norm kind (``layernorm | rmsnorm``) and epsilon.
         pre_norm: ``x + f(norm(x))`` when True, ``norm(x + f(x))`` (BERT) when False.
         bias, dropout: Linear/LayerNorm biases; residual-branch and attention dropout.
+        ffn_dropout: Also drop inside the feed-forward block, after its activation (T5's
+            ``DenseReluDense.dropout``; BERT and GPT-2 have none there).
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class Layer(nn.Module):
         dropout: float = 0.0,
         qk_scale: float | None = None,
         attn_impl: str = "sdpa",
+        ffn_dropout: bool = False,
     ) -> None:
         super().__init__()
         self.pre_norm = pre_norm
@@ -131,7 +134,12 @@ class Layer(nn.Module):
         self.cross_attn = Attention(dim, num_heads, cross=True, **attn_args) if cross else None  # type: ignore[arg-type]
         self.cross_norm = make_norm(norm, dim, eps=norm_eps, bias=bias) if cross else None
         self.ffn = FeedForward(
-            dim, ffn_dim, activation=activation, gated=getattr(ffn, "value", ffn) == "gated", bias=bias
+            dim,
+            ffn_dim,
+            activation=activation,
+            gated=getattr(ffn, "value", ffn) == "gated",
+            bias=bias,
+            dropout=dropout if ffn_dropout else 0.0,
         )
         self.ffn_norm = make_norm(norm, dim, eps=norm_eps, bias=bias)
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
@@ -173,13 +181,17 @@ class Stack(nn.Module):
     """Positions + ``num_layers`` :class:`Layer` s + the norm that goes with the norm placement.
 
     Pre-norm stacks end with a final norm (GPT-2's ``ln_f``, T5's ``final_layer_norm``); post-norm stacks
-    normalise the embeddings instead (BERT's embedding LayerNorm).
+    normalise the embeddings instead (BERT's embedding LayerNorm). Dropout sits on the embeddings, the
+    attention weights and every residual branch; ``final_dropout`` adds one after the final norm and
+    ``ffn_dropout`` (a :class:`Layer` argument) one after the feed-forward activation, which is where T5
+    places its other dropouts (Raffel et al. 2020; HF ``T5Stack`` / ``T5DenseActDense``).
 
     Args:
         positions: The stack's position scheme (shared by all its layers).
         num_layers: Depth.
         causal: Decoder (causal self-attention) or encoder.
         max_len: Longest position the absolute schemes cover.
+        final_dropout: Dropout after the final norm (T5).
         **layer_args: Passed to every :class:`Layer` (``cross=True`` for a cross-attending decoder).
     """
 
@@ -196,6 +208,7 @@ class Stack(nn.Module):
         pre_norm: bool = True,
         bias: bool = True,
         dropout: float = 0.0,
+        final_dropout: bool = False,
         **layer_args: object,
     ) -> None:
         super().__init__()
@@ -209,6 +222,7 @@ class Stack(nn.Module):
         self.embed_norm = None if pre_norm else make_norm(norm, dim, eps=norm_eps, bias=bias)
         self.final_norm = make_norm(norm, dim, eps=norm_eps, bias=bias) if pre_norm else None
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.final_drop = nn.Dropout(dropout) if dropout > 0 and final_dropout else nn.Identity()
 
     def new_cache(self) -> list[LayerCache]:
         """An empty KV cache for incremental decoding with this stack."""
@@ -276,4 +290,4 @@ class Stack(nn.Module):
             )
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x
+        return self.final_drop(x)

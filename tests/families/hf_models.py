@@ -91,30 +91,45 @@ def parity_diff(name: str, net=None, seed: int = 0) -> float:
 
     model = make_hf(name, seed)
     net = from_hf(model).eval() if net is None else net
+    return logits_diff(model, net, seed)
+
+
+def logits_diff(model, net, seed: int = 0, length: int = 13) -> float:
+    """Max |logits| difference between an HF model and a famlab network (or a second HF model) in eval mode, on a
+    padded batch of ``length`` tokens: padding and token types for BERT, with and without padding for GPT-2,
+    encoder padding for T5."""
+    family = {"bert": "bert", "gpt2": "gpt", "t5": "t5"}[model.config.model_type]
+    ours_is_hf = hasattr(net, "config") and hasattr(net.config, "model_type")
+    vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(seed)
-    B, T = 3, 13
-    ids = torch.randint(1, VOCAB, (B, T), generator=g)
+    B, T = 3, length
+    ids = torch.randint(1, vocab, (B, T), generator=g)
     mask = torch.ones(B, T, dtype=torch.long)
-    mask[1, 9:] = 0
-    mask[2, 5:] = 0
-    family = SPECS[name][0]
+    mask[1, T - 4 :] = 0
+    mask[2, T // 2 :] = 0
+
+    def run(m, **kw):
+        if ours_is_hf or m is model:
+            return m(**kw).logits
+        args = {"input_ids": kw.pop("input_ids"), "attention_mask": kw.pop("attention_mask", None)}
+        if "decoder_input_ids" in kw:
+            args["decoder_input_ids"] = kw.pop("decoder_input_ids")
+        return m(**args, **kw).logits
+
     with torch.no_grad():
         if family == "bert":
-            types = torch.zeros_like(ids)
-            types[:, 6:] = 1
-            ref = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
-            ours = net(ids, mask, token_type_ids=types).logits
-            keep = mask.bool()
-            return (ref - ours)[keep].abs().max().item()
+            types = torch.randint(0, model.config.type_vocab_size, (B, T), generator=g)
+            ref = run(model, input_ids=ids, attention_mask=mask, token_type_ids=types)
+            ours = run(net, input_ids=ids, attention_mask=mask, token_type_ids=types)
+            return (ref - ours)[mask.bool()].abs().max().item()
         if family == "gpt":
-            ref, ours = model(input_ids=ids).logits, net(ids).logits
-            diff = (ref - ours).abs().max().item()
-            ref_pad = model(input_ids=ids, attention_mask=mask).logits
-            ours_pad = net(ids, mask).logits
+            diff = (run(model, input_ids=ids) - run(net, input_ids=ids)).abs().max().item()
+            ref_pad = run(model, input_ids=ids, attention_mask=mask)
+            ours_pad = run(net, input_ids=ids, attention_mask=mask)
             return max(diff, (ref_pad - ours_pad)[mask.bool()].abs().max().item())
-        dec = torch.randint(1, VOCAB, (B, 7), generator=g)
-        ref = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
-        ours = net(ids, mask, decoder_input_ids=dec).logits
+        dec = torch.randint(1, vocab, (B, 7), generator=g)
+        ref = run(model, input_ids=ids, attention_mask=mask, decoder_input_ids=dec)
+        ours = run(net, input_ids=ids, attention_mask=mask, decoder_input_ids=dec)
         return (ref - ours).abs().max().item()
 
 

@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from famlab.experiments.compose import family_settings
 from famlab.families import ModelConfig, build_network
 from famlab.objectives import TokenIds
 
@@ -36,24 +37,19 @@ def ids() -> TokenIds:
     return _make_ids()
 
 
-# Each family's own block choices (as the presets), so tests see the networks experiments will build.
-FAITHFUL = {
-    "bert": dict(norm="layernorm", norm_position="post", pos="learned", activation="gelu", init="bert"),
-    "gpt": dict(norm="layernorm", norm_position="pre", pos="learned", activation="gelu_tanh", init="gpt2"),
-    "t5": dict(norm="rmsnorm", norm_position="pre", pos="t5_bias", activation="relu", bias=False, init="t5"),
-}
 
 
 @pytest.fixture
 def tiny_net() -> Callable[..., torch.nn.Module]:
-    """A real tiny network of a family from `families` (dim 32, 2 layers, dropout 0)."""
+    """A real tiny network of a family from `families` (dim 32, 2 layers, dropout 0), with the block choices of
+    the family's preset (experiments/configs/<family>.yaml)."""
 
     def build(family: str, vocab_size: int = 1000, seed: int = 0, **overrides) -> torch.nn.Module:
         torch.manual_seed(seed)
         settings = dict(
             family=family, vocab_size=vocab_size, dim=32, num_layers=2, num_heads=2, max_seq_len=64, dropout=0.0
         )
-        settings.update(FAITHFUL[family])
+        settings.update({k: v for k, v in family_settings(family).items() if k != "dropout"})  # as the preset
         settings.update(overrides)
         return build_network(ModelConfig(**settings))
 

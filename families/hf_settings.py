@@ -1,0 +1,303 @@
+"""Hugging Face config <-> :class:`ModelConfig`: every setting is honoured exactly or refused on one line.
+
+``config_from_hf`` reads a ``BertConfig`` / ``GPT2Config`` / ``T5Config`` and either returns the
+:class:`ModelConfig` whose network gives the same logits, or raises :class:`HFConversionError` naming the
+HF setting and its value (an activation famlab has no block for, GPT-2's per-layer attention scaling,
+BERT as a decoder, ...). ``config_to_hf`` does the reverse and refuses, before anything is built, every
+famlab setting the Hugging Face class cannot express the same way (``model.qk_scale`` other than the
+family's, a head dimension GPT-2 cannot set, ...). See ``docs/interfaces.md`` for the conversion contract.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any
+
+from famlab.families.config import ModelConfig
+
+# HF activation names (transformers.activations.ACT2FN) that are, numerically, one of famlab's activations.
+# gelu_fast / gelu_accurate / gelu_python_tanh are the tanh approximation written out by hand (same formula,
+# constants rounded at ~1e-10); gelu_python is the exact erf form.
+ACT_FROM_HF = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_python_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_accurate": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+# T5's feed_forward_proj "gated-gelu" means the tanh GELU (a transformers backward-compatibility rule), so a
+# gated exact-erf GELU is written "gated-gelu_python".
+T5_GATED_TO_HF = {"gelu": "gelu_python", "gelu_tanh": "gelu", "relu": "relu", "silu": "silu"}
+
+
+class HFConversionError(ValueError):
+    """A setting one side cannot express the way the other computes it; one line naming setting and value."""
+
+
+def _refuse_from(cfg: Any, key: str, value: object, why: str) -> HFConversionError:
+    return HFConversionError(f"from_hf: {type(cfg).__name__}.{key}={value!r} {why}")
+
+
+def _activation(cfg: Any, key: str) -> str:
+    name = getattr(cfg, key)
+    if name not in ACT_FROM_HF:
+        raise _refuse_from(cfg, key, name, f"has no famlab activation (famlab reads: {', '.join(ACT_FROM_HF)})")
+    return ACT_FROM_HF[name]
+
+
+def _same_dropout(cfg: Any, keys: tuple[str, ...]) -> float:
+    """famlab has one dropout rate for embeddings, attention weights and residual branches."""
+    values = {k: float(getattr(cfg, k)) for k in keys}
+    first = values[keys[0]]
+    for key, value in values.items():
+        if value != first:
+            raise _refuse_from(cfg, key, value, f"differs from {keys[0]}={first} (famlab has one model.dropout)")
+    return first
+
+
+def _require_false(cfg: Any, *keys: str) -> None:
+    for key in keys:
+        if getattr(cfg, key, False):
+            raise _refuse_from(cfg, key, getattr(cfg, key), "has no famlab equivalent (needs False)")
+
+
+def _tied(model: Any, head: str, embed: str) -> bool:
+    """Whether the model's output weight shares storage with its input embedding (what HF actually does)."""
+    try:
+        head_w, embed_w = model.get_parameter(head), model.get_parameter(embed)
+    except AttributeError:  # a model class without the head (BertModel, GPT2Model): the config says
+        return bool(getattr(model.config, "tie_word_embeddings", True))
+    return bool(head_w.data_ptr() == embed_w.data_ptr())
+
+
+def bert_config(model: Any) -> ModelConfig:
+    """:class:`ModelConfig` of a ``BertForMaskedLM`` / ``BertForPreTraining`` / ``BertModel``."""
+    c = model.config
+    _require_false(c, "is_decoder", "add_cross_attention")
+    if c.type_vocab_size < 1:
+        raise _refuse_from(c, "type_vocab_size", c.type_vocab_size, "must be >= 1 (famlab's BERT has token types)")
+    prefix = "bert." if hasattr(model, "bert") else ""
+    return ModelConfig(
+        family="bert",  # type: ignore[arg-type]  # enum fields accept their string values
+        vocab_size=c.vocab_size,
+        dim=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        ffn_dim=c.intermediate_size,
+        max_seq_len=c.max_position_embeddings,
+        pos="learned",  # type: ignore[arg-type]
+        norm="layernorm",  # type: ignore[arg-type]
+        norm_position="post",  # type: ignore[arg-type]
+        ffn="plain",  # type: ignore[arg-type]
+        activation=_activation(c, "hidden_act"),  # type: ignore[arg-type]
+        dropout=_same_dropout(c, ("hidden_dropout_prob", "attention_probs_dropout_prob")),
+        bias=True,
+        tie_embeddings=_tied(model, "cls.predictions.decoder.weight", f"{prefix}embeddings.word_embeddings.weight"),
+        type_vocab_size=c.type_vocab_size,
+        norm_eps=c.layer_norm_eps,
+        init="bert",  # type: ignore[arg-type]
+        init_std=c.initializer_range,
+        pad_token_id=c.pad_token_id or 0,
+    )
+
+
+def gpt_config(model: Any) -> ModelConfig:
+    """:class:`ModelConfig` of a ``GPT2LMHeadModel`` / ``GPT2Model``."""
+    c = model.config
+    # scale_attn_by_inverse_layer_idx divides layer i's logits by i + 1: famlab has one qk_scale per model
+    _require_false(c, "scale_attn_by_inverse_layer_idx", "add_cross_attention")
+    # reorder_and_upcast_attn only changes the precision of the score matmul (fp32 either way here): honoured
+    return ModelConfig(
+        family="gpt",  # type: ignore[arg-type]
+        vocab_size=c.vocab_size,
+        dim=c.n_embd,
+        num_layers=c.n_layer,
+        num_heads=c.n_head,
+        ffn_dim=c.n_inner or 4 * c.n_embd,
+        max_seq_len=c.n_positions,
+        pos="learned",  # type: ignore[arg-type]
+        norm="layernorm",  # type: ignore[arg-type]
+        norm_position="pre",  # type: ignore[arg-type]
+        ffn="plain",  # type: ignore[arg-type]
+        activation=_activation(c, "activation_function"),  # type: ignore[arg-type]
+        dropout=_same_dropout(c, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
+        bias=True,
+        tie_embeddings=_tied(model, "lm_head.weight", "transformer.wte.weight"),
+        qk_scale=None if c.scale_attn_weights else 1.0,
+        norm_eps=c.layer_norm_epsilon,
+        init="gpt2",  # type: ignore[arg-type]
+        init_std=c.initializer_range,
+        pad_token_id=c.pad_token_id or 0,
+    )
+
+
+def t5_config(model: Any) -> ModelConfig:
+    """:class:`ModelConfig` of a ``T5ForConditionalGeneration``."""
+    c = model.config
+    _require_false(c, "is_decoder")
+    if not c.is_encoder_decoder:
+        raise _refuse_from(c, "is_encoder_decoder", False, "has no famlab equivalent (needs True)")
+    # transformers 5 always ties T5's head and keeps the rescaling in `scale_decoder_outputs`; 4.x ties and
+    # rescales together under `tie_word_embeddings`
+    scaled = getattr(c, "scale_decoder_outputs", c.tie_word_embeddings)
+    return ModelConfig(
+        family="t5",  # type: ignore[arg-type]
+        vocab_size=c.vocab_size,
+        dim=c.d_model,
+        num_layers=c.num_layers,
+        num_decoder_layers=c.num_decoder_layers,
+        num_heads=c.num_heads,
+        head_dim=c.d_kv,
+        ffn_dim=c.d_ff,
+        pos="t5_bias",  # type: ignore[arg-type]
+        norm="rmsnorm",  # type: ignore[arg-type]
+        norm_position="pre",  # type: ignore[arg-type]
+        ffn="gated" if c.is_gated_act else "plain",  # type: ignore[arg-type]
+        activation=_activation(c, "dense_act_fn"),  # type: ignore[arg-type]
+        dropout=float(c.dropout_rate),
+        bias=False,
+        tie_embeddings=_tied(model, "lm_head.weight", "shared.weight"),
+        qk_scale=1.0,
+        head_scale=c.d_model**-0.5 if scaled else 1.0,
+        rel_pos_buckets=c.relative_attention_num_buckets,
+        rel_pos_max_distance=c.relative_attention_max_distance,
+        norm_eps=c.layer_norm_epsilon,
+        init="t5",  # type: ignore[arg-type]
+        init_std=0.02 * c.initializer_factor,
+        pad_token_id=c.pad_token_id or 0,
+    )
+
+
+HF_FAMILY = {
+    "BertForMaskedLM": "bert",
+    "BertForPreTraining": "bert",
+    "BertModel": "bert",
+    "GPT2LMHeadModel": "gpt",
+    "GPT2Model": "gpt",
+    "T5ForConditionalGeneration": "t5",
+}
+
+
+def config_from_hf(model: Any) -> ModelConfig:
+    """The :class:`ModelConfig` equivalent to a Hugging Face model; raises HFConversionError for a setting famlab
+    does not model (the message names the HF setting and its value)."""
+    name = type(model).__name__
+    if name not in HF_FAMILY:
+        raise HFConversionError(
+            f"from_hf: unsupported model class {name}; expected BertForMaskedLM, GPT2LMHeadModel or "
+            "T5ForConditionalGeneration"
+        )
+    return {"bert": bert_config, "gpt": gpt_config, "t5": t5_config}[HF_FAMILY[name]](model)
+
+
+def _value(x: object) -> object:
+    return getattr(x, "value", x)
+
+
+def _refuse_to(cfg: ModelConfig, key: str, why: str) -> HFConversionError:
+    return HFConversionError(
+        f"to_hf: model.{key}={_value(getattr(cfg, key))} {why} in Hugging Face's {cfg.family.value} model"
+    )
+
+
+def check_expressible(cfg: ModelConfig) -> None:
+    """Raise HFConversionError naming the first ``model.*`` setting the family's HF class cannot express."""
+    fam = cfg.family.value
+    want: dict[str, object] = {
+        "bert": dict(pos="learned", norm="layernorm", norm_position="post", ffn="plain", bias=True),
+        "gpt": dict(pos="learned", norm="layernorm", norm_position="pre", ffn="plain", bias=True),
+        "t5": dict(pos="t5_bias", norm="rmsnorm", norm_position="pre", bias=False),
+    }[fam]
+    for key, value in want.items():
+        if _value(getattr(cfg, key)) != value:
+            raise _refuse_to(cfg, key, f"is not expressible (needs {value})")
+    if cfg.num_kv_heads != cfg.num_heads:
+        raise _refuse_to(cfg, "num_kv_heads", f"(GQA, num_heads={cfg.num_heads}) is not expressible")
+    assert cfg.head_dim is not None and cfg.head_scale is not None
+    if fam in ("bert", "gpt"):
+        if cfg.head_dim * cfg.num_heads != cfg.dim:
+            per_head = f"{cfg.dim / cfg.num_heads:g}"
+            raise _refuse_to(cfg, "head_dim", f"!= model.dim/model.num_heads={per_head} is not expressible")
+        default = 1.0 / math.sqrt(cfg.head_dim)
+        allowed = (default, 1.0) if fam == "gpt" else (default,)  # GPT-2's scale_attn_weights=False is 1.0
+        if cfg.qk_scale is not None and not any(math.isclose(cfg.qk_scale, a, rel_tol=1e-9) for a in allowed):
+            names = "1/sqrt(head_dim) or 1.0" if fam == "gpt" else "1/sqrt(head_dim)"
+            raise _refuse_to(cfg, "qk_scale", f"is not expressible (needs null = {names})")
+        if cfg.head_scale != 1.0:
+            raise _refuse_to(cfg, "head_scale", "is not expressible (needs 1.0)")
+        if fam == "bert" and not cfg.type_vocab_size:
+            raise _refuse_to(cfg, "type_vocab_size", "is not expressible (needs >= 1)")
+    else:
+        if cfg.qk_scale != 1.0:
+            raise _refuse_to(cfg, "qk_scale", "is not expressible (T5 attention is unscaled: needs 1.0)")
+        if not (cfg.head_scale == 1.0 or math.isclose(cfg.head_scale, cfg.dim**-0.5, rel_tol=1e-9)):
+            raise _refuse_to(cfg, "head_scale", f"is not expressible (needs 1.0 or dim^-0.5={cfg.dim**-0.5:.6g})")
+
+
+def config_to_hf(cfg: ModelConfig) -> Any:
+    """The ``BertConfig`` / ``GPT2Config`` / ``T5Config`` equivalent to ``cfg`` (checked with
+    :func:`check_expressible` first)."""
+    check_expressible(cfg)
+    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    fam = cfg.family.value
+    act = cfg.activation.value
+    common = dict(vocab_size=cfg.vocab_size, pad_token_id=cfg.pad_token_id, tie_word_embeddings=cfg.tie_embeddings)
+    if fam == "bert":
+        return transformers.BertConfig(
+            hidden_size=cfg.dim,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            intermediate_size=cfg.ffn_dim,
+            max_position_embeddings=cfg.max_seq_len,
+            hidden_act=ACT_TO_HF[act],
+            hidden_dropout_prob=cfg.dropout,
+            attention_probs_dropout_prob=cfg.dropout,
+            type_vocab_size=cfg.type_vocab_size,
+            layer_norm_eps=cfg.norm_eps,
+            initializer_range=cfg.init_std,
+            **common,
+        )
+    if fam == "gpt":
+        return transformers.GPT2Config(
+            n_embd=cfg.dim,
+            n_layer=cfg.num_layers,
+            n_head=cfg.num_heads,
+            n_inner=cfg.ffn_dim,
+            n_positions=cfg.max_seq_len,
+            activation_function=ACT_TO_HF[act],
+            resid_pdrop=cfg.dropout,
+            embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.dropout,
+            layer_norm_epsilon=cfg.norm_eps,
+            initializer_range=cfg.init_std,
+            scale_attn_weights=cfg.qk_scale is None or cfg.qk_scale != 1.0,
+            bos_token_id=None,
+            eos_token_id=None,
+            **common,
+        )
+    ffp = f"gated-{T5_GATED_TO_HF[act]}" if cfg.ffn.value == "gated" else ACT_TO_HF[act]
+    common["tie_word_embeddings"] = cfg.head_scale != 1.0  # transformers 5: False means "do not rescale"
+    return transformers.T5Config(
+        d_model=cfg.dim,
+        d_kv=cfg.head_dim,
+        d_ff=cfg.ffn_dim,
+        num_layers=cfg.num_layers,
+        num_decoder_layers=cfg.num_decoder_layers,
+        num_heads=cfg.num_heads,
+        relative_attention_num_buckets=cfg.rel_pos_buckets,
+        relative_attention_max_distance=cfg.rel_pos_max_distance,
+        dropout_rate=cfg.dropout,
+        layer_norm_epsilon=cfg.norm_eps,
+        initializer_factor=cfg.init_std / 0.02,
+        feed_forward_proj=ffp,
+        decoder_start_token_id=cfg.pad_token_id,
+        eos_token_id=None,
+        **common,
+    )

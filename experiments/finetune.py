@@ -37,6 +37,7 @@ from famlab.experiments.run import (
     run_name,
     set_vocab,
     token_ids,
+    wandb_use_pretrained,
     write_config,
     write_json,
 )
@@ -311,6 +312,7 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         )
         name = run_dir.name if len(ft.seeds) == 1 else f"{run_dir.name}-s{seed}"
         loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config={**written, "finetune_seed": seed})
+        wandb_use_pretrained(loggers, init.run_dir, init.checkpoint)  # W&B lineage: pretraining -> fine-tune
         mode = "min" if ft.monitor.endswith("loss") else "max"
         trainer = make_trainer(
             cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=mode,

@@ -96,9 +96,10 @@ def log_pretrain_artifacts(run: Any, run_dir: Path, *, mode: str, final_step: in
     last = ckpt_dir / "last.ckpt"
     best, best_step = _best_step(ckpt_dir)
     upload = mode != "false"
+    # the final checkpoint is logged last: W&B gives `latest` to the version logged most recently
     versions = [(last, ["latest", "best"] if best is None or best_step == final_step else ["latest"])]
     if best is not None and best_step != final_step:
-        versions.append((best, ["best"]))
+        versions.insert(0, (best, ["best"]))
     for ckpt, aliases in versions:
         if not ckpt.is_file():
             continue

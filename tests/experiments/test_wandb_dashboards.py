@@ -64,10 +64,16 @@ def dash(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def by_job(dash):
+    """The runs' records, read once for the module."""
+    return runs_by_job(dash / "wandb")
+
+
 @pytest.mark.slow
-def test_pretraining_metrics_are_drawn_against_the_budget(dash):
+def test_pretraining_metrics_are_drawn_against_the_budget(by_job):
     """val/* and train/* have budget/flops as step metric; min for losses, max for scores, last for budgets."""
-    m = metrics(runs_by_job(dash / "wandb")["pretrain"])
+    m = metrics(by_job["pretrain"])
     assert m["val/loss"]["step_metric"] == "budget/flops" and m["val/loss"]["summary"] == {"min": True}
     assert m["train/loss"]["step_metric"] == "budget/flops" and m["val/ppl"]["summary"] == {"min": True}
     assert m["perf/mfu"]["summary"] == {"max": True}
@@ -75,8 +81,8 @@ def test_pretraining_metrics_are_drawn_against_the_budget(dash):
 
 
 @pytest.mark.slow
-def test_every_validation_row_carries_the_budget_and_the_summary_keeps_the_best(dash):
-    recs = runs_by_job(dash / "wandb")["pretrain"]
+def test_every_validation_row_carries_the_budget_and_the_summary_keeps_the_best(by_job):
+    recs = by_job["pretrain"]
     rows = [r["history"]["item"] for r in recs if r["type"] == "history"]
     val = [row for row in rows if "val/loss" in row]
     assert len(val) == 3  # before training, step 3, step 6
@@ -89,16 +95,16 @@ def test_every_validation_row_carries_the_budget_and_the_summary_keeps_the_best(
 
 
 @pytest.mark.slow
-def test_pretraining_summary_holds_the_evaluation_results(dash):
+def test_pretraining_summary_holds_the_evaluation_results(dash, by_job):
     results = json.loads((dash / "pre" / "results.json").read_text())
-    s = summary(runs_by_job(dash / "wandb")["pretrain"])
+    s = summary(by_job["pretrain"])
     for k in ("2x", "4x"):
         assert s[f"eval/loss_{k}"] == pytest.approx(results["length_extrapolation"][k]["loss"])
 
 
 @pytest.mark.slow
-def test_finetune_metrics_use_their_own_step_and_hold_test_scores(dash):
-    recs = runs_by_job(dash / "wandb")["finetune"]
+def test_finetune_metrics_use_their_own_step_and_hold_test_scores(dash, by_job):
+    recs = by_job["finetune"]
     m = metrics(recs)
     assert m["val/acc"]["step_metric"] == "trainer/global_step" and m["val/acc"]["summary"] == {"max": True}
     assert m["val/loss"]["summary"] == {"min": True} and m["val/mcc"]["summary"] == {"max": True}
@@ -109,9 +115,8 @@ def test_finetune_metrics_use_their_own_step_and_hold_test_scores(dash):
 
 
 @pytest.mark.slow
-def test_the_finetune_declares_the_checkpoint_it_started_from(dash):
+def test_the_finetune_declares_the_checkpoint_it_started_from(by_job):
     """W&B lineage: the fine-tune uses model-<pretraining run id> with the digest pretraining logged."""
-    by_job = runs_by_job(dash / "wandb")
     pre_id = next(r["run"] for r in by_job["pretrain"] if r["type"] == "run")["run_id"]
     logged = {a["name"]: a for r in by_job["pretrain"] if r["type"] == "artifact" for a in [r["artifact"]]}
     used = [r["artifact"] for r in by_job["finetune"] if r["type"] == "artifact"]
@@ -121,9 +126,8 @@ def test_the_finetune_declares_the_checkpoint_it_started_from(dash):
 
 
 @pytest.mark.slow
-def test_one_wandb_directory_holds_every_run_and_syncs_with_one_command(dash):
+def test_one_wandb_directory_holds_every_run_and_syncs_with_one_command(dash, by_job):
     """`wandb sync <dir>/wandb` (what famlab prints) finds both runs; both carry the group."""
-    by_job = runs_by_job(dash / "wandb")
     assert set(by_job) == {"pretrain", "finetune"}
     assert not (dash / "pre" / "wandb").exists() and not (dash / "ft" / "wandb").exists()
     assert {next(r["run"] for r in recs if r["type"] == "run")["run_group"] for recs in by_job.values()} == {"dash-1"}
@@ -149,8 +153,9 @@ def test_the_report_run_holds_tables_images_and_the_report_artifact(dash, tmp_pa
     plt.plot([0, 1], [1, 0])
     fig.savefig(out / "curves.png")
     plt.close(fig)
-    (out / "report.md").write_text("# r\n\n## Pretraining\n\n| arm | loss |\n|---|---|\n| gpt | 1.5 |\n| t5 | - |\n\n"
-                                   "## Fine-tuning\n\n| arm | acc |\n|---|---|\n| gpt | 0.25 |\n\n![curves](curves.png)\n")
+    (out / "report.md").write_text(
+        "# r\n\n## Pretraining\n\n| arm | loss |\n|---|---|\n| gpt | 1.5 |\n| t5 | - |\n\n"
+        "## Fine-tuning\n\n| arm | acc |\n|---|---|\n| gpt | 0.25 |\n\n![curves](curves.png)\n")
     (out / "results.json").write_text("{}\n")
     cfg = compose([], ["wandb.mode=offline"]).cfg
     run_id = log_report_run(cfg, out, group="cmp-1", name="cmp-1-report", sources=[dash / "pre"])

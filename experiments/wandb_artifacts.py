@@ -158,7 +158,7 @@ def declare_use(run: Any, artifact: Any) -> None:
     ``use_artifact`` itself calls for a draft. ``tests/experiments/test_wandb_lineage.py`` fails if that
     method or its record changes.
     """
-    if run.settings._offline:
+    if run.settings.mode in ("offline", "dryrun"):
         run._log_artifact(artifact, aliases=[], is_user_created=True, use_after_commit=True)
     else:
         run.use_artifact(artifact)

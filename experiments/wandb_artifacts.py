@@ -121,12 +121,15 @@ def log_saved_checkpoint(run: Any, ckpt: Path) -> None:
     run.log_artifact(art, aliases=["latest"])
 
 
-def use_run_artifacts(run: Any, source_dir: Path, ckpt: Path | None = None) -> list[str]:
+def use_run_artifacts(run: Any, source_dir: Path, ckpt: Path | None = None, seen: set[str] | None = None) -> list[str]:
     """Declare the tokenizer and the checkpoint of pretraining run ``source_dir`` as inputs of ``run``.
 
-    Each recorded artifact is rebuilt from its file; one whose file changed since (digest differs) or whose
-    checkpoint is not ``ckpt`` is skipped. Returns the names declared (empty for a run logged without W&B).
+    Each recorded artifact is rebuilt from its file; one whose file changed since (digest differs), whose
+    checkpoint is not ``ckpt`` (``None``: every checkpoint), or whose digest is in ``seen`` (declared already,
+    e.g. the tokenizer every run of a comparison shares) is skipped; ``seen`` is updated. Returns the
+    names declared (empty for a run logged without W&B).
     """
+    seen = set() if seen is None else seen
     path = source_dir / ARTIFACTS_FILE
     if not path.is_file():
         return []
@@ -141,8 +144,9 @@ def use_run_artifacts(run: Any, source_dir: Path, ckpt: Path | None = None) -> l
             art = model_artifact(entry["name"].removeprefix("model-"), file, upload=entry["upload"])
         else:
             continue
-        if art.digest != entry["digest"]:
+        if art.digest != entry["digest"] or art.digest in seen:
             continue
+        seen.add(art.digest)
         declare_use(run, art)
         declared.append(f"{art.name} ({entry['file']})")
     return declared

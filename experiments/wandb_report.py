@@ -132,8 +132,9 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
         for path in [report, out_dir / "results.json", *images]:
             if path.is_file():
                 art.add_file(str(path), name=path.name)
+        seen: set[str] = set()
         for source in sources:
-            use_run_artifacts(run, source)
+            use_run_artifacts(run, source, seen=seen)
         run.log_artifact(art, aliases=["latest"])
         run_id = run.id
         run.finish()

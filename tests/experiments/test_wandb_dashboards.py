@@ -158,7 +158,7 @@ def test_the_report_run_holds_tables_images_and_the_report_artifact(dash, tmp_pa
         "## Fine-tuning\n\n| arm | acc |\n|---|---|\n| gpt | 0.25 |\n\n![curves](curves.png)\n")
     (out / "results.json").write_text("{}\n")
     cfg = compose([], ["wandb.mode=offline"]).cfg
-    run_id = log_report_run(cfg, out, group="cmp-1", name="cmp-1-report", sources=[dash / "pre"])
+    run_id = log_report_run(cfg, out, group="cmp-1", name="cmp-1-report", sources=[dash / "pre", dash / "pre"])
     recs = inspect(next((out / "wandb").glob(f"offline-run-*-{run_id}")))
     run = next(r["run"] for r in recs if r["type"] == "run")
     assert run["job_type"] == "report" and run["run_group"] == "cmp-1"
@@ -169,7 +169,8 @@ def test_the_report_run_holds_tables_images_and_the_report_artifact(dash, tmp_pa
     report = next(a for a in arts if a["type"] == "report")
     assert report["name"] == "report-cmp-1"
     assert {c["path"] for c in report["manifest"]["contents"]} == {"report.md", "results.json", "curves.png"}
-    assert any(a["type"] == "model" and a.get("use_after_commit") for a in arts)  # lineage: model -> report
+    used = [(a["type"], a["digest"]) for a in arts if a.get("use_after_commit")]  # lineage: model -> report
+    assert {t for t, _ in used} == {"model", "tokenizer"} and len(used) == len(set(used))  # each declared once
     table = next((out / "wandb").glob("offline-run-*/files/media/table/tables/pretraining_*.table.json"))
     assert json.loads(table.read_text())["data"] == [["gpt", 1.5], ["t5", "-"]]
 

@@ -38,6 +38,7 @@ from famlab.experiments.budget import (
 from famlab.experiments.compose import compose, parse_overrides
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
+from famlab.experiments.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 
 SIZES = ("tiny", "small", "base")
 # The tiny comparison's budget (applied before the user's overrides): 3 pretraining runs, 9 fine-tunes and
@@ -282,7 +283,8 @@ def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[st
 
 
 def _pretrain_one(
-    cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None
+    cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
+    evaluate: Any = None,
 ) -> dict:
     from famlab.experiments.pretrain import pretrain
 
@@ -292,7 +294,7 @@ def _pretrain_one(
     run.name = Path(run.run_dir).name
     run.wandb.group = group
     run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
-    results = pretrain(run)
+    results = pretrain(run, evaluate=evaluate)
     results["cfg"] = run
     return results
 
@@ -311,7 +313,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     while comp_dir.exists():
         comp_dir = comp_dir.with_name(comp_dir.name + "x")
     comp_dir.mkdir(parents=True)
-    group = f"compare-{name}"
+    group = comp_dir.name  # unique per invocation (name + timestamp): W&B groups never mix two comparisons
     what = "arms" if cmp.objectives else "families"
     log(f"{comp_dir}: {what} {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size}")
 
@@ -321,6 +323,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     shared = str((comp_dir / "tokenizer.json").resolve())
     for cfg in cfgs.values():
         cfg.data.tokenizer.path = shared
+        cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())  # one W&B directory for the whole comparison
         set_vocab(cfg, bundle.vocab_size)
     if cmp.task_limit:
         task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv").resolve()  # report from any cwd
@@ -376,10 +379,11 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
             if cmp.lr_grid and i == 0:
                 run = next(r for loss, lr, r in tried if lr == best_lr)
             else:
-                run = _pretrain_one(cfg, comp_dir, group, tags, seed, arm=arm)
+                run = _pretrain_one(cfg, comp_dir, group, tags, seed, arm=arm,
+                                    evaluate=lambda d, c: byte_scores(d, c, corpus, bundle))  # into W&B's summary
                 progress(f"pretrain {arm} seed {seed}: val/loss {run['final'].get('val/loss')}")
             run_dir, run_cfg = Path(run["run_dir"]), run["cfg"]
-            scores = byte_scores(run_dir, run_cfg, corpus, bundle)
+            scores = run.get("byte_score") or byte_scores(run_dir, run_cfg, corpus, bundle)
             write_json(run_dir / "eval.json", {"byte_score": scores})
             log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
             if cmp.seeds:
@@ -399,6 +403,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         json.dumps({"wall_s": round(wall, 1), "presets": presets, "overrides": overrides}, indent=2) + "\n"
     )
     build_report([comp_dir], comp_dir)
+    log_report_run(base, comp_dir, group=group, name=f"{comp_dir.name}-report", sources=pretraining_dirs(comp_dir))
     log(f"done in {time.time() - started:.0f} s: {comp_dir / 'report.md'}")
     return comp_dir
 
@@ -422,4 +427,5 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         raise ConfigInputError(f"famlab compare takes no flags (got {' '.join(flags)})")
     comp_dir = run_compare(presets, overrides)
     print((comp_dir / "report.md").read_text(encoding="utf-8"))
+    print_wandb_commands(comp_dir)
     return 0

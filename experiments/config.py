@@ -138,6 +138,8 @@ class WandbConfig:
     mode: WandbMode = WandbMode.auto  # auto | online | offline | disabled
     tags: list[str] = field(default_factory=list)  # extra tags; family, objective and pos are always added
     name: str | None = None  # W&B run name; None = the run's readable name
+    dir: str | None = None  # folder holding the W&B run files (<dir>/wandb/); None = the run directory
+    log_model: str = "false"  # checkpoints to upload: false (a path + checksum reference) | final | all
 
 
 @dataclass

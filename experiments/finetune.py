@@ -37,6 +37,7 @@ from famlab.experiments.run import (
     run_name,
     set_vocab,
     token_ids,
+    wandb_use_pretrained,
     write_config,
     write_json,
 )
@@ -442,6 +443,7 @@ class _Job:
         module, dm = self.module(point), self.datamodule(seed)
         config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
         loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config=config)
+        wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # W&B lineage: pretraining -> fine-tune
         trainer = make_trainer(
             cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=self.mode,
             max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +30,7 @@ from famlab.experiments.run import (
     run_name,
     set_vocab,
     token_ids,
+    wandb_pretrain_results,
     write_config,
     write_json,
 )
@@ -83,8 +86,14 @@ def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: di
     return {f"{p.multiple}x": {"seq_len": p.seq_len, "loss": p.loss, "reason": p.reason} for p in points}
 
 
-def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
-    """Run one pretraining job; returns the results written to ``results.json``."""
+def pretrain(
+    cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path, Config], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Run one pretraining job; returns the results written to ``results.json``.
+
+    ``evaluate(run_dir, cfg)``, when given, scores the finished run (a comparison's bits per byte) while its
+    W&B run is still open; its result is stored as ``results["byte_score"]`` and in the W&B summary.
+    """
     import lightning as L
     from famlab.datamodules import PretrainDataModule, load_corpus
     from famlab.families import build_network
@@ -178,7 +187,10 @@ def pretrain(cfg: Config, *, job_name: str | None = None) -> dict[str, Any]:
     }
     if trainer.is_global_zero:
         results["length_extrapolation"] = length_points(module.net, dm.val_tokens, ids, cfg, settings)
+        if evaluate is not None:
+            results["byte_score"] = evaluate(run_dir, cfg)
         write_json(run_dir / "results.json", results)
+        wandb_pretrain_results(cfg, loggers, run_dir, results)
     close_wandb(loggers)
     return results
 

@@ -20,6 +20,13 @@ from typing import Any
 
 from famlab.experiments.compose import flatten, to_plain, to_yaml
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.wandb_artifacts import (
+    log_model_mode,
+    log_pretrain_artifacts,
+    log_saved_checkpoint,
+    use_run_artifacts,
+)
+from famlab.experiments.wandb_metrics import define_metrics, x_axis
 
 PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
 
@@ -229,15 +236,23 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
     if mode == "disabled":
         return loggers
     tags = list(dict.fromkeys([cfg.model.family.value, str(cfg.objective.name), cfg.model.pos.value, *cfg.wandb.tags]))
+    log_model = log_model_mode(cfg.wandb.log_model)  # a bad value fails before training, naming the key
+    save_dir = Path(cfg.wandb.dir) if cfg.wandb.dir else run_dir  # a comparison keeps all its runs in one place
     try:
         from lightning.pytorch.loggers import WandbLogger
 
         class FlatConfigWandbLogger(WandbLogger):
             """Skips Lightning's ``log_hyperparams``: the module's nested hparams (``optim: {...}``) would add
-            a second, nested copy of keys already in the flat config (duplicate columns, wandb #5477)."""
+            a second, nested copy of keys already in the flat config (duplicate columns, wandb #5477).
+            With ``wandb.log_model=all`` uploads each checkpoint as it is saved (famlab's own artifacts)."""
 
             def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
                 return None
+
+            def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+                last = Path(checkpoint_callback.dirpath or "") / "last.ckpt"
+                if log_model == "all" and job_type == "pretrain" and last.is_file():
+                    log_saved_checkpoint(self.experiment, last)
 
         from famlab.experiments.wandb_guard import start_wandb
         from lightning.pytorch.utilities import rank_zero_only
@@ -247,12 +262,13 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
         logger, note = start_wandb(
             FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
             kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
-                        group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(run_dir),
+                        group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(save_dir),
                         config=flatten(config)),
         )
         if note:  # once, on stderr: where the run went and how to upload it
             print(f"famlab: WARNING {note}", file=sys.stderr)
         if logger is not None:
+            define_metrics(logger.experiment, job_type, x_axis(cfg.compare.match.value))
             loggers.append(logger)
     except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (DESIGN.md)
         message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"
@@ -359,6 +375,37 @@ def maybe_compile(cfg: Config, module: Any) -> Any:
 
         compile_network(module.net)  # in place; logs and stays eager on failure
     return module
+
+
+def wandb_loggers(loggers: list[Any]) -> list[Any]:
+    """The WandbLoggers among ``loggers`` (none when W&B is disabled or failed to start)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    return [logger for logger in loggers if isinstance(logger, WandbLogger)]
+
+
+def wandb_pretrain_results(cfg: Config, loggers: list[Any], run_dir: Path, results: dict[str, Any]) -> None:
+    """Evaluation results into the run's W&B summary, tokenizer + checkpoint artifacts; never raises."""
+    from famlab.experiments.wandb_metrics import pretrain_summary, record_summary
+
+    record_summary(loggers, pretrain_summary(results))
+    for logger in wandb_loggers(loggers):
+        try:
+            log_pretrain_artifacts(logger.experiment, run_dir, mode=log_model_mode(cfg.wandb.log_model),
+                                   final_step=int(results["steps"]))
+        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+            warnings.warn(f"W&B artifacts not logged ({type(e).__name__}: {e})", stacklevel=2)
+
+
+def wandb_use_pretrained(loggers: list[Any], source_dir: Path | None, ckpt: Path | None) -> None:
+    """Declare the pretraining run a fine-tune or probe starts from (W&B lineage); never raises."""
+    if source_dir is None:
+        return
+    for logger in wandb_loggers(loggers):
+        try:
+            use_run_artifacts(logger.experiment, source_dir, ckpt)
+        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+            warnings.warn(f"W&B lineage not recorded ({type(e).__name__}: {e})", stacklevel=2)
 
 
 def close_wandb(loggers: list[Any]) -> None:

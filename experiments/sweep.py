@@ -1,11 +1,15 @@
 """``famlab sweep <file.yaml>``: run a W&B sweep file locally, or register it with a W&B server (``--wandb``).
 
-The file is W&B's own format: ``method`` (grid | random), ``parameters`` (``values`` / ``value`` /
-``min`` + ``max`` / ``distribution``), ``metric``, ``command`` with ``${args_no_hyphens}``. The grid is
-expanded as W&B's sweep engine does it (``itertools.product`` over the parameters **sorted by name**, the
-last name varying fastest; verified against the ``sweeps`` package in the tests); random search draws
-``sweep.count`` trials from a generator seeded with ``sweep.seed``. Every trial is a subprocess running the
-file's command with its ``key=value`` tokens plus ``run_dir=<sweep dir>/trial-NNN`` and ``wandb.group``.
+The file is W&B's own format: ``method`` (grid | random | bayes), ``parameters`` (``values`` / ``value`` /
+``min`` + ``max`` / any ``distribution`` W&B accepts, :mod:`famlab.experiments.sweep_params`), ``metric``,
+``command`` with ``${args_no_hyphens}``. The grid is expanded as W&B's sweep engine does it
+(``itertools.product`` over the parameters **sorted by name**, the last name varying fastest); random search
+draws ``sweep.count`` trials as W&B's engine does, seeded with ``sweep.seed`` (both checked against the
+``sweeps`` package in the tests). ``bayes`` needs W&B's server: ``--wandb`` registers the file there.
+Every trial is a subprocess running the file's command with its ``key=value`` tokens plus
+``run_dir=<sweep dir>/trial-NNN``, ``wandb.group=<sweep dir name>`` (one group per invocation) and
+``wandb.dir=<sweep dir>`` (one W&B directory per sweep). With ``sweep.parallel=N`` on a GPU machine, the
+trials running at one time get disjoint ``CUDA_VISIBLE_DEVICES``.
 
 ``famlab sweep file.yaml [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]``
 """
@@ -14,8 +18,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
+import queue
 import random
 import shlex
 import socket
@@ -30,25 +34,32 @@ from urllib.parse import urlparse
 import yaml
 from famlab.experiments.compose import compose, load_yaml, schema
 from famlab.experiments.config import ConfigInputError
+from famlab.experiments.sweep_params import distribution, grid_values, sample
+from famlab.experiments.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from omegaconf import OmegaConf
 
-METHODS = ("grid", "random")
-DISTRIBUTIONS = ("constant", "categorical", "uniform", "int_uniform", "log_uniform_values", "q_uniform", "normal")
+METHODS = ("grid", "random", "bayes")
 
 
 class SweepError(ConfigInputError):
     """A bad sweep file (unknown method, parameter, distribution)."""
 
 
-def load_sweep(path: Path) -> dict[str, Any]:
-    """Read and check a sweep file; every parameter must be a famlab config key."""
+def load_sweep(path: Path, *, remote: bool = False) -> dict[str, Any]:
+    """Read and check a sweep file; every parameter must be a famlab config key.
+
+    ``remote`` (``--wandb``): the file goes to W&B's server, which also runs ``method: bayes``.
+    """
     if not path.is_file():
         raise SweepError(f"sweep file {path} does not exist")
     spec = OmegaConf.to_container(load_yaml(path))
     assert isinstance(spec, dict)
     method = spec.get("method")
     if method not in METHODS:
-        raise SweepError(f"{path}: method={method!r} is not one of: {', '.join(METHODS)} (bayes needs a W&B server)")
+        raise SweepError(f"{path}: method={method!r} is not one of: {', '.join(METHODS)}")
+    if method == "bayes" and not remote:
+        raise SweepError(f"{path}: method=bayes needs W&B's server to choose trials; register it with "
+                         f"`famlab sweep {path} --wandb` and run the `wandb agent` command it prints")
     params = spec.get("parameters")
     if not isinstance(params, dict) or not params:
         raise SweepError(f"{path}: parameters must be a non-empty mapping of config keys")
@@ -56,59 +67,63 @@ def load_sweep(path: Path) -> dict[str, Any]:
     for key, p in params.items():
         if OmegaConf.select(keys, key, default="__missing__") == "__missing__":
             raise SweepError(f"{path}: parameter {key!r} is not a famlab config key (see `famlab config`)")
-        if not isinstance(p, dict) or not ({"values", "value", "min", "max", "distribution"} & set(p)):
-            raise SweepError(f"{path}: parameter {key} needs values, value, or min/max")
-        dist = p.get("distribution")
-        if dist is not None and dist not in DISTRIBUTIONS:
-            valid = ", ".join(DISTRIBUTIONS)
-            raise SweepError(f"{path}: parameter {key}: distribution={dist!r} is not one of: {valid}")
-        if method == "grid" and "values" not in p and "value" not in p and dist != "int_uniform" and not (
-            isinstance(p.get("min"), int) and isinstance(p.get("max"), int)
-        ):
-            raise SweepError(f"{path}: method=grid needs values / value / integer min+max for parameter {key}")
+        try:
+            distribution(key, p)
+            if method == "grid":
+                grid_values(key, p)
+        except ConfigInputError as e:
+            raise SweepError(f"{path}: {e}") from None
+    if "command" not in spec and "program" not in spec:
+        raise SweepError(f"{path}: no command; add e.g. `command: [famlab, pretrain, ${{args_no_hyphens}}]` "
+                         "(block list form, one token per line)")
     if not isinstance(spec.get("command", []), list):
         raise SweepError(f"{path}: command must be a list of tokens")
     return spec
 
 
-def _grid_values(p: dict[str, Any]) -> list[Any]:
-    if "values" in p:
-        return list(p["values"])
-    if "value" in p:
-        return [p["value"]]
-    return list(range(int(p["min"]), int(p["max"]) + 1))  # int_uniform on a grid: every integer
+def _keep_ints(trial: dict[str, Any]) -> dict[str, Any]:
+    """An integral float for an integer config key becomes an int (``q_uniform`` with the default ``q: 1.0``
+    draws 64.0, which ``model.dim`` would refuse)."""
+    keys = schema()
+    out = {}
+    for key, value in trial.items():
+        default = OmegaConf.select(keys, key, default=None)
+        is_int_key = isinstance(default, int) and not isinstance(default, bool)
+        out[key] = int(value) if is_int_key and isinstance(value, float) and value.is_integer() else value
+    return out
 
 
 def expand_grid(params: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """W&B's grid order: product over parameters sorted by name (the last name varies fastest)."""
     names = sorted(params)
-    grids = [_grid_values(params[n]) for n in names]
-    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grids)]
-
-
-def _sample(p: dict[str, Any], rng: random.Random) -> Any:
-    dist = p.get("distribution")
-    if "value" in p or dist == "constant":
-        return p["value"]
-    if "values" in p or dist == "categorical":
-        return rng.choice(list(p["values"]))
-    lo, hi = p["min"], p["max"]
-    if dist == "int_uniform" or (dist is None and isinstance(lo, int) and isinstance(hi, int)):
-        return rng.randint(int(lo), int(hi))
-    if dist == "log_uniform_values":
-        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
-    if dist == "q_uniform":
-        q = p.get("q", 1.0)
-        return round(rng.uniform(lo, hi) / q) * q
-    if dist == "normal":
-        return rng.gauss(p.get("mu", 0.0), p.get("sigma", 1.0))
-    return rng.uniform(float(lo), float(hi))
+    grids = [grid_values(n, params[n]) for n in names]
+    return [_keep_ints(dict(zip(names, combo, strict=True))) for combo in itertools.product(*grids)]
 
 
 def expand_random(params: dict[str, dict[str, Any]], count: int, seed: int) -> list[dict[str, Any]]:
-    """``count`` trials drawn from a ``random.Random(seed)`` (parameters visited in sorted order)."""
+    """``count`` trials as W&B's engine draws them after ``random.seed(seed)`` (parameters in sorted order)."""
     rng = random.Random(seed)
-    return [{n: _sample(params[n], rng) for n in sorted(params)} for _ in range(count)]
+    return [_keep_ints({n: sample(n, params[n], rng) for n in sorted(params)}) for _ in range(count)]
+
+
+def gpu_ids() -> list[str]:
+    """The CUDA devices this process may use (``CUDA_VISIBLE_DEVICES`` if set, else all of them)."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return (visible or [str(i) for i in range(count)])[:count]
+
+
+def device_slots(parallel: int, gpus: list[str]) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` per worker slot: disjoint GPU sets when there are enough, else one GPU each
+    shared round-robin; ``None`` (leave the environment alone) without GPUs."""
+    if not gpus:
+        return [None] * parallel
+    if parallel > len(gpus):
+        return [gpus[k % len(gpus)] for k in range(parallel)]
+    per = len(gpus) // parallel
+    return [",".join(gpus[k * per:(k + 1) * per]) for k in range(parallel)]
 
 
 def _token(key: str, value: Any) -> str:
@@ -152,9 +167,11 @@ def _command_overrides(cmd: list[str]) -> tuple[list[str], list[str]]:
     return presets, overrides
 
 
-def run_trial(cmd: list[str], log_path: Path) -> int:
+def run_trial(cmd: list[str], log_path: Path, devices: str | None = None) -> int:
     with log_path.open("w", encoding="utf-8") as f:
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        if devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = devices
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
 
 
@@ -219,7 +236,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     if bad_keys:
         raise SweepError(f"famlab sweep: {bad_keys[0]} - only sweep.* and wandb.* settings apply to the sweep itself")
     path = Path(files[0])
-    spec = load_sweep(path)
+    spec = load_sweep(path, remote="--wandb" in flags)
     cfg = compose([], overrides).cfg
     if "--wandb" in flags:
         print(register_wandb(spec, cfg.wandb.project, cfg.wandb.entity))
@@ -231,12 +248,15 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         trials = expand_random(params, cfg.sweep.count or int(spec.get("run_cap", 10)), cfg.sweep.seed)
     name = path.stem
     sweep_dir = Path("runs") / f"sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    while sweep_dir.exists():  # two sweeps started in the same second
+        sweep_dir = sweep_dir.with_name(sweep_dir.name + "x")
     fixed = params.get("wandb.group", {}).get("value")  # a file that names its group keeps it
-    group = cfg.wandb.group or fixed or f"sweep-{name}"
+    group = cfg.wandb.group or fixed or sweep_dir.name  # default: one group per invocation (name + timestamp)
     records, commands = [], []
     for i, trial in enumerate(trials):
         trial_name = f"trial-{i:03d}"
-        extra = [f"run_dir={sweep_dir / trial_name}", f"wandb.group={group}"]
+        extra = [f"run_dir={sweep_dir / trial_name}", f"wandb.group={group}",
+                 f"wandb.dir={cfg.wandb.dir or sweep_dir.resolve()}"]
         extra = [e for e in extra if e.split("=", 1)[0] not in trial]
         cmd = trial_command(spec, trial, extra)
         t_presets, t_over = _command_overrides(cmd)
@@ -252,14 +272,24 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     sweep_dir.mkdir(parents=True)
     (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
 
+    parallel = max(1, cfg.sweep.parallel)
+    slots: queue.Queue[str | None] = queue.Queue()
+    for devices in device_slots(parallel, gpu_ids()):
+        slots.put(devices)
+
     def go(i: int) -> int:
-        print(f"[famlab sweep] {records[i]['name']} started: {' '.join(_token(k, v) for k, v in trials[i].items())}",
-              flush=True)
-        rc = run_trial(commands[i], sweep_dir / f"{records[i]['name']}.log")
+        devices = slots.get()  # the trials running at one time hold distinct slots
+        gpu = "" if devices is None else f" (CUDA_VISIBLE_DEVICES={devices})"
+        print(f"[famlab sweep] {records[i]['name']} started{gpu}: "
+              f"{' '.join(_token(k, v) for k, v in trials[i].items())}", flush=True)
+        try:
+            rc = run_trial(commands[i], sweep_dir / f"{records[i]['name']}.log", devices)
+        finally:
+            slots.put(devices)
         print(f"[famlab sweep] {records[i]['name']} finished with exit status {rc}", flush=True)
         return rc
 
-    with ThreadPoolExecutor(max_workers=max(1, cfg.sweep.parallel)) as pool:
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
         statuses = list(pool.map(go, range(len(records))))
     for r, rc in zip(records, statuses, strict=True):
         r["status"] = "ok" if rc == 0 else f"failed ({rc})"
@@ -275,4 +305,6 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     (sweep_dir / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     (sweep_dir / "results.json").write_text(json.dumps({"trials": records}, indent=2, default=str) + "\n")
     print("\n".join(md))
+    log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
+    print_wandb_commands(sweep_dir)
     return 0 if all(rc == 0 for rc in statuses) else 1

@@ -66,7 +66,7 @@ def start_wandb(
             return None, f"W&B logging disabled for this run ({reason}); CSV metrics still written"
         mode = "offline"
         note = (f"W&B online start failed ({reason}); logging offline instead. Upload later with: "
-                f"wandb sync {run_dir}/wandb/offline-run-*")
+                f"wandb sync {kwargs.get('save_dir') or run_dir}/wandb/offline-run-*")
     run = logger.experiment
     record = {"id": run.id, "mode": mode, "group": kwargs.get("group"), "resumed_from": (prev or {}).get("id")}
     (run_dir / RUN_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")

@@ -133,6 +133,11 @@ class PretrainModule(L.LightningModule):
                 self.log("val/mlm_acc", self.val_correct.compute() / count)
             if self.unigram_log_probs is not None:
                 self.log("val/unigram_loss", self.val_unigram_nll.compute() / count)
+            # the budget spent so far, in the validation row too: charts of val/* against budget/flops or
+            # budget/tokens then need no join with the training rows
+            self.log("budget/tokens", float(self.tokens_seen))
+            if self.flops_per_step is not None:
+                self.log("budget/flops", float(self.flops_seen))
         for metric in (self.val_nll, self.val_tokens, self.val_correct, self.val_unigram_nll):
             metric.reset()
 

@@ -96,7 +96,7 @@ def test_runs_share_the_group_tokenizer_and_tags(twice):
     runs = [p for p in comp.iterdir() if (p / "config.yaml").is_file()]
     assert len(runs) == 9  # 3 families x (pretrain, fine-tune, scratch)
     cfgs = [yaml.safe_load((p / "config.yaml").read_text()) for p in runs]
-    assert {c["wandb"]["group"] for c in cfgs} == {f"compare-{comp.name.split('-', 1)[1].rsplit('-', 2)[0]}"}
+    assert {c["wandb"]["group"] for c in cfgs} == {comp.name}  # name + timestamp: one group per invocation
     assert {c["data"]["tokenizer"]["path"] for c in cfgs} == {str((comp / "tokenizer.json").resolve())}
     assert all({c["model"]["family"], "budget-flops"} <= set(c["wandb"]["tags"]) for c in cfgs)
     ft = json.loads((comp / "gpt-ft-s0" / "results.json").read_text())

@@ -63,7 +63,7 @@ def test_args_no_hyphens_become_key_value_tokens():
 
 @pytest.mark.parametrize(("spec", "message"), [
     ({"method": "grid", "parameters": {"model.posx": {"values": [1]}}}, "model.posx"),
-    ({"method": "bayes", "parameters": {"model.pos": {"values": ["rope"]}}}, "method='bayes'"),
+    ({"method": "bayes", "parameters": {"model.pos": {"values": ["rope"]}}}, "method=bayes needs W&B's server"),
     ({"method": "grid", "parameters": {"model.pos": {"values": ["nope"]}}, "command": ["famlab", "pretrain",
                                                                                       "${args_no_hyphens}"]}, "nope"),
 ])
@@ -110,7 +110,7 @@ def test_a_pos_x_family_sweep_runs_end_to_end(tmp_path, monkeypatch, capsys):
         ("gpt", "rope"), ("gpt", "alibi"), ("bert", "rope"), ("bert", "alibi")]  # sorted keys, values as given
     for t in trials:
         cfg = yaml.safe_load((Path(t["run_dir"]) / "config.yaml").read_text())
-        assert cfg["model"]["pos"] == t["params"]["model.pos"] and cfg["wandb"]["group"] == "sweep-s"
+        assert cfg["model"]["pos"] == t["params"]["model.pos"] and cfg["wandb"]["group"] == sweep_dir.name
         assert t["status"] == "ok" and t["final"] > 0
     assert (sweep_dir / "report.md").read_text().count("| trial-") == 4
     # rope / alibi reach any length: every trial reports its validation loss at 2x and 4x the training length

@@ -88,6 +88,10 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
         chosen = [f"objective.name={objective}"] if objective else []
         cfg = compose([family, *family_free], [*defaults, *overrides, *chosen]).cfg
         cfgs[arm_name(family, cfg.objective.name, bool(base.compare.objectives))] = cfg
+    if base.compare.scratch_seeds is None:
+        base.compare.scratch_seeds = list(base.compare.seeds)
+    for cfg in cfgs.values():
+        cfg.compare.scratch_seeds = list(base.compare.scratch_seeds)
     if not base.compare.seeds and not base.compare.scratch_seeds:
         raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
     if not base.compare.pretrain_seeds:
@@ -224,8 +228,9 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, An
     return plan
 
 
-def subsample_task(cfg: Config, limit: int, path: Path) -> Path:
-    """Write a seeded subsample of ``data.task`` as CSV: ``limit`` train examples, ``limit // 5`` each val/test.
+def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None = None) -> Path:
+    """Write a seeded subsample of ``data.task`` as CSV: ``limit`` train examples, ``eval_limit`` (default
+    ``limit // 5``) each val/test.
 
     Validation / test examples whose label the train subsample lacks are dropped (the task loader takes its
     label set from the training split). Every family fine-tunes and is tested on this same file.
@@ -247,7 +252,8 @@ def subsample_task(cfg: Config, limit: int, path: Path) -> Path:
     rows = [("train", e) for e in train]
     for split, examples in (("val", task.val), ("test", task.test)):
         keep = [e for e in examples if e.label in seen]
-        rows += [(split, e) for e in rng.sample(keep, min(max(1, limit // 5), len(keep)))]
+        want = eval_limit if eval_limit is not None else max(1, limit // 5)
+        rows += [(split, e) for e in rng.sample(keep, min(want, len(keep)))]
     with path.open("w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
         w.writerow(["text", "text_pair", "label", "split"])
@@ -326,9 +332,9 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())  # one W&B directory for the whole comparison
         set_vocab(cfg, bundle.vocab_size)
     if cmp.task_limit:
-        task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv").resolve()  # report from any cwd
+        task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
         log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
-            f"compare.task_limit={cmp.task_limit})")
+            f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
         for cfg in cfgs.values():
             d = cfg.data
             d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
@@ -346,7 +352,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     scratch_cfgs = {}  # family -> the config of its first arm (model size as budgeted; objective irrelevant)
     for cfg in cfgs.values():
         scratch_cfgs.setdefault(cfg.model.family.value, cfg)
-    total_jobs = len(cfgs) * (len(cmp.pretrain_seeds) * (1 + bool(cmp.seeds)) + max(0, len(cmp.lr_grid) - 1))
+    per_seed = 1 + bool(cmp.seeds) + cmp.probe
+    total_jobs = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))
     total_jobs += len(scratch_cfgs) * bool(cmp.scratch_seeds)
     done = 0
 
@@ -356,6 +363,15 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         log(f"[{done}/{total_jobs}] {what} ({time.time() - started:.0f} s elapsed)")
 
     budget_tag = f"budget-{cmp.match.value}"
+    phases = {"pretraining": 0.0, "evaluation": 0.0, "fine-tuning": 0.0, "probes": 0.0}
+
+    def timed(phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phases[phase] += time.time() - t0
+
     for arm, cfg in cfgs.items():
         family = cfg.model.family.value
         tags = [family, str(cfg.objective.name), budget_tag, "compare"]
@@ -364,9 +380,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
             for lr in cmp.lr_grid:
                 trial = copy.deepcopy(cfg)
                 trial.optim.lr, trial.optim.lr_scale = lr, 1.0
-                r = _pretrain_one(
-                    trial, comp_dir, group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm
-                )
+                r = timed("pretraining", _pretrain_one,
+                          trial, comp_dir, group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm)
                 tried.append((r["final"].get("val/loss", float("inf")), lr, r))
                 progress(f"lr {lr:g} {arm}: val/loss {r['final'].get('val/loss')}")
             best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
@@ -379,28 +394,36 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
             if cmp.lr_grid and i == 0:
                 run = next(r for loss, lr, r in tried if lr == best_lr)
             else:
-                run = _pretrain_one(cfg, comp_dir, group, tags, seed, arm=arm,
-                                    evaluate=lambda d, c: byte_scores(d, c, corpus, bundle))  # into W&B's summary
+                run = timed("pretraining", _pretrain_one, cfg, comp_dir, group, tags, seed, arm=arm,
+                            evaluate=lambda d, c: timed("evaluation", byte_scores, d, c, corpus, bundle))
                 progress(f"pretrain {arm} seed {seed}: val/loss {run['final'].get('val/loss')}")
             run_dir, run_cfg = Path(run["run_dir"]), run["cfg"]
-            scores = run.get("byte_score") or byte_scores(run_dir, run_cfg, corpus, bundle)
+            scores = run.get("byte_score") or timed("evaluation", byte_scores, run_dir, run_cfg, corpus, bundle)
             write_json(run_dir / "eval.json", {"byte_score": scores})
             log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
+            if cmp.probe:
+                r = timed("probes", _probe, run_cfg, str(run_dir), comp_dir / f"{arm}-probe-s{seed}", group, tags)
+                progress(f"probe {arm} (pretrained seed {seed}): test/acc {r['pretrained']['test']['test/acc']:.3f} "
+                         f"vs random-init {r['random_mean']['test/acc']:.3f}")
             if cmp.seeds:
-                _finetune(run_cfg, str(run_dir), comp_dir / f"{arm}-ft-s{seed}", list(cmp.seeds), group, tags)
-                progress(f"fine-tune {arm} (pretrained seed {seed}) seeds {list(cmp.seeds)}")
+                r = timed("fine-tuning", _finetune, run_cfg, str(run_dir), comp_dir / f"{arm}-ft-s{seed}",
+                          list(cmp.seeds), group, tags)
+                progress(f"fine-tune {arm} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
+                         f"test/acc {r['mean']['test/acc']:.3f}")
         if cmp.scratch_seeds and scratch_cfgs.get(family) is cfg:  # once per family, after its first arm
             # the objective tag only where it is the family's single (preset) objective, as before arms existed
             objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
-            _finetune(cfg, "scratch", comp_dir / f"{family}-scratch", list(cmp.scratch_seeds), group,
-                      [family, *objective_tag, budget_tag, "compare", "scratch"])
-            progress(f"fine-tune {family} from scratch seeds {list(cmp.scratch_seeds)}")
+            r = timed("fine-tuning", _finetune, cfg, "scratch", comp_dir / f"{family}-scratch",
+                      list(cmp.scratch_seeds), group, [family, *objective_tag, budget_tag, "compare", "scratch"])
+            progress(f"fine-tune {family} from scratch seeds {list(cmp.scratch_seeds)}: "
+                     f"test/acc {r['mean']['test/acc']:.3f}")
 
     from famlab.experiments.report import build_report
 
     wall = time.time() - started
     (comp_dir / "compare.json").write_text(
-        json.dumps({"wall_s": round(wall, 1), "presets": presets, "overrides": overrides}, indent=2) + "\n"
+        json.dumps({"wall_s": round(wall, 1), "phases": {k: round(v, 1) for k, v in phases.items()},
+                    "presets": presets, "overrides": overrides}, indent=2) + "\n"
     )
     build_report([comp_dir], comp_dir)
     log_report_run(base, comp_dir, group=group, name=f"{comp_dir.name}-report", sources=pretraining_dirs(comp_dir))
@@ -419,6 +442,17 @@ def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: st
     ft.wandb.group = group
     ft.wandb.tags = list(dict.fromkeys([*ft.wandb.tags, *tags]))
     return finetune(ft, parse_init(init))
+
+
+def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> dict:
+    from famlab.experiments.finetune import parse_init
+    from famlab.experiments.probe import probe
+
+    pr = copy.deepcopy(cfg)
+    pr.init, pr.run_dir, pr.name = init, str(run_dir), run_dir.name
+    pr.wandb.group = group
+    pr.wandb.tags = list(dict.fromkeys([*pr.wandb.tags, *tags, "probe"]))
+    return probe(pr, parse_init(init))
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:

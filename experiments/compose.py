@@ -234,14 +234,17 @@ def _check_finetune_grid(ft: Any) -> None:
     import math
 
     for key in ("lr_grid", "head_lr_grid", "probe_c_grid"):
+        if getattr(ft, key) is None:
+            continue
         values = list(getattr(ft, key))
+        if not values:
+            unset = "" if key == "probe_c_grid" else f", or leave it unset (null) to use finetune.{key[:-5]}"
+            raise ConfigInputError(f"finetune.{key}=[] is an empty grid: give at least one value{unset}")
         bad = [v for v in values if not (math.isfinite(v) and v > 0)]
         if bad:
             raise ConfigInputError(f"finetune.{key}={values}: every value must be finite and > 0 (got {bad[0]})")
     if ft.head_lr is not None and not (math.isfinite(ft.head_lr) and ft.head_lr > 0):
         raise ConfigInputError(f"finetune.head_lr={ft.head_lr} must be finite and > 0")
-    if not ft.probe_c_grid:
-        raise ConfigInputError("finetune.probe_c_grid=[] must name at least one regularisation strength")
     if not ft.probe_seeds:
         raise ConfigInputError("finetune.probe_seeds=[] must name at least one random-init seed")
     if ft.batch_size is not None and ft.batch_size < 1:

@@ -150,9 +150,9 @@ class FinetuneConfig:
     lr: float = 1e-4  # body learning rate
     head_lr: float | None = None  # classification-head learning rate; None = 10 x lr (fresh weights)
     # Hyper-parameter grid: every (body lr, head lr) pair is fine-tuned for every seed; the pair with the best mean
-    # validation `monitor` over seeds is selected, and only its models read the test split. [] = [lr] / [head_lr].
-    lr_grid: list[float] = field(default_factory=list)
-    head_lr_grid: list[float] = field(default_factory=list)
+    # validation `monitor` over seeds is selected, and only its models read the test split. null = [lr] / [head_lr].
+    lr_grid: list[float] | None = None
+    head_lr_grid: list[float] | None = None
     batch_size: int | None = None  # fine-tuning batch size; None = data.batch_size
     head_dropout: float = 0.1  # dropout before the classifier
     # standardise pooled features over the batch (BatchNorm, no affine) before the classifier: pretrained pooled
@@ -176,10 +176,13 @@ class CompareConfig:
     match: CompareMatch = CompareMatch.flops  # budget matched across families: flops | params | tokens
     pretrain_seeds: list[int] = field(default_factory=lambda: [0])  # pretraining seeds per family
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # fine-tuning seeds per pretrained model
-    scratch_seeds: list[int] = field(default_factory=lambda: [0])  # seeds of the no-pretraining baseline
+    # seeds of the no-pretraining baseline; None = compare.seeds (the same seeds on both sides of every gain)
+    scratch_seeds: list[int] | None = None
+    probe: bool = True  # linear probe of every pretrained body against random-init bodies (finetune.probe_*)
     lr_grid: list[float] = field(default_factory=list)  # effective peak pretraining lrs tried per family; [] = presets
     tolerance: float = 0.02  # allowed relative budget mismatch between families
-    task_limit: int | None = None  # fine-tune on a seeded subsample: this many train, a fifth each val/test; None = all
+    task_limit: int | None = None  # fine-tune on a seeded subsample: this many train examples; None = all
+    task_eval_limit: int | None = None  # validation and test examples each in that subsample; None = task_limit // 5
 
 
 @dataclass

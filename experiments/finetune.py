@@ -262,10 +262,11 @@ class GridPoint:
 
 def grid_points(ft: Any) -> list[GridPoint]:
     """The grid in a fixed order: body lr major, head lr minor; a missing head lr is 10 x the body lr."""
-    lrs = list(ft.lr_grid) or [ft.lr]
+    lrs = list(ft.lr_grid) if ft.lr_grid is not None else [ft.lr]
     points = []
     for lr in lrs:
-        heads_ = list(ft.head_lr_grid) or [ft.head_lr if ft.head_lr is not None else 10 * lr]
+        default_head = ft.head_lr if ft.head_lr is not None else 10 * lr
+        heads_ = list(ft.head_lr_grid) if ft.head_lr_grid is not None else [default_head]
         points += [GridPoint(float(lr), float(h)) for h in heads_]
     return list(dict.fromkeys(points))
 
@@ -479,6 +480,11 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     from famlab.experiments.run import env_rank
 
     cfg, init = compose_finetune(presets, overrides)
+    if cfg.finetune.mode.value == "probe":
+        from famlab.experiments.probe import print_probe, probe
+
+        print_probe(probe(cfg, init))
+        return 0
     try:
         r = finetune(cfg, init)
     except (Preempted, NonFiniteError) as e:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from famlab.experiments import transfer
 from famlab.experiments.config import ConfigInputError
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
@@ -64,7 +65,7 @@ def collect(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | No
         candidates = [d] if (d / "results.json").is_file() and not (d / "plan.json").is_file() else sorted(d.iterdir())
         for c in candidates:
             run = _load(c) if c.is_dir() else None
-            if run is not None and run["results"].get("job") in ("pretrain", "finetune"):
+            if run is not None and run["results"].get("job") in ("pretrain", "finetune", "probe"):
                 runs.append(run)
     if not runs:
         raise ConfigInputError(f"famlab report: no run directories (config.yaml + results.json) in {dirs}")
@@ -253,23 +254,23 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
 
 
 def significance(families: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[dict[str, Any]]:
-    """Welch's t-test (unequal variances) on fine-tune scores over seeds, for every pair of families."""
-    from scipy import stats
+    """Welch's two-sided t-test on fine-tune scores over seeds for every pair of arms, Holm-corrected."""
+    from famlab.experiments.stats import holm, welch
 
-    out = []
+    out, tested = [], []
     for a, b in itertools.combinations(families, 2):
         va = families[a].get("finetune_values", {}).get(metric, [])
         vb = families[b].get("finetune_values", {}).get(metric, [])
         if len(va) < 2 or len(vb) < 2:
             out.append({"pair": f"{a} vs {b}", "p": None, "verdict": "too few seeds for a test (need >= 2 each)"})
             continue
-        diff = statistics.fmean(va) - statistics.fmean(vb)
-        if statistics.pstdev(va) == 0 and statistics.pstdev(vb) == 0:
-            p = 0.0 if diff != 0 else 1.0
-        else:
-            p = float(stats.ttest_ind(va, vb, equal_var=False).pvalue)
-        verdict = "exceeds seed variation (p < 0.05)" if p < 0.05 else "within seed variation (p >= 0.05)"
-        out.append({"pair": f"{a} vs {b}", "diff": diff, "p": p, "verdict": verdict})
+        w = welch(va, vb, alternative="two-sided")
+        out.append({"pair": f"{a} vs {b}", "diff": w.diff, "ci": [w.ci_low, w.ci_high], "p": w.p})
+        tested.append(out[-1])
+    for s, p in zip(tested, holm([s["p"] for s in tested]), strict=True):
+        s["p_holm"] = p
+        s["verdict"] = ("exceeds seed variation (Holm p < 0.05)" if p < 0.05
+                        else "within seed variation (Holm p >= 0.05)")
     return out
 
 
@@ -430,6 +431,10 @@ def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any
 def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     """Write ``report.md``, ``pretrain_curves.png``, ``finetune_scores.png`` and ``results.json`` to ``out_dir``."""
     runs, plan = collect(dirs)
+    probes = [r for r in runs if r["results"]["job"] == "probe"]
+    runs = [r for r in runs if r["results"]["job"] != "probe"]
+    if not runs:
+        raise ConfigInputError(f"famlab report: no pretraining or fine-tuning runs in {[str(d) for d in dirs]}")
     out_dir.mkdir(parents=True, exist_ok=True)
     families = summarize(runs, plan)
     majority = majority_reference(runs)
@@ -466,16 +471,20 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
            "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
            "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
     for s in sig:
-        p = "-" if s["p"] is None else f"{s['p']:.3g}"
+        p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
         diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
         md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
+    bought = transfer.section(runs, probes, families, out_dir, dirs)
+    md += ["", *bought["markdown"]]
     md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", "", f"![fine-tune scores]({scores.name})", ""]
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     clean = {f: {k: v for k, v in r.items() if not k.endswith("_values")} for f, r in families.items()}
     results = {
         "scale": scale, "plan": plan, "families": clean, "reference": {"majority": majority, "tfidf": tfidf},
-        "significance": sig, "runs": [str(r["dir"]) for r in runs],
-        "tables": {"pretrain": pre_table, "finetune": ft_table},
+        "significance": sig, "runs": [str(r["dir"]) for r in [*runs, *probes]],
+        "tables": {"pretrain": pre_table, "finetune": ft_table, **bought["tables"]},
+        "gains": bought["gains"], "probe_gains": bought["probe_gains"], "protocol": bought["protocol"],
+        "wall": bought["wall"],
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results

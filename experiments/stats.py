@@ -5,6 +5,7 @@ sweep, a comparison and a zero-shot evaluation state significance the same way.
 
 - :func:`welch` - Welch's unequal-variance t-test of ``mean(a) - mean(b)``, one- or two-sided, with the
   Welch-Satterthwaite degrees of freedom and the matching confidence interval of the difference.
+- :func:`above` - a fixed score against seeded controls (one-sample t-test).
 - :func:`holm` - Holm's step-down correction of a family of p-values (Holm 1979), which controls the
   family-wise error rate without Bonferroni's loss of power.
 - :func:`mean_ci` - a t-based confidence interval of a mean over seeds.
@@ -75,6 +76,27 @@ def welch(a: Sequence[float], b: Sequence[float], *, alternative: str = "greater
         p = float(2 * stats.t.sf(abs(t), df))
     half = float(stats.t.ppf(0.5 + level / 2, df)) * se
     return WelchResult(diff, diff - half, diff + half, t, df, p, len(a), len(b), alternative)
+
+
+def above(value: float, baseline: Sequence[float], *, level: float = 0.95) -> WelchResult:
+    """One-sample t-test of a fixed ``value`` against per-seed ``baseline`` values (H1: value > mean(baseline)).
+
+    For a deterministic score (a probe of one pretrained body) compared with seeded controls (random-init
+    bodies): the difference ``value - mean(baseline)`` with its t interval, df = n - 1. With no spread in the
+    baseline the sign decides, as in :func:`welch`.
+    """
+    from scipy import stats
+
+    if len(baseline) < 2:
+        raise ValueError(f"a one-sample test needs at least 2 baseline values (got {len(baseline)})")
+    n, mean = len(baseline), statistics.fmean(baseline)
+    diff, se = value - mean, statistics.stdev(baseline) / math.sqrt(len(baseline))
+    if se == 0.0:
+        p = 0.0 if diff > 0 else (1.0 if diff < 0 else 0.5)
+        return WelchResult(diff, diff, diff, math.copysign(math.inf, diff) if diff else 0.0, n - 1, p, 1, n, "greater")
+    t = diff / se
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    return WelchResult(diff, diff - half, diff + half, t, n - 1, float(stats.t.sf(t, n - 1)), 1, n, "greater")
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -60,3 +60,15 @@ def test_bootstrap_ci_is_seeded_and_brackets_the_statistic():
     a, b = bootstrap_ci(items, seed=1), bootstrap_ci(items, seed=1)
     assert a == b and a[1] <= 0.3 <= a[2] and a[0] == pytest.approx(0.3)
     assert not math.isclose(a[2] - a[1], 0.0)
+
+
+def test_above_matches_a_one_sample_t_test():
+    """A fixed score against seeded controls is scipy's one-sample t-test, one-sided."""
+    from famlab.experiments.stats import above
+
+    controls = [0.30, 0.28, 0.33, 0.31, 0.29]
+    ours = above(0.36, controls)
+    ref = sps.ttest_1samp(controls, 0.36, alternative="less")
+    assert ours.p == pytest.approx(ref.pvalue) and ours.diff == pytest.approx(0.36 - sum(controls) / 5)
+    assert ours.ci_low < ours.diff < ours.ci_high
+    assert above(0.2, [0.3, 0.3]).p == 1.0

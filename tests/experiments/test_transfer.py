@@ -1,0 +1,113 @@
+"""What pretraining bought: gains with Holm correction on known answers, the probe on toy features, grid selection."""
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from famlab.experiments import transfer
+from famlab.experiments.config import ConfigInputError
+from famlab.experiments.finetune import GridPoint, grid_points, select_point
+from famlab.experiments.probe import fit_probe
+
+
+def _arm(family, pretrained, scratch):
+    return {"family": family, "finetune_values": {"test/acc": pretrained}, "scratch_values": {"test/acc": scratch}}
+
+
+ARMS = {
+    "bert": _arm("bert", [0.60, 0.61, 0.62], [0.50, 0.51, 0.52]),  # +0.10, tight: significant
+    "gpt": _arm("gpt", [0.55, 0.45, 0.50], [0.49, 0.51, 0.50]),  # +0.00, noisy: not
+    "t5": _arm("t5", [0.40, 0.41, 0.42], [0.45, 0.46, 0.47]),  # -0.05: pretraining hurts
+}
+
+
+def test_finetune_gains_match_scipy_and_holm_by_hand():
+    """Differences, one-sided Welch p-values (scipy) and Holm's adjustment worked by hand."""
+    gains = {g.arm: g for g in transfer.finetune_gains(ARMS)}
+    raw = {a: sps.ttest_ind(r["finetune_values"]["test/acc"], r["scratch_values"]["test/acc"], equal_var=False,
+                            alternative="greater").pvalue for a, r in ARMS.items()}
+    for arm, g in gains.items():
+        assert g.p == pytest.approx(raw[arm])
+    assert gains["bert"].diff == pytest.approx(0.10) and gains["t5"].diff == pytest.approx(-0.05)
+    order = sorted(raw, key=raw.get)  # Holm: k-th smallest times (3 - k), running maximum
+    expected, running = {}, 0.0
+    for k, arm in enumerate(order):
+        running = max(running, min(1.0, (3 - k) * raw[arm]))
+        expected[arm] = running
+    assert {a: g.p_holm for a, g in gains.items()} == pytest.approx(expected)
+    assert [a for a, g in gains.items() if g.significant] == ["bert"]
+    assert gains["bert"].ci_low > 0 > gains["t5"].ci_high
+    assert "gpt, t5" in transfer.verdict(list(gains.values()))
+
+
+def test_gain_table_has_one_row_per_arm_and_the_verdict_column():
+    table = transfer.gain_table(transfer.finetune_gains(ARMS))
+    rows = table.splitlines()[2:]
+    assert [r.split("|")[1].strip() for r in rows] == ["bert", "gpt", "t5"]
+    assert rows[0].rstrip().endswith("| yes |") and rows[2].rstrip().endswith("| no |")
+    assert "+0.100" in rows[0] and "(n=3)" in rows[0]
+
+
+def test_arms_without_two_seeds_a_side_are_not_tested():
+    arms = {"bert": _arm("bert", [0.6], [0.5, 0.5])}
+    assert transfer.finetune_gains(arms) == []
+    assert "No arm" in transfer.verdict([])
+
+
+def test_probe_gains_compare_the_pretrained_body_with_random_bodies():
+    """One pretrained value per pretraining seed against seeded random bodies (one-sample t-test)."""
+    result = {"pretrained": {"test": {"test/acc": 0.40}},
+              "random": {str(s): {"test": {"test/acc": a}} for s, a in enumerate([0.30, 0.31, 0.29, 0.30, 0.32])}}
+    (g,) = transfer.probe_gains({"gpt": [result]}, {"gpt": "gpt"})
+    ref = sps.ttest_1samp([0.30, 0.31, 0.29, 0.30, 0.32], 0.40, alternative="less")
+    assert g.diff == pytest.approx(0.40 - 0.304) and g.p == pytest.approx(ref.pvalue) and g.significant
+
+
+def test_gain_plot_is_written(tmp_path):
+    gains = transfer.finetune_gains(ARMS)
+    path = transfer.plot_gains(gains, gains[:1], tmp_path / "gain.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_probe_separates_separable_features_and_not_shuffled_labels():
+    """Linearly separable classes give ~100 %; labels shuffled independently of the features give chance."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(4, 16)) * 6
+
+    def split(n):
+        y = rng.integers(0, 4, n)
+        return centers[y] + rng.normal(size=(n, 16)), y
+
+    train, val, test = split(400), split(200), split(400)
+    good = fit_probe(train, val, test, [0.1, 1.0], 4)
+    assert good.test["test/acc"] > 0.97 and good.val_acc > 0.97
+    shuffled = [(x, rng.permutation(y)) for x, y in (train, val, test)]
+    bad = fit_probe(*shuffled, [0.1, 1.0], 4)
+    assert abs(bad.test["test/acc"] - 0.25) < 0.08
+
+
+def test_probe_refuses_a_single_class():
+    x = np.zeros((10, 3))
+    with pytest.raises(ConfigInputError, match="fewer than 2 classes"):
+        fit_probe((x, np.zeros(10, int)), (x, np.zeros(10, int)), (x, np.zeros(10, int)), [1.0], 2)
+
+
+class _FT:
+    lr, head_lr, lr_grid, head_lr_grid = 1e-4, None, None, None
+
+
+def test_grid_points_default_to_the_single_lr_and_cross_when_given():
+    ft = _FT()
+    assert grid_points(ft) == [GridPoint(1e-4, 1e-3)]
+    ft.lr_grid, ft.head_lr_grid = [1e-4, 1e-3], [1e-2, 1e-3]
+    assert [p.name for p in grid_points(ft)] == ["lr0.0001-head0.01", "lr0.0001-head0.001", "lr0.001-head0.01",
+                                                 "lr0.001-head0.001"]
+
+
+def test_selection_takes_the_best_mean_over_seeds_and_the_first_on_ties():
+    a, b, c = GridPoint(1e-4, 1e-3), GridPoint(1e-3, 1e-2), GridPoint(3e-3, 3e-2)
+    val = {a: {"0": 0.5, "1": 0.7}, b: {"0": 0.65, "1": 0.65}, c: {"0": 0.9, "1": 0.3}}
+    assert select_point(val, "max") == b  # means 0.6, 0.65, 0.6
+    tie = {a: {"0": 0.25, "1": 0.75}, b: {"0": 0.5, "1": 0.5}, c: {"0": 0.875, "1": 0.125}}
+    assert select_point(tie, "max") == a  # all 0.5: the first
+    assert select_point({a: {"0": 0.4}, b: {"0": 0.3}}, "min") == b

@@ -161,7 +161,7 @@ class FinetuneConfig:
     standardize: bool = True
     weight_decay: float = 0.01  # AdamW weight decay while fine-tuning
     warmup_ratio: float = 0.1  # fraction of fine-tuning steps spent in linear warmup
-    pooling: Pooling | None = None  # cls | last | mean | decoder; None = bert cls, gpt last, t5 mean
+    pooling: Pooling | None = None  # cls | last | mean | decoder; None = mean (hf: BERT with a pooler: cls)
     seeds: list[int] = field(default_factory=lambda: [0])  # one fine-tune per seed; results give mean +- std
     val_every: int | None = None  # validate every N steps; None = each epoch (4 times over max_steps if set)
     monitor: str = "val/acc"  # validation metric that picks the best checkpoint (val/acc | val/f1 | val/mcc | val/loss)

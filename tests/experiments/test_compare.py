@@ -28,7 +28,7 @@ def tiny_inputs(root: Path) -> list[str]:
             "data.seq_len=32", "data.batch_size=8",
             "data.max_len=32", "model.dim=32", "trainer.max_steps=12", "trainer.val_check_interval=6",
             "trainer.limit_val_batches=2", "finetune.max_steps=6", "finetune.val_every=3", "compare.task_limit=None",
-            "compare.seeds=[0,1]", "compare.scratch_seeds=[0]", "wandb.mode=disabled", "trainer.progress_bar=false"]
+            "compare.seeds=[0,1]", "wandb.mode=disabled", "trainer.progress_bar=false", "finetune.probe_seeds=[0,1,2]"]
 
 
 def run_compare(root: Path, *extra: str) -> Path:
@@ -59,15 +59,16 @@ def twice(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         mp.setenv("FAMLAB_CACHE", str(root / "cache"))
-        first = run_compare(root, "compare.families=[bert,gpt,t5]", "trainer.max_steps=30")
-        second = run_compare(root, "compare.families=[bert,gpt,t5]", "trainer.max_steps=30")
+        grid = ["compare.families=[bert,gpt,t5]", "trainer.max_steps=30", "finetune.lr_grid=[1e-3,3e-3]"]
+        first = run_compare(root, *grid)
+        second = run_compare(root, *grid)
     return first, second
 
 
 @pytest.mark.slow
 def test_same_seeds_reproduce_every_column_but_time(twice):
     a, b = (json.loads((d / "results.json").read_text()) for d in twice)
-    for name in ("pretrain", "finetune"):
+    for name in ("pretrain", "finetune", "gains", "probe"):
         assert strip_time_columns(a["tables"][name]) == strip_time_columns(b["tables"][name])
     assert a["significance"] == b["significance"]
     pre = strip_time_columns(a["tables"]["pretrain"])
@@ -94,13 +95,37 @@ def test_flops_budget_is_matched_within_two_percent(twice):
 def test_runs_share_the_group_tokenizer_and_tags(twice):
     comp = twice[0]
     runs = [p for p in comp.iterdir() if (p / "config.yaml").is_file()]
-    assert len(runs) == 9  # 3 families x (pretrain, fine-tune, scratch)
+    assert len(runs) == 12  # 3 families x (pretrain, probe, fine-tune, scratch)
     cfgs = [yaml.safe_load((p / "config.yaml").read_text()) for p in runs]
     assert {c["wandb"]["group"] for c in cfgs} == {comp.name}  # name + timestamp: one group per invocation
     assert {c["data"]["tokenizer"]["path"] for c in cfgs} == {str((comp / "tokenizer.json").resolve())}
     assert all({c["model"]["family"], "budget-flops"} <= set(c["wandb"]["tags"]) for c in cfgs)
     ft = json.loads((comp / "gpt-ft-s0" / "results.json").read_text())
     assert set(ft["seeds"]) == {"0", "1"}
+
+
+@pytest.mark.slow
+def test_report_states_what_pretraining_bought_and_rebuilds_the_same(twice, tmp_path):
+    """Gain and probe tables with one row per family, the gain plot, the protocol and the wall-time split; the
+    tables rebuilt by `famlab report` from the stored run directories are the same."""
+    comp = twice[0]
+    md = (comp / "report.md").read_text()
+    results = json.loads((comp / "results.json").read_text())
+    for table in ("gains", "probe"):
+        rows = strip_time_columns(results["tables"][table])
+        assert [r[0] for r in rows[2:]] == ["bert", "gpt", "t5"], table
+    assert (comp / "pretraining_gain.png").stat().st_size > 10_000 and "pretraining_gain.png" in md
+    assert "same grid of (body lr, head lr): (body 0.001, head 0.01), (body 0.003, head 0.03)" in md
+    assert "the test split is read once" in md and "Wall time" in md and "pretraining" in results["wall"]["phases"]
+    ft = json.loads((comp / "gpt-ft-s0" / "results.json").read_text())
+    assert len(ft["grid"]) == 2 and set(ft["grid"][0]["val"]) == {"0", "1"}
+    chosen = max(ft["grid"], key=lambda g: g["val_mean"])  # the selected point is the best on validation
+    assert ft["selected"] == {"lr": chosen["lr"], "head_lr": chosen["head_lr"]}
+    unselected = [g for g in ft["grid"] if g["lr"] != chosen["lr"]][0]
+    assert not list((comp / "gpt-ft-s0" / f"lr{unselected['lr']:g}-head{unselected['head_lr']:g}").rglob("*.ckpt"))
+    assert cli.main(["report", str(comp), f"--out={tmp_path}"]) == 0
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert again["tables"] == results["tables"] and again["gains"] == results["gains"]
 
 
 @pytest.mark.slow

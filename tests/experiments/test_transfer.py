@@ -111,3 +111,37 @@ def test_selection_takes_the_best_mean_over_seeds_and_the_first_on_ties():
     tie = {a: {"0": 0.25, "1": 0.75}, b: {"0": 0.5, "1": 0.5}, c: {"0": 0.875, "1": 0.125}}
     assert select_point(tie, "max") == a  # all 0.5: the first
     assert select_point({a: {"0": 0.4}, b: {"0": 0.3}}, "min") == b
+
+
+def _one_line_error(capsys, args):
+    from famlab.experiments import cli
+
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("famlab: error: "), err
+    return err
+
+
+def test_empty_grids_are_refused_naming_the_key(capsys):
+    err = _one_line_error(capsys, ["config", "gpt", "tiny", "finetune.lr_grid=[]"])
+    assert "finetune.lr_grid=[] is an empty grid" in err
+    assert "finetune.probe_c_grid" in _one_line_error(capsys, ["config", "gpt", "tiny", "finetune.probe_c_grid=[]"])
+    assert "finetune.head_lr_grid" in _one_line_error(capsys, ["config", "gpt", "finetune.head_lr_grid=[0.1,-1]"])
+
+
+def test_probe_of_a_run_without_checkpoint_is_refused(capsys, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {family: gpt}\n")
+    (run / "tokenizer.json").write_text("{}")
+    assert "no checkpoints/last.ckpt" in _one_line_error(capsys, ["probe", str(run)])
+    assert "init=scratch has no trained body" in _one_line_error(capsys, ["probe", "gpt", "tiny", "init=scratch"])
+
+
+def test_a_task_with_one_class_is_refused(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    task = tmp_path / "one.csv"
+    task.write_text("text,label\n" + "".join(f"row {i},same\n" for i in range(30)))
+    err = _one_line_error(capsys, ["finetune", "gpt", "tiny", "init=scratch", f"data.task={task}",
+                                   "wandb.mode=disabled"])
+    assert "one.csv" in err and "class" in err

@@ -9,6 +9,7 @@ the presets and overrides, then the composition is done in that order: ``famlab 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -53,6 +54,27 @@ def preset_path(name: str) -> Path:
     return path
 
 
+SWEEP_DIR = PRESET_DIR / "sweeps"
+
+
+def sweep_names() -> list[str]:
+    """Names of the bundled W&B sweep files (``experiments/configs/sweeps/*.yaml``)."""
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+
+
+def sweep_path(name: str) -> Path:
+    """Resolve a sweep name (``pos_x_family``) or a path to a sweep file; raise ConfigInputError if neither."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ConfigInputError(f"sweep file {name} does not exist")
+        return path
+    path = SWEEP_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigInputError(f"unknown sweep {name!r}; bundled sweeps: {', '.join(sweep_names())} or a .yaml path")
+    return path
+
+
 def load_yaml(path: Path) -> DictConfig:
     """Load one YAML file as a DictConfig, with a one-line error naming the file and line."""
     try:
@@ -82,21 +104,45 @@ def parse_overrides(tokens: list[str]) -> DictConfig:
     """Parse ``key=value`` tokens (bare or ``--key=value``; a literal ``None`` means null).
 
     W&B's agent renders a Python ``None`` as the string ``None`` (REFERENCE.md); mapping it to null here
-    lets ``Optional`` fields accept it.
+    lets ``Optional`` fields accept it. Each token is parsed on its own, so a malformed value (an unclosed
+    list, a control character) or a key nested the wrong way fails with one line naming that token.
     """
-    items: list[str] = []
+    parsed = []
     for token in tokens:
         token = token[2:] if token.startswith("--") else token
         key, sep, value = token.partition("=")
         if not sep or not key:
             raise ConfigInputError(f"cannot parse override {token!r}; expected key=value")
+        bad = next((c for c in token if unicodedata.category(c) in ("Cc", "Cs") and c != "\t"), None)
+        if bad is not None:
+            raise ConfigInputError(f"override {token!r} contains control character U+{ord(bad):04X}")
+        _check_nesting(token, key, value)
         if value.strip() == "None":
             value = "null"
-        items.append(f"{key}={value}")
-    try:
-        return OmegaConf.from_dotlist(items)
-    except OmegaConfBaseException as e:
-        raise ConfigInputError(f"cannot parse overrides: {_first_line(e)}") from None
+        try:
+            parsed.append(OmegaConf.from_dotlist([f"{key}={value}"]))
+        except (OmegaConfBaseException, yaml.YAMLError) as e:
+            problem = getattr(e, "problem", None) or _first_line(e)
+            raise ConfigInputError(f"cannot parse override {token!r}: {problem}") from None
+    return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
+
+
+def _check_nesting(token: str, key: str, value: str) -> None:
+    """A key below a plain value (``model.dim.x=1``) or a plain value for a section (``model=3``) names the token.
+
+    Unknown keys are left to OmegaConf's own message, which suggests the nearest key.
+    """
+    node: Any = schema()
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or node._is_none() or part not in node:
+            return
+        node = node._get_node(part)
+        where = ".".join(parts[: i + 1])
+        if i < len(parts) - 1 and not isinstance(node, DictConfig) and OmegaConf.get_type(node) is not dict:
+            raise ConfigInputError(f"override {token!r}: {where} is a value, not a section")
+    if isinstance(node, DictConfig) and not value.strip().startswith("{") and value.strip() not in ("None", "null"):
+        raise ConfigInputError(f"override {token!r}: {key} is a section; set one of its keys, e.g. {key}.<key>=...")
 
 
 @dataclass

@@ -285,6 +285,7 @@ def make_trainer(
 ) -> Any:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
     import lightning as L
+    from famlab.experiments.lightning_check import check_lightning_settings
     from famlab.experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
 
@@ -305,8 +306,7 @@ def make_trainer(
     ]
     if t.progress_bar:
         callbacks.append(RichProgressBar(leave=True))
-    devices: int | str = int(t.devices) if isinstance(t.devices, str) and t.devices.isdigit() else t.devices
-    check_devices(t.accelerator, devices)
+    devices = check_lightning_settings(t)["devices"]
     return L.Trainer(
         default_root_dir=str(run_dir),
         max_steps=max_steps,
@@ -333,23 +333,6 @@ def make_trainer(
         # (validate_first) would otherwise be inference tensors that fit's validation cannot update
         inference_mode=False,
     )
-
-
-def check_devices(accelerator: str, devices: int | str) -> None:
-    """A device count the machine cannot give is a config error (Lightning would fail deep in setup, or,
-    on CPU, start that many processes on too few cores)."""
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if accelerator in ("gpu", "cuda") and gpus == 0:
-        raise ConfigInputError(f"trainer.accelerator={accelerator} but this machine has no CUDA GPU; use auto or cpu")
-    if not isinstance(devices, int):
-        return
-    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpus > 0)
-    available, what = (gpus, "CUDA GPUs") if on_gpu else (os.cpu_count() or 1, "CPU cores")
-    if accelerator in ("gpu", "cuda", "cpu", "auto") and devices > available:
-        raise ConfigInputError(f"trainer.devices={devices} but this machine has {available} {what}; "
-                               "lower trainer.devices (multi-node: trainer.num_nodes)")
 
 
 def maybe_compile(cfg: Config, module: Any) -> Any:

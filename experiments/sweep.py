@@ -7,7 +7,7 @@ last name varying fastest; verified against the ``sweeps`` package in the tests)
 ``sweep.count`` trials from a generator seeded with ``sweep.seed``. Every trial is a subprocess running the
 file's command with its ``key=value`` tokens plus ``run_dir=<sweep dir>/trial-NNN`` and ``wandb.group``.
 
-``famlab sweep file.yaml [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]``
+``famlab sweep <name | file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]``
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import yaml
-from famlab.experiments.compose import compose, load_yaml, schema
+from famlab.experiments.compose import compose, load_yaml, schema, sweep_path
 from famlab.experiments.config import ConfigInputError
 from omegaconf import OmegaConf
 
@@ -209,16 +209,16 @@ def register_wandb(spec: dict[str, Any], project: str, entity: str | None) -> st
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.*=...]``."""
-    files = [p for p in presets if p.endswith((".yaml", ".yml"))]
-    if len(files) != 1 or len(presets) != 1:
-        raise SweepError("usage: famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N]")
+    if len(presets) != 1:
+        got = f"got {presets[1]!r} after {presets[0]!r}" if presets else "got none"
+        raise SweepError(f"famlab sweep takes one sweep name or file.yaml ({got}); see famlab sweep --help")
     bad = [f for f in flags if f not in ("--dry-run", "--wandb")]
     if bad:
         raise SweepError(f"famlab sweep: unknown flag {bad[0]} (valid: --dry-run, --wandb)")
     bad_keys = [o for o in overrides if not o.lstrip("-").startswith(("sweep.", "wandb."))]
     if bad_keys:
         raise SweepError(f"famlab sweep: {bad_keys[0]} - only sweep.* and wandb.* settings apply to the sweep itself")
-    path = Path(files[0])
+    path = sweep_path(presets[0])
     spec = load_sweep(path)
     cfg = compose([], overrides).cfg
     if "--wandb" in flags:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -159,14 +160,36 @@ def make_batch(objective: Any, s: BenchSettings, generator: torch.Generator) -> 
     return objective.collate(list(raw))
 
 
-def peak_flops(device: torch.device, *, size: int = 2048, repeats: int = 5) -> tuple[float, str]:
-    """Peak FLOP/s for MFU and how it was obtained: a datasheet entry on GPU, a measured fp32 matmul on CPU."""
+def precision_dtype(precision: str) -> torch.dtype:
+    """The matmul dtype of a Lightning precision string (``bf16-mixed`` -> bfloat16, ``32-true`` -> float32)."""
+    head = precision.split("-")[0]
+    return {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64, "transformer": torch.bfloat16}.get(
+        head, torch.float32)
+
+
+def peak_flops(device: torch.device, *, size: int = 2048, repeats: int = 5,
+               dtype: torch.dtype = torch.bfloat16) -> tuple[float, str]:
+    """Peak FLOP/s for MFU at ``dtype`` and how it was obtained.
+
+    GPU: Lightning's ``get_available_flops`` (datasheet peaks keyed by card and dtype; fp32 counts as TF32
+    when ``torch.get_float32_matmul_precision()`` allows it), else, for 16-bit dtypes only, the bf16
+    datasheet peak in ``GPU_PEAKS_BF16`` (cards Lightning does not name, e.g. a plain "NVIDIA H200");
+    NaN when neither knows the card. CPU: a measured fp32 matmul.
+    """
     if device.type == "cuda":
+        from lightning.fabric.utilities.throughput import get_available_flops
+
         name = torch.cuda.get_device_name(device)
-        for key, peak in GPU_PEAKS_BF16.items():
-            if key in name:
-                return peak, f"datasheet bf16 dense peak of {name}"
-        return float("nan"), f"no datasheet peak known for {name}"
+        with warnings.catch_warnings():  # an unknown card is reported through the returned reason instead
+            warnings.simplefilter("ignore")
+            flops = get_available_flops(device, dtype)
+        if flops:
+            return float(flops), f"Lightning's datasheet peak of {name} at {dtype}"
+        if dtype in (torch.bfloat16, torch.float16):
+            for key, peak in GPU_PEAKS_BF16.items():
+                if key in name:
+                    return peak, f"datasheet bf16 dense peak of {name}"
+        return float("nan"), f"no datasheet peak known for {name} at {dtype}"
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b  # warm-up
     best = float("inf")

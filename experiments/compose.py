@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from famlab.experiments.checks import check_fits_memory, check_inputs
+from famlab.experiments.checks import exists as _exists
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.lightning_check import check_lightning_settings
 from famlab.families.config import Family, ModelConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -107,7 +110,7 @@ def parse_overrides(tokens: list[str]) -> DictConfig:
     lets ``Optional`` fields accept it. Each token is parsed on its own, so a malformed value (an unclosed
     list, a control character) or a key nested the wrong way fails with one line naming that token.
     """
-    parsed = []
+    parsed, keys = [], schema()
     for token in tokens:
         token = token[2:] if token.startswith("--") else token
         key, sep, value = token.partition("=")
@@ -116,7 +119,7 @@ def parse_overrides(tokens: list[str]) -> DictConfig:
         bad = next((c for c in token if unicodedata.category(c) in ("Cc", "Cs") and c != "\t"), None)
         if bad is not None:
             raise ConfigInputError(f"override {token!r} contains control character U+{ord(bad):04X}")
-        _check_nesting(token, key, value)
+        _check_nesting(keys, token, key, value)
         if value.strip() == "None":
             value = "null"
         try:
@@ -127,12 +130,12 @@ def parse_overrides(tokens: list[str]) -> DictConfig:
     return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
 
 
-def _check_nesting(token: str, key: str, value: str) -> None:
+def _check_nesting(keys: DictConfig, token: str, key: str, value: str) -> None:
     """A key below a plain value (``model.dim.x=1``) or a plain value for a section (``model=3``) names the token.
 
     Unknown keys are left to OmegaConf's own message, which suggests the nearest key.
     """
-    node: Any = schema()
+    node: Any = keys
     parts = key.split(".")
     for i, part in enumerate(parts):
         if not isinstance(node, DictConfig) or node._is_none() or part not in node:
@@ -204,6 +207,9 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
     model_explicit = OmegaConf.to_container(explicit.get("model", OmegaConf.create({})))
     cfg = to_dataclass(merged)
     cross_checks(cfg)
+    check_lightning_settings(cfg.trainer)  # before any work: a bad strategy must not cost a tokenizer and a W&B run
+    check_inputs(cfg)
+    check_fits_memory(cfg)
     return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=dict(model_explicit))
 
 
@@ -250,6 +256,9 @@ def cross_checks(cfg: Config) -> None:
         raise ConfigInputError(f"optim.lr={cfg.optim.lr} and finetune.lr={cfg.finetune.lr} must be > 0")
     if not 0.0 <= cfg.optim.min_lr_ratio <= 1.0:
         raise ConfigInputError(f"optim.min_lr_ratio={cfg.optim.min_lr_ratio} must be in [0, 1]")
+    rates = cfg.objective.ul2_rates
+    if len(rates) != 3 or not sum(rates) > 0:
+        raise ConfigInputError(f"objective.ul2_rates={list(rates)} must be three rates (R, X, S) with a positive sum")
     if len(cfg.optim.betas) != 2:
         raise ConfigInputError(f"optim.betas={list(cfg.optim.betas)} must have two values")
     if not cfg.finetune.seeds:
@@ -257,7 +266,7 @@ def cross_checks(cfg: Config) -> None:
     monitors = ("val/acc", "val/f1", "val/mcc", "val/loss")
     if cfg.finetune.monitor not in monitors:
         raise ConfigInputError(f"finetune.monitor={cfg.finetune.monitor} is not one of: {', '.join(monitors)}")
-    if cfg.resume not in ("never", "auto") and not Path(cfg.resume).expanduser().exists():
+    if cfg.resume not in ("never", "auto") and not _exists(cfg.resume):
         raise ConfigInputError(f"resume={cfg.resume} is not never, auto or an existing checkpoint")
 
 

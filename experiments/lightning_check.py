@@ -82,6 +82,16 @@ def check_devices(accelerator: str, devices: int | str) -> None:
                                "lower trainer.devices (multi-node: trainer.num_nodes)")
 
 
+def _check_available(name: str) -> None:
+    """An accelerator Lightning knows but this machine lacks (``mps`` on Linux, ``tpu`` without torch_xla)."""
+    if name == "gpu":
+        return  # Lightning picks cuda or mps; check_devices reports a machine without either
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    if not AcceleratorRegistry[name]["accelerator"].is_available():
+        raise ConfigInputError(f"trainer.accelerator={name} is not available on this machine; use auto or cpu")
+
+
 def _check_strategy(name: str) -> None:
     """Build the registered strategy once: a missing backend (DeepSpeed, torch_xla) fails here, in one line."""
     if name == "auto":
@@ -104,9 +114,14 @@ def check_lightning_settings(t: TrainerConfig) -> dict[str, Any]:
     Raises:
         ConfigInputError: one line naming the key, the value and the valid choices.
     """
-    _choice("trainer.accelerator", t.accelerator, accelerator_choices())
-    _choice("trainer.strategy", t.strategy, strategy_choices())
-    _choice("trainer.precision", t.precision, precision_choices())
+    # "auto" is valid for all three; importing Lightning (seconds) is left to the runs that set a value
+    if t.accelerator != "auto":
+        _choice("trainer.accelerator", t.accelerator, accelerator_choices())
+        _check_available(t.accelerator)
+    if t.strategy != "auto":
+        _choice("trainer.strategy", t.strategy, strategy_choices())
+    if t.precision != "auto":
+        _choice("trainer.precision", t.precision, precision_choices())
     if not isinstance(t.compile, bool):
         raise ConfigInputError(f"trainer.compile={t.compile!r} is not one of: true, false")
     if not 1 <= t.num_nodes <= 100_000:

@@ -20,6 +20,7 @@ from typing import Any
 
 from famlab.experiments.compose import flatten, to_plain, to_yaml
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.prepare_once import wait_for_rank_zero
 
 PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
 
@@ -164,11 +165,18 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> Any:
     """The run's tokenizer (trained once per corpus + settings and cached, or ``data.tokenizer.path``).
 
+    Under DDP rank 0 trains it; the other ranks wait for its cached file (``experiments.prepare_once``).
+
     Copies ``tokenizer.json`` into ``run_dir`` so a later fine-tune or comparison can reuse it.
     """
     from famlab.datamodules import get_tokenizer
+    from famlab.datamodules.tokenizer import cache_file
 
     t = cfg.data.tokenizer
+    if t.path is None and corpus is not None:  # the other DDP ranks load the tokenizer rank 0 trained
+        file = cache_file(corpus, kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels,
+                          cache_dir=cache_dir(cfg))
+        wait_for_rank_zero(file, "the tokenizer", rank=env_rank())
     bundle = get_tokenizer(
         corpus,
         kind=t.kind.value,
@@ -332,7 +340,17 @@ def make_trainer(
         # no_grad instead of inference_mode for evaluation: metric states reset inside trainer.validate()
         # (validate_first) would otherwise be inference tensors that fit's validation cannot update
         inference_mode=False,
+        plugins=cluster_plugins(),
     )
+
+
+def cluster_plugins() -> list[Any]:
+    """Under SLURM, Lightning's ``SLURMEnvironment`` supplies rank, world size and the main node, but famlab
+    handles SIGUSR1 itself (checkpoint to ``last.ckpt`` as on SIGTERM, then requeue; ``experiments.reliability``),
+    so Lightning's own requeue (an ``hpc_ckpt`` file that ``resume=auto`` does not read) is off."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
 def maybe_compile(cfg: Config, module: Any) -> Any:

@@ -101,14 +101,14 @@ def parse_flags(presets: list[str], overrides: list[str], flags: list[str]) -> B
     """``BenchSettings`` from ``--key=value`` / ``key=value`` tokens and bare ``--flag`` / ``--no-flag``."""
     known = {f.name: f for f in fields(BenchSettings)}
     values: dict[str, Any] = {}
-    for token in [*overrides, *flags, *presets]:
-        token = token.removeprefix("--")
+    for given in [*overrides, *flags, *presets]:
+        token = given.removeprefix("--")
         key, eq, raw = token.partition("=")
         key = key.replace("-", "_")
         if not eq:
             key, raw = (key[3:], "false") if key.startswith("no_") else (key, "true")
         if key not in known:
-            raise BenchError(f"unknown bench option --{key}; options: {', '.join(known)}")
+            raise BenchError(f"unknown bench option {given}; options: {', '.join(known)}")
         kind = type(getattr(BenchSettings(), key))
         try:
             values[key] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)

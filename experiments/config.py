@@ -118,7 +118,7 @@ class OptimConfig:
     lr_scale: float = 1.0  # set by size presets, so each family keeps its own lr relative to the others
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
     eps: float = 1e-8  # AdamW epsilon
-    weight_decay: float = 0.01  # decoupled weight decay (not on biases, norms, embeddings)
+    weight_decay: float = 0.01  # decoupled weight decay on every >= 2-D weight (matmuls, embeddings); not biases, norms
     warmup_steps: int = 100  # linear warmup from 0 to lr, in optimizer steps
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio at trainer.max_steps
     grad_clip: float | None = 1.0  # clip the global gradient norm; None = no clipping

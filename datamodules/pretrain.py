@@ -142,6 +142,11 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
         self._counts: np.ndarray | None = None
 
     # -- files -----------------------------------------------------------------------------------
+    @property
+    def ready_file(self) -> Path:
+        """Written last by :meth:`prepare_data`: its presence means the token files are complete."""
+        return self.token_dir / "meta.json"
+
     def prepare_data(self) -> None:
         """Tokenize train and val once (skipped when the cached token files exist)."""
         meta = self.token_dir / "meta.json"

@@ -81,13 +81,12 @@ def get_tokenizer(
         raise DataError("tokenizer: need a corpus to train on or a path to a tokenizer.json")
     if kind not in KINDS:
         raise DataError(f"tokenizer kind '{kind}' is not one of {', '.join(KINDS)}")
-    minimum = len(SPECIAL_TOKENS) + num_sentinels + (256 if kind == "bpe" else 64)
+    minimum = min_vocab_size(kind, num_sentinels)
     if vocab_size < minimum:
         raise DataError(f"vocab_size={vocab_size} too small for {kind} with {num_sentinels} sentinels (min {minimum})")
     if num_sentinels < 0:
         raise DataError(f"num_sentinels={num_sentinels} must be >= 0")
-    key = f"{kind}-v{vocab_size}-s{num_sentinels}-{corpus.hash[:16]}"
-    file = Path(cache_dir) / "tokenizers" / key / "tokenizer.json"
+    file = cache_file(corpus, kind=kind, vocab_size=vocab_size, num_sentinels=num_sentinels, cache_dir=cache_dir)
     if not file.exists():
         tok = train_tokenizer(corpus.train, kind=kind, vocab_size=vocab_size, num_sentinels=num_sentinels)
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +96,18 @@ def get_tokenizer(
         tok.save(tmp)
         os.replace(tmp, file)
     return load_tokenizer(file, num_sentinels=num_sentinels)
+
+
+def cache_file(corpus: Corpus, *, kind: str, vocab_size: int, num_sentinels: int, cache_dir: str | Path) -> Path:
+    """Where :func:`get_tokenizer` caches the tokenizer trained on ``corpus`` with these settings."""
+    key = f"{kind}-v{vocab_size}-s{num_sentinels}-{corpus.hash[:16]}"
+    return Path(cache_dir) / "tokenizers" / key / "tokenizer.json"
+
+
+def min_vocab_size(kind: str, num_sentinels: int) -> int:
+    """Smallest ``vocab_size`` a ``kind`` tokenizer can be trained with: special tokens, sentinels and a base
+    alphabet (byte-level BPE needs its 256 bytes)."""
+    return len(SPECIAL_TOKENS) + num_sentinels + (256 if kind == "bpe" else 64)
 
 
 def train_tokenizer(docs: list[str], *, kind: str, vocab_size: int, num_sentinels: int) -> Tokenizer:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -100,14 +101,14 @@ def parse_flags(presets: list[str], overrides: list[str], flags: list[str]) -> B
     """``BenchSettings`` from ``--key=value`` / ``key=value`` tokens and bare ``--flag`` / ``--no-flag``."""
     known = {f.name: f for f in fields(BenchSettings)}
     values: dict[str, Any] = {}
-    for token in [*overrides, *flags, *presets]:
-        token = token.removeprefix("--")
+    for given in [*overrides, *flags, *presets]:
+        token = given.removeprefix("--")
         key, eq, raw = token.partition("=")
         key = key.replace("-", "_")
         if not eq:
             key, raw = (key[3:], "false") if key.startswith("no_") else (key, "true")
         if key not in known:
-            raise BenchError(f"unknown bench option --{key}; options: {', '.join(known)}")
+            raise BenchError(f"unknown bench option {given}; options: {', '.join(known)}")
         kind = type(getattr(BenchSettings(), key))
         try:
             values[key] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
@@ -159,14 +160,36 @@ def make_batch(objective: Any, s: BenchSettings, generator: torch.Generator) -> 
     return objective.collate(list(raw))
 
 
-def peak_flops(device: torch.device, *, size: int = 2048, repeats: int = 5) -> tuple[float, str]:
-    """Peak FLOP/s for MFU and how it was obtained: a datasheet entry on GPU, a measured fp32 matmul on CPU."""
+def precision_dtype(precision: str) -> torch.dtype:
+    """The matmul dtype of a Lightning precision string (``bf16-mixed`` -> bfloat16, ``32-true`` -> float32)."""
+    head = precision.split("-")[0]
+    return {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64, "transformer": torch.bfloat16}.get(
+        head, torch.float32)
+
+
+def peak_flops(device: torch.device, *, size: int = 2048, repeats: int = 5,
+               dtype: torch.dtype = torch.bfloat16) -> tuple[float, str]:
+    """Peak FLOP/s for MFU at ``dtype`` and how it was obtained.
+
+    GPU: Lightning's ``get_available_flops`` (datasheet peaks keyed by card and dtype; fp32 counts as TF32
+    when ``torch.get_float32_matmul_precision()`` allows it), else, for 16-bit dtypes only, the bf16
+    datasheet peak in ``GPU_PEAKS_BF16`` (cards Lightning does not name, e.g. a plain "NVIDIA H200");
+    NaN when neither knows the card. CPU: a measured fp32 matmul.
+    """
     if device.type == "cuda":
+        from lightning.fabric.utilities.throughput import get_available_flops
+
         name = torch.cuda.get_device_name(device)
-        for key, peak in GPU_PEAKS_BF16.items():
-            if key in name:
-                return peak, f"datasheet bf16 dense peak of {name}"
-        return float("nan"), f"no datasheet peak known for {name}"
+        with warnings.catch_warnings():  # an unknown card is reported through the returned reason instead
+            warnings.simplefilter("ignore")
+            flops = get_available_flops(device, dtype)
+        if flops:
+            return float(flops), f"Lightning's datasheet peak of {name} at {dtype}"
+        if dtype in (torch.bfloat16, torch.float16):
+            for key, peak in GPU_PEAKS_BF16.items():
+                if key in name:
+                    return peak, f"datasheet bf16 dense peak of {name}"
+        return float("nan"), f"no datasheet peak known for {name} at {dtype}"
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b  # warm-up
     best = float("inf")

@@ -9,13 +9,17 @@ the presets and overrides, then the composition is done in that order: ``famlab 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
+from famlab.experiments.checks import check_fits_memory, check_inputs
+from famlab.experiments.checks import exists as _exists
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.lightning_check import check_lightning_settings
 from famlab.families.config import Family, ModelConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -50,6 +54,27 @@ def preset_path(name: str) -> Path:
     path = PRESET_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ConfigInputError(f"unknown preset {name!r}; valid presets: {', '.join(preset_names())} or a .yaml path")
+    return path
+
+
+SWEEP_DIR = PRESET_DIR / "sweeps"
+
+
+def sweep_names() -> list[str]:
+    """Names of the bundled W&B sweep files (``experiments/configs/sweeps/*.yaml``)."""
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+
+
+def sweep_path(name: str) -> Path:
+    """Resolve a sweep name (``pos_x_family``) or a path to a sweep file; raise ConfigInputError if neither."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ConfigInputError(f"sweep file {name} does not exist")
+        return path
+    path = SWEEP_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigInputError(f"unknown sweep {name!r}; bundled sweeps: {', '.join(sweep_names())} or a .yaml path")
     return path
 
 
@@ -95,21 +120,45 @@ def parse_overrides(tokens: list[str]) -> DictConfig:
     """Parse ``key=value`` tokens (bare or ``--key=value``; a literal ``None`` means null).
 
     W&B's agent renders a Python ``None`` as the string ``None`` (REFERENCE.md); mapping it to null here
-    lets ``Optional`` fields accept it.
+    lets ``Optional`` fields accept it. Each token is parsed on its own, so a malformed value (an unclosed
+    list, a control character) or a key nested the wrong way fails with one line naming that token.
     """
-    items: list[str] = []
+    parsed, keys = [], schema()
     for token in tokens:
         token = token[2:] if token.startswith("--") else token
         key, sep, value = token.partition("=")
         if not sep or not key:
             raise ConfigInputError(f"cannot parse override {token!r}; expected key=value")
+        bad = next((c for c in token if unicodedata.category(c) in ("Cc", "Cs") and c != "\t"), None)
+        if bad is not None:
+            raise ConfigInputError(f"override {token!r} contains control character U+{ord(bad):04X}")
+        _check_nesting(keys, token, key, value)
         if value.strip() == "None":
             value = "null"
-        items.append(f"{key}={value}")
-    try:
-        return OmegaConf.from_dotlist(items)
-    except OmegaConfBaseException as e:
-        raise ConfigInputError(f"cannot parse overrides: {_first_line(e)}") from None
+        try:
+            parsed.append(OmegaConf.from_dotlist([f"{key}={value}"]))
+        except (OmegaConfBaseException, yaml.YAMLError) as e:
+            problem = getattr(e, "problem", None) or _first_line(e)
+            raise ConfigInputError(f"cannot parse override {token!r}: {problem}") from None
+    return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
+
+
+def _check_nesting(keys: DictConfig, token: str, key: str, value: str) -> None:
+    """A key below a plain value (``model.dim.x=1``) or a plain value for a section (``model=3``) names the token.
+
+    Unknown keys are left to OmegaConf's own message, which suggests the nearest key.
+    """
+    node: Any = keys
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or node._is_none() or part not in node:
+            return
+        node = node._get_node(part)
+        where = ".".join(parts[: i + 1])
+        if i < len(parts) - 1 and not isinstance(node, DictConfig) and OmegaConf.get_type(node) is not dict:
+            raise ConfigInputError(f"override {token!r}: {where} is a value, not a section")
+    if isinstance(node, DictConfig) and not value.strip().startswith("{") and value.strip() not in ("None", "null"):
+        raise ConfigInputError(f"override {token!r}: {key} is a section; set one of its keys, e.g. {key}.<key>=...")
 
 
 @dataclass
@@ -171,6 +220,9 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
     model_explicit = OmegaConf.to_container(explicit.get("model", OmegaConf.create({})))
     cfg = to_dataclass(merged)
     cross_checks(cfg)
+    check_lightning_settings(cfg.trainer)  # before any work: a bad strategy must not cost a tokenizer and a W&B run
+    check_inputs(cfg)
+    check_fits_memory(cfg)
     return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=dict(model_explicit))
 
 
@@ -217,6 +269,9 @@ def cross_checks(cfg: Config) -> None:
         raise ConfigInputError(f"optim.lr={cfg.optim.lr} and finetune.lr={cfg.finetune.lr} must be > 0")
     if not 0.0 <= cfg.optim.min_lr_ratio <= 1.0:
         raise ConfigInputError(f"optim.min_lr_ratio={cfg.optim.min_lr_ratio} must be in [0, 1]")
+    rates = cfg.objective.ul2_rates
+    if len(rates) != 3 or not sum(rates) > 0:
+        raise ConfigInputError(f"objective.ul2_rates={list(rates)} must be three rates (R, X, S) with a positive sum")
     if len(cfg.optim.betas) != 2:
         raise ConfigInputError(f"optim.betas={list(cfg.optim.betas)} must have two values")
     if not cfg.finetune.seeds:
@@ -225,7 +280,7 @@ def cross_checks(cfg: Config) -> None:
     monitors = ("val/acc", "val/f1", "val/mcc", "val/loss")
     if cfg.finetune.monitor not in monitors:
         raise ConfigInputError(f"finetune.monitor={cfg.finetune.monitor} is not one of: {', '.join(monitors)}")
-    if cfg.resume not in ("never", "auto") and not Path(cfg.resume).expanduser().exists():
+    if cfg.resume not in ("never", "auto") and not _exists(cfg.resume):
         raise ConfigInputError(f"resume={cfg.resume} is not never, auto or an existing checkpoint")
 
 

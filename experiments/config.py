@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from famlab.families.config import ModelConfig
+from famlab.families.config import BIG, ModelConfig, check_ranges
 
 
 class ConfigInputError(ValueError):
     """A bad config value, key or combination; the message is one line naming the key(s)."""
+
+
+SEED = (0, 2**32 - 1, "[]")  # what numpy / Lightning's seed_everything accept
 
 
 class TokenizerKind(str, Enum):
@@ -60,6 +63,9 @@ class TokenizerConfig:
     num_sentinels: int = 100  # T5 sentinels <extra_id_i>, ids counting down from the top of the vocabulary
     path: str | None = None  # an existing tokenizer.json to reuse (a comparison shares one); None = train
 
+    def __post_init__(self) -> None:
+        check_ranges(self, "data.tokenizer", {"vocab_size": (1, 2**24, "[]"), "num_sentinels": (0, 10_000, "[]")})
+
 
 @dataclass
 class DataConfig:
@@ -81,6 +87,13 @@ class DataConfig:
     max_len: int = 128  # fine-tuning: longest classifier input in tokens, special tokens included
     cache_dir: str | None = None  # tokenizers / token files; None = $FAMLAB_CACHE or ~/.cache/famlab
 
+    def __post_init__(self) -> None:
+        check_ranges(self, "data", {
+            "seq_len": (2, 2**20, "[]"), "batch_size": (1, 2**20, "[]"), "val_fraction": (0, 1, "()"),
+            "test_fraction": (0, 1, "()"), "seed": SEED, "num_workers": (0, 256, "[]"), "val_batches": (1, BIG, "[]"),
+            "max_len": (2, 2**20, "[]"),
+        })
+
 
 @dataclass
 class ObjectiveConfig:
@@ -96,6 +109,13 @@ class ObjectiveConfig:
     span_p: float = 0.2  # span_mlm: geometric span-length parameter (SpanBERT; mean 3.8 with max_span 10)
     max_span: int = 10  # span_mlm: longest masked span
 
+    def __post_init__(self) -> None:
+        check_ranges(self, "objective", {
+            "mask_rate": (0, 1, "()"), "noise_density": (0, 0.5, "(]"), "mean_span": (1, 2**16, "[]"),
+            "prefix_fraction": (0, 1, "()"), "ul2_rates": (0, 1, "[]"), "ul2_x_density": (0, 0.5, "(]"),
+            "ul2_x_mean_span": (1, 2**16, "[]"), "span_p": (0, 1, "()"), "max_span": (1, 2**16, "[]"),
+        })
+
 
 @dataclass
 class OptimConfig:
@@ -103,11 +123,18 @@ class OptimConfig:
     lr_scale: float = 1.0  # set by size presets, so each family keeps its own lr relative to the others
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
     eps: float = 1e-8  # AdamW epsilon
-    weight_decay: float = 0.01  # decoupled weight decay (not on biases, norms, embeddings)
+    weight_decay: float = 0.01  # decoupled weight decay on every >= 2-D weight (matmuls, embeddings); not biases, norms
     warmup_steps: int = 100  # linear warmup from 0 to lr, in optimizer steps
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio at trainer.max_steps
     grad_clip: float | None = 1.0  # clip the global gradient norm; None = no clipping
     fused: bool | None = None  # fused AdamW; None = on CUDA only
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "optim", {
+            "lr": (0, 10, "(]"), "lr_scale": (0, 1000, "(]"), "betas": (0, 1, "[)"), "eps": (0, 1, "(]"),
+            "weight_decay": (0, 10, "[]"), "warmup_steps": (0, BIG, "[]"), "min_lr_ratio": (0, 1, "[]"),
+            "grad_clip": (0, 1e6, "(]"),
+        })
 
 
 @dataclass
@@ -128,6 +155,15 @@ class TrainerConfig:
     deterministic: bool = False  # torch deterministic algorithms (slower)
     progress_bar: bool = True  # rich progress bar
     max_epochs: int = -1  # pretraining runs by steps; -1 = as many epochs as max_steps needs
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "trainer", {
+            "max_steps": (1, BIG, "[]"), "val_check_interval": (1, BIG, "[]"), "limit_val_batches": (1, BIG, "[]"),
+            "log_every_n_steps": (1, BIG, "[]"), "num_nodes": (1, 100_000, "[]"), "max_bad_steps": (1, BIG, "[]"),
+            "accumulate_grad_batches": (1, 2**20, "[]"), "max_epochs": (-1, BIG, "[]"),
+        })
+        if self.max_epochs == 0:
+            raise ConfigInputError("trainer.max_epochs=0 trains nothing; use -1 (as many as max_steps needs) or >= 1")
 
 
 @dataclass
@@ -168,6 +204,13 @@ class FinetuneConfig:
     probe_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])  # probe: random-init bodies compared
     probe_c_grid: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0])  # probe: inverse L2 strengths
 
+    def __post_init__(self) -> None:
+        check_ranges(self, "finetune", {
+            "epochs": (1, 1_000_000, "[]"), "max_steps": (1, BIG, "[]"), "lr": (0, 10, "(]"), "head_lr": (0, 10, "(]"),
+            "head_dropout": (0, 1, "[)"), "weight_decay": (0, 10, "[]"), "warmup_ratio": (0, 1, "[)"), "seeds": SEED,
+            "val_every": (1, BIG, "[]"),
+        })
+
 
 @dataclass
 class CompareConfig:
@@ -184,12 +227,21 @@ class CompareConfig:
     task_limit: int | None = None  # fine-tune on a seeded subsample: this many train examples; None = all
     task_eval_limit: int | None = None  # validation and test examples each in that subsample; None = task_limit // 5
 
+    def __post_init__(self) -> None:
+        check_ranges(self, "compare", {
+            "pretrain_seeds": SEED, "seeds": SEED, "scratch_seeds": SEED, "lr_grid": (0, 10, "(]"),
+            "tolerance": (0, 1, "()"), "task_limit": (1, BIG, "[]"),
+        })
+
 
 @dataclass
 class SweepConfig:
     parallel: int = 1  # trials run at the same time (local sweeps)
     count: int | None = None  # trials for method=random; None = the sweep file's run_cap or 10
     seed: int = 0  # seed of the random-search sampler
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "sweep", {"parallel": (1, 1024, "[]"), "count": (1, 1_000_000, "[]"), "seed": SEED})
 
 
 @dataclass
@@ -210,3 +262,6 @@ class Config:
     resume: str = "never"  # never | auto | <checkpoint path>
     size: str | None = None  # set by size presets (tiny/small/base); used in the default run name
     provenance: dict[str, Any] | None = None  # written by famlab into config.yaml; ignored on input
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "", {"seed": SEED})

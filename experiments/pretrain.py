@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from famlab.experiments.compose import compose
 from famlab.experiments.config import Config
+from famlab.experiments.prepare_once import wait_for_rank_zero
 from famlab.experiments.reliability import (
     NonFiniteError,
     Preempted,
@@ -26,6 +27,7 @@ from famlab.experiments.run import (
     make_run_dir,
     make_trainer,
     maybe_compile,
+    precision,
     provenance,
     run_name,
     set_vocab,
@@ -124,16 +126,18 @@ def pretrain(
         num_workers=cfg.data.num_workers,
         val_batches=cfg.data.val_batches,
     )
+    wait_for_rank_zero(dm.ready_file, "the token files", rank=env_rank())  # DDP: rank 0 tokenizes, the other ranks load
     dm.prepare_data()  # tokenize once; also needed for the unigram floor below
     dm.setup("fit")
     net = build_network(cfg.model)
     from famlab.experiments.budget import step_cost  # budget/flops x-axis: FLOPs of one micro-batch (families.flops)
 
     flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops
-    from famlab.experiments.bench import peak_flops  # perf/mfu: a datasheet peak on GPU, a measured fp32 matmul on CPU
+    from famlab.experiments.bench import peak_flops, precision_dtype  # perf/mfu: GPU datasheet peak at the run's dtype
 
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
-    peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3)
+    peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,
+                         dtype=precision_dtype(precision(cfg)))
     module = PretrainModule(
         net, objective, optim_settings(cfg, cfg.trainer.max_steps),
         unigram_log_probs=unigram_log_probs(dm.train_token_counts()), flops_per_step=flops_per_step,

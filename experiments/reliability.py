@@ -6,7 +6,8 @@ resolution (``resolve_resume``) and the two fault-injection knobs the tests use:
 - ``FAMLAB_FAULT_NAN_STEPS=3,4`` poisons the gradients of those optimizer steps (1-based step being
   taken, i.e. ``trainer.global_step + 1``) with NaN, to exercise non-finite skipping.
 - ``FAMLAB_FAULT_SIGTERM_STEP=5`` sends this process SIGTERM after that many optimizer steps, to
-  exercise preemption from inside a process (a test may also just ``kill -TERM`` the process).
+  exercise preemption from inside a process (a test may also just ``kill -TERM`` the process);
+  ``FAMLAB_FAULT_SIGNAL=USR1`` makes that signal SIGUSR1 (SLURM's ``--signal=USR1@<seconds>`` warning).
 
 Why a separate collation RNG stream: Lightning prefetches one batch ahead, so batch k+1 is collated
 (masks drawn from the global RNG) before step k runs its dropout. Saving the global RNG at a step
@@ -40,11 +41,16 @@ PREEMPTED_EXIT = 3  # exit status of a preempted (checkpointed, resumable) run
 
 
 class Preempted(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """Raised out of ``fit`` after SIGTERM/SIGINT once the checkpoint is written."""
+    """Raised out of ``fit`` after SIGTERM/SIGINT/SIGUSR1 once the checkpoint is written."""
 
-    def __init__(self, step: int, checkpoint: Path) -> None:
+    def __init__(self, step: int, checkpoint: Path, signum: int | None = None) -> None:
         super().__init__(f"preempted at step {step}; checkpoint {checkpoint}")
-        self.step, self.checkpoint = step, checkpoint
+        self.step, self.checkpoint, self.signum = step, checkpoint, signum
+
+
+# Signals that checkpoint and stop: SIGTERM (preemption), SIGINT (Ctrl-C), and SIGUSR1, which SLURM sends
+# ahead of the time limit with `--signal=USR1@<seconds>` (the job then asks to be requeued).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGUSR1") if hasattr(signal, name))
 
 
 class NonFiniteError(RuntimeError):
@@ -195,7 +201,7 @@ def save_last(trainer: pl.Trainer, checkpoint_dir: Path) -> Path:
 
 
 class PreemptionCallback(pl.Callback):
-    """SIGTERM / SIGINT: finish the current step, write ``last.ckpt``, stop with ``Preempted``.
+    """SIGTERM / SIGINT / SIGUSR1: finish the current step, write ``last.ckpt``, stop with ``Preempted``.
 
     The flag is reduced over ranks (MAX) at every step boundary so all ranks stop at the same step
     even if only one got the signal. A second SIGINT interrupts at once (no checkpoint).
@@ -220,7 +226,7 @@ class PreemptionCallback(pl.Callback):
         import threading
 
         if threading.current_thread() is threading.main_thread():  # signals install only in the main thread
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.getsignal(sig)
                 signal.signal(sig, self._handler)
 
@@ -232,7 +238,7 @@ class PreemptionCallback(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         if self.fault_step is not None and trainer.global_step == self.fault_step:
             self.fault_step = None
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get("FAMLAB_FAULT_SIGNAL", "TERM")))
         # a batch that did not step is between accumulated micro-batches: their gradients are not checkpointed.
         # Every rank steps at the same batches, so all skip the collective below together.
         if trainer.global_step == self._step_at_start or self.saved is not None:
@@ -249,7 +255,7 @@ class PreemptionCallback(pl.Callback):
             # exit, and a lost first segment leaves the resumed run's metrics.csv without its early steps.
             for logger in trainer.loggers:
                 logger.save()
-            raise Preempted(*self.saved)
+            raise Preempted(*self.saved, signum=self.signal)
         self._step_at_start = trainer.global_step
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -429,9 +435,30 @@ def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
     if env_rank() != 0:
         return 0
     how = "Resume with" if job == "pretrain" else "Fine-tuning restarts from its init; rerun with"
+    if e.signum == getattr(signal, "SIGUSR1", None):
+        print(f"famlab: {request_requeue()}", file=sys.stderr)
     print(f"famlab: preempted at step {e.step}; checkpoint {e.checkpoint}. "
           f"{how}: {resume_hint(cfg, e.checkpoint.parent.parent, job)}", file=sys.stderr)
     return PREEMPTED_EXIT
+
+
+def request_requeue() -> str:
+    """After SLURM's SIGUSR1: ask SLURM to requeue this job (``scontrol requeue $SLURM_JOB_ID``); say what happened.
+
+    The requeued job runs the same command; with ``resume=auto`` it continues from ``last.ckpt``.
+    """
+    import shutil
+    import subprocess
+
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return "got SIGUSR1 outside a SLURM job; nothing to requeue"
+    if shutil.which("scontrol") is None:
+        return f"SLURM job {job}: scontrol not found, requeue the job yourself (scontrol requeue {job})"
+    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return f"SLURM job {job}: scontrol requeue failed ({(done.stderr or done.stdout).strip()[:200]})"
+    return f"SLURM job {job} requeued"
 
 
 def resume_hint(cfg: Config, run_dir: Path, job: str = "pretrain") -> str:

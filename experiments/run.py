@@ -27,6 +27,7 @@ from famlab.experiments.wandb_artifacts import (
     use_run_artifacts,
 )
 from famlab.experiments.wandb_metrics import define_metrics, x_axis
+from famlab.experiments.prepare_once import wait_for_rank_zero
 
 PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
 
@@ -171,11 +172,18 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> Any:
     """The run's tokenizer (trained once per corpus + settings and cached, or ``data.tokenizer.path``).
 
+    Under DDP rank 0 trains it; the other ranks wait for its cached file (``experiments.prepare_once``).
+
     Copies ``tokenizer.json`` into ``run_dir`` so a later fine-tune or comparison can reuse it.
     """
     from famlab.datamodules import get_tokenizer
+    from famlab.datamodules.tokenizer import cache_file
 
     t = cfg.data.tokenizer
+    if t.path is None and corpus is not None:  # the other DDP ranks load the tokenizer rank 0 trained
+        file = cache_file(corpus, kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels,
+                          cache_dir=cache_dir(cfg))
+        wait_for_rank_zero(file, "the tokenizer", rank=env_rank())
     bundle = get_tokenizer(
         corpus,
         kind=t.kind.value,
@@ -301,6 +309,7 @@ def make_trainer(
 ) -> Any:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
     import lightning as L
+    from famlab.experiments.lightning_check import check_lightning_settings
     from famlab.experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
 
@@ -321,8 +330,7 @@ def make_trainer(
     ]
     if t.progress_bar:
         callbacks.append(RichProgressBar(leave=True))
-    devices: int | str = int(t.devices) if isinstance(t.devices, str) and t.devices.isdigit() else t.devices
-    check_devices(t.accelerator, devices)
+    devices = check_lightning_settings(t)["devices"]
     return L.Trainer(
         default_root_dir=str(run_dir),
         max_steps=max_steps,
@@ -348,24 +356,17 @@ def make_trainer(
         # no_grad instead of inference_mode for evaluation: metric states reset inside trainer.validate()
         # (validate_first) would otherwise be inference tensors that fit's validation cannot update
         inference_mode=False,
+        plugins=cluster_plugins(),
     )
 
 
-def check_devices(accelerator: str, devices: int | str) -> None:
-    """A device count the machine cannot give is a config error (Lightning would fail deep in setup, or,
-    on CPU, start that many processes on too few cores)."""
-    import torch
+def cluster_plugins() -> list[Any]:
+    """Under SLURM, Lightning's ``SLURMEnvironment`` supplies rank, world size and the main node, but famlab
+    handles SIGUSR1 itself (checkpoint to ``last.ckpt`` as on SIGTERM, then requeue; ``experiments.reliability``),
+    so Lightning's own requeue (an ``hpc_ckpt`` file that ``resume=auto`` does not read) is off."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if accelerator in ("gpu", "cuda") and gpus == 0:
-        raise ConfigInputError(f"trainer.accelerator={accelerator} but this machine has no CUDA GPU; use auto or cpu")
-    if not isinstance(devices, int):
-        return
-    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpus > 0)
-    available, what = (gpus, "CUDA GPUs") if on_gpu else (os.cpu_count() or 1, "CPU cores")
-    if accelerator in ("gpu", "cuda", "cpu", "auto") and devices > available:
-        raise ConfigInputError(f"trainer.devices={devices} but this machine has {available} {what}; "
-                               "lower trainer.devices (multi-node: trainer.num_nodes)")
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
 def maybe_compile(cfg: Config, module: Any) -> Any:

@@ -11,7 +11,7 @@ Every trial is a subprocess running the file's command with its ``key=value`` to
 ``wandb.dir=<sweep dir>`` (one W&B directory per sweep). With ``sweep.parallel=N`` on a GPU machine, the
 trials running at one time get disjoint ``CUDA_VISIBLE_DEVICES``.
 
-``famlab sweep file.yaml [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]``
+``famlab sweep <name | file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]``
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import yaml
-from famlab.experiments.compose import compose, load_yaml, schema
+from famlab.experiments.compose import compose, load_yaml, schema, sweep_path
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.sweep_params import distribution, grid_values, sample
 from famlab.experiments.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
@@ -226,16 +226,16 @@ def register_wandb(spec: dict[str, Any], project: str, entity: str | None) -> st
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.*=...]``."""
-    files = [p for p in presets if p.endswith((".yaml", ".yml"))]
-    if len(files) != 1 or len(presets) != 1:
-        raise SweepError("usage: famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N]")
+    if len(presets) != 1:
+        got = f"got {presets[1]!r} after {presets[0]!r}" if presets else "got none"
+        raise SweepError(f"famlab sweep takes one sweep name or file.yaml ({got}); see famlab sweep --help")
     bad = [f for f in flags if f not in ("--dry-run", "--wandb")]
     if bad:
         raise SweepError(f"famlab sweep: unknown flag {bad[0]} (valid: --dry-run, --wandb)")
     bad_keys = [o for o in overrides if not o.lstrip("-").startswith(("sweep.", "wandb."))]
     if bad_keys:
         raise SweepError(f"famlab sweep: {bad_keys[0]} - only sweep.* and wandb.* settings apply to the sweep itself")
-    path = Path(files[0])
+    path = sweep_path(presets[0])
     spec = load_sweep(path, remote="--wandb" in flags)
     cfg = compose([], overrides).cfg
     if "--wandb" in flags:

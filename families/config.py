@@ -81,6 +81,61 @@ class AttnImpl(str, Enum):
     MATH = "math"  # plain matmul/softmax reference path (tests, FLOP counting)
 
 
+# (low, high, brackets): "[]" closed, "()" open, "[)" / "(]" half-open; a bound of math.inf means "no bound"
+Range = tuple[float, float, str]
+
+
+def check_range(key: str, value: float | None, lo: float, hi: float, brackets: str = "[]") -> None:
+    """Raise a one-line ConfigError unless ``value`` is finite and within the range; ``None`` passes.
+
+    Non-finite numbers (``nan``, ``inf``) are always refused: no famlab setting means anything at infinity.
+    """
+    if value is None:
+        return
+    low_ok = lo < value if brackets[0] == "(" else lo <= value
+    high_ok = value < hi if brackets[1] == ")" else value <= hi
+    if not (math.isfinite(value) and low_ok and high_ok):
+        raise ConfigError(f"{key}={value} must be in {brackets[0]}{_num(lo)}, {_num(hi)}{brackets[1]}")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def check_ranges(obj: object, section: str, ranges: dict[str, Range]) -> None:
+    """:func:`check_range` on each named field of ``obj`` (every element of a list field), keys ``section.name``."""
+    for name, (lo, hi, brackets) in ranges.items():
+        value = getattr(obj, name)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            check_range(f"{section}.{name}" if section else name, v, lo, hi, brackets)
+
+
+BIG = 2**31 - 1  # counts of steps, batches, ids: an int64 is not the limit, the machine is long before this
+
+# Ranges of the numeric fields of ModelConfig; derived (None) fields are checked once filled in.
+MODEL_RANGES: dict[str, Range] = {
+    "vocab_size": (0, 2**24, "[]"),  # 0 = from the tokenizer
+    "dim": (1, 65536, "[]"),
+    "num_layers": (1, 1024, "[]"),
+    "num_decoder_layers": (0, 1024, "[]"),
+    "num_heads": (1, 4096, "[]"),
+    "num_kv_heads": (1, 4096, "[]"),
+    "head_dim": (1, 4096, "[]"),
+    "ffn_dim": (1, 2**20, "[]"),
+    "max_seq_len": (1, 2**20, "[]"),
+    "dropout": (0.0, 1.0, "[)"),
+    "qk_scale": (0.0, 1e4, "(]"),
+    "head_scale": (0.0, 1e4, "(]"),
+    "type_vocab_size": (0, 1024, "[]"),
+    "rel_pos_buckets": (2, 4096, "[]"),
+    "rel_pos_max_distance": (1, 2**20, "[]"),
+    "rope_theta": (0.0, 1e12, "(]"),
+    "norm_eps": (0.0, 1.0, "()"),
+    "init_std": (0.0, 10.0, "(]"),
+    "pad_token_id": (0, 2**24, "[)"),
+}
+
+
 def _enum(cls: type[Enum], key: str, value: object) -> Enum:
     """Coerce a string (or enum) to ``cls``, raising a one-line ConfigError naming ``model.<key>``."""
     if isinstance(value, cls):
@@ -167,17 +222,8 @@ class ModelConfig:
         self.init = _enum(InitScheme, "init", self.init)  # type: ignore[assignment]
         self.attn_impl = _enum(AttnImpl, "attn_impl", self.attn_impl)  # type: ignore[assignment]
 
-        for key in ("dim", "num_layers", "num_heads", "max_seq_len"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 1")
-        if self.vocab_size < 0:  # 0 is allowed here: "from the tokenizer"; build_network rejects it
-            raise ConfigError(f"model.vocab_size={self.vocab_size} must be >= 0 (0 = from the tokenizer)")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
-        if self.norm_eps <= 0:
-            raise ConfigError(f"model.norm_eps={self.norm_eps} must be > 0")
-        if self.init_std <= 0:
-            raise ConfigError(f"model.init_std={self.init_std} must be > 0")
+        # vocab_size 0 is allowed here ("from the tokenizer"); build_network rejects it
+        check_ranges(self, "model", MODEL_RANGES)
 
         if self.head_dim is None:
             if self.dim % self.num_heads:
@@ -237,5 +283,6 @@ class ModelConfig:
                 )
         if self.pos is PosScheme.ROPE and self.rope_theta <= 0:
             raise ConfigError(f"model.rope_theta={self.rope_theta} must be > 0")
+        check_ranges(self, "model", MODEL_RANGES)  # the derived fields, now filled in
         if self.pad_token_id < 0 or (self.vocab_size and self.pad_token_id >= self.vocab_size):
             raise ConfigError(f"model.pad_token_id={self.pad_token_id} must be in [0, model.vocab_size)")

@@ -1,5 +1,6 @@
 """The famlab CLI: override formats, exit status 2 with one line on bad input, extensible command table."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,64 @@ def test_python_m_experiments_error_is_one_line_without_traceback():
     expected = "famlab: error: model.famly: Key 'famly' not in 'ModelConfig'. Did you mean: 'family'?"
     assert proc.stderr.strip() == expected
     assert "Traceback" not in proc.stderr
+
+
+def test_version_prints_the_installed_version(capsys):
+    from importlib.metadata import version
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"famlab {version('famlab')}"
+
+
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_command_help_exits_0_and_creates_nothing(command, capsys, tmp_path, monkeypatch):
+    """`famlab <command> --help`: what it does, its arguments and config sections; no file, no directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
+    assert cli.main([command, "tiny", "--help"]) == 0
+    out = capsys.readouterr().out
+    spec = cli.command(command)
+    assert out.startswith(f"usage: famlab {command}") and spec.summary[1:] in out
+    if spec.sections:
+        assert "reads config: " + ", ".join(spec.sections) in out
+    assert not list(tmp_path.iterdir())
+
+
+def test_pretrain_help_in_a_real_process_trains_nothing(tmp_path):
+    """The console entry: `famlab pretrain --help` exits 0 at once, writes no run directory and no cache."""
+    env = {**os.environ, "FAMLAB_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "famlab", "pretrain", "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "usage: famlab pretrain" in done.stdout and "presets: " in done.stdout
+    assert not list(tmp_path.iterdir())
+
+
+# a valid start of each command line, so the stray word is the only thing wrong
+VALID_START = {"generate": ["run_dir"], "fill": ["run_dir"], "report": ["."], "sweep": ["pos_x_family"],
+               "config": ["gpt"], "pretrain": ["gpt"], "finetune": ["gpt", "init=scratch"], "compare": ["tiny"]}
+
+
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_unknown_flag_and_stray_word_exit_2_naming_them(command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for bad in ("--dry-runn", "strayword"):
+        args = [command, *VALID_START.get(command, []), bad]
+        assert cli.main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("famlab: error: ") and "\n" not in err and bad.lstrip("-") in err, (args, err)
+    assert not list(tmp_path.iterdir())
+
+
+def test_plain_tuple_entries_still_work(monkeypatch, capsys):
+    """Another module's entry may be a plain ("module:function", "summary") tuple: it runs and has --help."""
+    monkeypatch.setitem(cli.COMMANDS, "echo2", ("famlab.experiments.cli:config_command", "print a config"))
+    assert cli.main(["echo2", "--help"]) == 0 and "Print a config." in capsys.readouterr().out
+    assert cli.main(["echo2", "gpt", "model.dim=48"]) == 0 and "dim: 48" in capsys.readouterr().out
+
+
+def test_sweeps_are_addressed_by_name_and_listed(capsys):
+    assert cli.main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "sweeps (experiments/configs/sweeps/" in out and "  pos_x_family " in out
+    assert cli.main(["sweep", "pos_x_family", "--dry-run"]) == 0
+    assert "trials (grid), group pos-x-family" in capsys.readouterr().out

@@ -188,5 +188,5 @@ def test_finetune_init_pointing_at_nothing_fails(tmp_path, capsys):
     assert cli.main(["finetune", f"init={tmp_path / 'missing'}"]) == 2
     assert "is not a run directory" in capsys.readouterr().err
     assert cli.main(["finetune", f"init=hf:{tmp_path / 'nothing-here'}", "wandb.mode=disabled",
-                     f"run_dir={tmp_path / 'r'}", "data.task=/no/such/task.csv"]) == 2
+                     f"run_dir={tmp_path / 'r'}"]) == 2
     assert "cannot be loaded" in capsys.readouterr().err

@@ -1,0 +1,30 @@
+"""The README's config table names every key of the schema, each in its section's row."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from famlab.experiments.compose import flatten, schema, to_plain
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_key_table_is_complete():
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("| section | every key"):text.index("**Run directory**")]
+    rows: dict[str, str] = {}
+    for line in table.splitlines()[2:]:
+        cells = line.split("|")[1:-1]
+        if len(cells) == 2:
+            rows[cells[0].strip().strip("`")] = cells[1]
+    missing = []
+    for key in flatten(to_plain(schema())):
+        section, _, name = key.partition(".")
+        row, name = (rows.get(section, ""), name) if name else (rows["top level"], section)
+        if name.startswith("tokenizer."):  # written as tokenizer.{kind,vocab_size,...}
+            row, name = re.search(r"`tokenizer\.\{([^}]*)\}`", row).group(1), name.split(".", 1)[1]
+            missing += [key] if name not in row.split(",") else []
+        elif f"`{name}`" not in row:
+            missing.append(key)
+    assert not missing, f"README config table lacks {missing}"

@@ -219,7 +219,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     from famlab.experiments.compose import parse_overrides
 
     if len(presets) != 2:
-        raise ConfigInputError(f"usage: famlab export <run_dir> <out_dir> [seed=<s>]; got {len(presets)} paths")
+        extra = f" ({presets[2]!r} is one too many)" if len(presets) > 2 else ""
+        raise ConfigInputError(f"usage: famlab export <run_dir> <out_dir> [seed=<s>]; got {len(presets)} paths{extra}")
     options = parse_overrides(overrides)
     unknown = [k for k in options if k != "seed"]
     if unknown:

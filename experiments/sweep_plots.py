@@ -40,11 +40,21 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 def plot_parameter(points: list[Point], path: Path, *, param: str, panels: list[tuple[str, str]], title: str,
                    log_x: bool = False, connect: bool = True) -> Path:
-    """Write one figure: a panel per ``(name, y label)`` in ``panels``, ``param`` on the x axis.
+    """Write :func:`figure`'s figure to ``path`` (PNG) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(points, param=param, panels=panels, title=title, log_x=log_x, connect=connect)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def figure(points: list[Point], *, param: str, panels: list[tuple[str, str]], title: str, log_x: bool = False,
+           connect: bool = True) -> Any:
+    """One matplotlib figure: a panel per ``(name, y label)`` in ``panels``, ``param`` on the x axis.
 
     Args:
         points: the cells to draw; points without values for a panel are left out of it.
-        path: the PNG to write.
         param: the swept parameter (x axis label).
         panels: ``(name, y-axis label)`` per panel; ``name`` keys ``Point.values``.
         title: the figure's title.
@@ -73,9 +83,7 @@ def plot_parameter(points: list[Point], path: Path, *, param: str, panels: list[
     fig.legend(handles, labels, title="series", loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _lines(ax: Any, points: list[Point], series: list[str], panel: str, floors: bool, connect: bool) -> None:

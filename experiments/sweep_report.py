@@ -132,7 +132,8 @@ class Summary:
     score: str  # what ranks within a group: "learned" or "value"
     best: dict[str, Cell]
     adjusted_p: dict[int, float]  # id(cell) -> Holm-adjusted p of the Welch test against its group's best
-    across: Yardstick | None
+    across: Yardstick | None  # the measure that ranks across groups
+    across_groups: list[str]  # the groups every trial of which measured it
     comparable_metric: bool
     warnings: list[str]
 
@@ -238,7 +239,11 @@ def summarize(trials: list[Trial], spec: dict[str, Any]) -> Summary:
 
     done = [t for t in trials if t.ok]
     comparable = bool(done) and all(t.job == "finetune" for t in done)  # task scores mean the same for all
-    across = next((y for y in YARDSTICKS if done and all(y.name in t.yardsticks for t in done)), None)
+    covered = {y.name: [g for g in groups if all(y.name in t.yardsticks for c in cells if c.group == g for t in c.ok)
+                        and any(c.ok for c in cells if c.group == g)] for y in YARDSTICKS}
+    # every group measured it; failing that, the first one at least two groups measured (the rest are named)
+    across = next((y for y in YARDSTICKS if covered[y.name] == groups), None) or next(
+        (y for y in YARDSTICKS if len(covered[y.name]) >= 2), None)
     warnings = []
     if len(groups) > 1 and not comparable:
         floors = [f"{g} {statistics.fmean(f):.2f}" for g in groups
@@ -253,7 +258,8 @@ def summarize(trials: list[Trial], spec: dict[str, Any]) -> Summary:
     if score == "learned" and swept_objective:
         warnings.append(f"Note: {', '.join(swept_objective)} changes which tokens are predicted, so {metric} at "
                         f"different values is read against each run's own unigram floor (floor - {metric}).")
-    return Summary(metric, goal, shown, ordered, score, best, adjusted, across, comparable, warnings)
+    return Summary(metric, goal, shown, ordered, score, best, adjusted, across, covered[across.name] if across else [],
+                   comparable, warnings)
 
 
 def _fmt(values: list[float], digits: int = 4) -> str:
@@ -328,9 +334,11 @@ def verdict(s: Summary) -> list[str]:
         lines.append("")
         y = s.across
         if y is not None:
-            measured = [c for c in s.cells if c.values(y.name)]
+            measured = [c for c in s.cells if c.group in s.across_groups and c.values(y.name)]
             ranked = sorted(measured, key=lambda c: statistics.fmean(c.values(y.name)), reverse=y.goal == "maximize")
-            lines.append(f"Across groups, ranked on {y.name} ({y.goal}), a measure that means the same for every "
+            missing = [g for g in s.best if g not in s.across_groups]
+            which = f"{', '.join(s.across_groups)} (not measured by {', '.join(missing)})" if missing else "groups"
+            lines.append(f"Across {which}, ranked on {y.name} ({y.goal}), a measure that means the same for every "
                          "family:")
             lines += [f"{i}. {c.group} {_described(c, s.shown)}: {_fmt(c.values(y.name))}"
                       for i, c in enumerate(ranked, 1)]
@@ -340,36 +348,47 @@ def verdict(s: Summary) -> list[str]:
             lines.append("No measure comparable across groups was recorded by these runs (bits per byte is written "
                          "to eval.json by `famlab compare`; fine-tune scores come from a sweep that runs `famlab "
                          "finetune`), so no ranking across groups is given.")
-    lines += ["", "vs group best: Welch's two-sided t-test over seeds against the group's best cell, Holm-adjusted "
-              f"over all tests in this table; * marks a difference beyond seed variation (p < {ALPHA})."]
+    if s.adjusted_p:
+        lines += ["", "vs group best: Welch's two-sided t-test over seeds against the group's best cell, Holm-adjusted "
+                  f"over all tests in this table; * marks a difference beyond seed variation (p < {ALPHA})."]
+    elif any(len(c.trials) == 1 for c in s.cells):
+        lines += ["", "vs group best: no test with one seed per cell (`sweep.seeds=[0,1,2]` replicates each trial)."]
     return lines
 
 
-def plots(s: Summary, spec: dict[str, Any], out_dir: Path) -> list[Path]:
-    """One figure per swept parameter (the group keys get one only when nothing else varies)."""
-    params = spec.get("parameters") or {}
-    swept = s.shown or [k for k in GROUP_KEYS if len({_key(c.params.get(k)) for c in s.cells}) > 1]
+def swept(s: Summary) -> list[str]:
+    """The parameters that get a figure: those that vary (the group keys only when nothing else varies)."""
+    return s.shown or [k for k in GROUP_KEYS if len({_key(c.params.get(k)) for c in s.cells}) > 1]
+
+
+def figure_args(s: Summary, spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """Keyword arguments of :func:`famlab.experiments.sweep_plots.figure` for swept parameter ``name``.
+
+    One series per group and setting of the other swept categorical parameters (other numeric ones would make
+    single-point series in a random search); a second panel with floor - loss when the metric is a loss.
+    """
     panels = [("value", f"final {s.metric}")]
     if s.score == "learned":
         panels.append(("learned", f"floor − {s.metric} (learned beyond unigrams)"))
+    numeric = is_numeric([c.params.get(name) for c in s.cells])
+    others = [n for n in s.shown if n != name and not (numeric and is_numeric([c.params.get(n) for c in s.cells]))]
+    points = []
+    for c in s.cells:
+        parts = ([] if name in GROUP_KEYS else [c.group]) + [f"{n}={_cell_value(c.params.get(n))}" for n in others]
+        points.append(Point(", ".join(parts) or s.metric, c.params.get(name), {p: c.values(p) for p, _ in panels},
+                            c.values("floor") if s.score == "learned" else []))
     note = "" if s.comparable_metric or len(s.best) < 2 else f"\n({s.metric} is not comparable across groups" + (
         ": read each against its own floor)" if s.score == "learned" else ")")
-    out = []
-    for name in swept:
-        numeric = is_numeric([c.params.get(name) for c in s.cells])
-        others = [n for n in s.shown if n != name and not (numeric and is_numeric([c.params.get(n) for c in s.cells]))]
-        points = []
-        for c in s.cells:
-            parts = ([] if name in GROUP_KEYS else [c.group]) + [f"{n}={_cell_value(c.params.get(n))}" for n in others]
-            points.append(Point(", ".join(parts) or s.metric, c.params.get(name),
-                                {p: c.values(p) for p, _ in panels}, c.values("floor") if s.score == "learned" else []))
-        dist = str((params.get(name) or {}).get("distribution") or "")
-        out.append(plot_parameter(
-            points, out_dir / f"sweep_{name.replace('.', '_')}.png", param=name, panels=panels,
-            title=f"{s.metric} vs {name}, one series per {'setting' if name in GROUP_KEYS else 'group'}{note}",
-            log_x="log" in dist, connect=spec.get("method") == "grid",
-        ))
-    return out
+    per = "setting" if name in GROUP_KEYS else "group"
+    dist = str(((spec.get("parameters") or {}).get(name) or {}).get("distribution") or "")
+    return {"points": points, "param": name, "panels": panels, "title": f"{s.metric} vs {name}, one series per {per}"
+            + note, "log_x": "log" in dist, "connect": spec.get("method") == "grid"}
+
+
+def plots(s: Summary, spec: dict[str, Any], out_dir: Path) -> list[Path]:
+    """One PNG per swept parameter in ``out_dir``: ``sweep_<parameter with _ for .>.png``."""
+    return [plot_parameter(path=out_dir / f"sweep_{name.replace('.', '_')}.png", **figure_args(s, spec, name))
+            for name in swept(s)]
 
 
 def write_report(sweep_dir: Path, spec: dict[str, Any], records: list[dict[str, Any]], *, name: str, group: str,

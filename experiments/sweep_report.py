@@ -9,8 +9,8 @@ recognised by the ``sweep.yaml`` the sweep writes into it.
 - The three pretraining objectives predict different targets, so their losses are not comparable (each has its
   own unigram floor, ``val/unigram_loss``). Cells are grouped by family (family/objective when objectives vary);
   the best is named per group, sorted by floor - loss ("learned beyond unigrams") when the metric is a loss.
-- Across groups the summary ranks only on a yardstick from :data:`YARDSTICKS` that every trial measured, and
-  says which one; without one it says that no comparable measure was recorded.
+- Across groups the summary ranks only on a measure from :data:`famlab.experiments.yardsticks.YARDSTICKS` that
+  every trial of those groups measured, and says which; without one it says that none was recorded.
 - Within a group, each cell is tested against the group's best with Welch's t-test over seeds, Holm-corrected
   over every test in the summary (:mod:`famlab.experiments.stats`, as comparisons do).
 """
@@ -28,43 +28,12 @@ from famlab.experiments.config import ConfigInputError
 from famlab.experiments.report import read_metrics
 from famlab.experiments.stats import holm, welch
 from famlab.experiments.sweep_plots import Point, is_numeric, plot_parameter
+from famlab.experiments.yardsticks import YARDSTICKS, Yardstick, dig, read_json
 
 SWEEP_FILE = "sweep.yaml"  # written by `famlab sweep` into its directory: marks a sweep directory
 FLOOR = "val/unigram_loss"
 ALPHA = 0.05
 GROUP_KEYS = ("model.family", "objective.name")  # what the groups are made of: never plotted as a series
-
-
-@dataclass(frozen=True)
-class Yardstick:
-    """A measure that means the same thing for every family, read from one JSON file of a trial's run directory.
-
-    ``key`` is a dotted path into that file (``byte_score.value``); ``require`` is a ``(dotted key, value)`` pair
-    that must hold as well (BERT's ``pll_bits_per_byte`` is a pseudo-likelihood, not ``bits_per_byte``).
-    """
-
-    name: str
-    file: str
-    key: str
-    goal: str  # minimize | maximize
-    require: tuple[str, Any] | None = None
-
-    def read(self, run_dir: Path) -> float | None:
-        """The trial's value, or ``None`` when its run did not measure this yardstick."""
-        data = _read_json(run_dir / self.file)
-        if self.require is not None and _dig(data, self.require[0]) != self.require[1]:
-            return None
-        value = _dig(data, self.key)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-# Measures comparable across families, most preferred first; the first one that every trial measured ranks the
-# families against each other. A new measure is one more line, e.g. a zero-shot accuracy in eval.json:
-#   Yardstick("zero-shot accuracy", "eval.json", "zero_shot.accuracy", "maximize"),
-YARDSTICKS: tuple[Yardstick, ...] = (
-    Yardstick("fine-tune test/acc", "results.json", "mean.test/acc", "maximize", ("job", "finetune")),
-    Yardstick("bits per byte", "eval.json", "byte_score.value", "minimize", ("byte_score.measure", "bits_per_byte")),
-)
 
 
 @dataclass
@@ -138,18 +107,6 @@ class Summary:
     warnings: list[str]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def _dig(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
-
-
 def load_trial(sweep_dir: Path, record: dict[str, Any], metric: str) -> Trial:
     """The trial of a sweep record (``name``, ``params``, ``status``) with the numbers its run directory holds."""
     run_dir = sweep_dir / record["name"]
@@ -158,7 +115,7 @@ def load_trial(sweep_dir: Path, record: dict[str, Any], metric: str) -> Trial:
     t = Trial(record["name"], dict(record["params"]), record.get("status", "unknown"), run_dir)
     cfg_path = run_dir / "config.yaml"
     cfg = (yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}) if cfg_path.is_file() else {}
-    res = _read_json(run_dir / "results.json")
+    res = read_json(run_dir / "results.json")
     t.family = (cfg.get("model") or {}).get("family") or res.get("family")
     t.objective = (cfg.get("objective") or {}).get("name") or res.get("objective")
     t.job = res.get("job")
@@ -183,7 +140,7 @@ def discover_records(sweep_dir: Path, spec: dict[str, Any]) -> list[dict[str, An
     for d in sorted(p for p in sweep_dir.glob("trial-*") if p.is_dir()):
         cfg_path = d / "config.yaml"
         cfg = (yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}) if cfg_path.is_file() else {}
-        params = {k: _dig(cfg, k) for k in spec.get("parameters", {})}
+        params = {k: dig(cfg, k) for k in spec.get("parameters", {})}
         params.setdefault("seed", cfg.get("seed"))
         status = "ok" if (d / "results.json").is_file() else "no results.json"
         records.append({"name": d.name, "params": params, "run_dir": str(d), "status": status})
@@ -248,11 +205,12 @@ def summarize(trials: list[Trial], spec: dict[str, Any]) -> Summary:
     if len(groups) > 1 and not comparable:
         floors = [f"{g} {statistics.fmean(f):.2f}" for g in groups
                   if (f := [v for c in cells if c.group == g for v in c.values("floor")])]
+        why = ("so each loss has its own unigram floor" + (f" ({', '.join(floors)} nats)" if floors else "")
+               if score == "learned" else "so its values measure different tasks")
         warnings.append(
             f"Warning: the sweep's metric {metric} is not comparable across {', '.join(groups)}: each objective "
-            "predicts different targets (a different number of them per sequence), so each loss has its own "
-            "unigram floor" + (f" ({', '.join(floors)} nats)" if floors else "")
-            + "; the best is named per group, never across them.")
+            f"predicts different targets (a different number of them per sequence), {why}; the best is named per "
+            "group, never across them.")
     swept_objective = [n for n in names if n.startswith("objective.") and n != "objective.name"
                        and len({_key(c.params.get(n)) for c in cells}) > 1]
     if score == "learned" and swept_objective:
@@ -445,13 +403,13 @@ def rebuild(sweep_dir: Path, out_dir: Path | None = None) -> str:
     spec = yaml.safe_load((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
     if not isinstance(spec, dict):
         raise ConfigInputError(f"famlab report: {sweep_dir / SWEEP_FILE} is not a sweep file")
-    saved = _read_json(sweep_dir / "results.json")
+    saved = read_json(sweep_dir / "results.json")
     records = saved.get("trials") or discover_records(sweep_dir, spec)
     if not records:
         raise ConfigInputError(f"famlab report: {sweep_dir} holds no trials (no results.json, no trial-* directories)")
     name = saved.get("sweep") or sweep_dir.name.removeprefix("sweep-").rsplit("-", 2)[0]  # sweep-<name>-<time>
     first_cfg = sweep_dir / records[0]["name"] / "config.yaml"
-    group = saved.get("group") or (_dig(yaml.safe_load(first_cfg.read_text(encoding="utf-8")), "wandb.group")
+    group = saved.get("group") or (dig(yaml.safe_load(first_cfg.read_text(encoding="utf-8")), "wandb.group")
                                    if first_cfg.is_file() else None)
     records = [{k: r[k] for k in ("name", "params", "run_dir", "status") if k in r} for r in records]
     return write_report(sweep_dir, spec, records, name=name, group=str(group), out_dir=out_dir)

@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 import yaml
 from famlab.experiments.compose import compose, load_yaml, schema
 from famlab.experiments.config import ConfigInputError
-from famlab.experiments.sweep_report import write_report
+from famlab.experiments.sweep_report import metric_warning, write_report
 from omegaconf import OmegaConf
 
 METHODS = ("grid", "random")
@@ -222,6 +222,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         compose(t_presets, [o for o in t_over if not o.startswith("run_dir=")])  # fail before running anything
         commands.append(cmd)
         records.append({"name": trial_name, "params": trial, "run_dir": str(sweep_dir / trial_name)})
+    if warning := metric_warning(spec, commands):
+        print(warning, flush=True)
     if "--dry-run" in flags:
         for r, cmd in zip(records, commands, strict=True):
             print(f"{r['name']}: " + " ".join(_token(k, v) for k, v in r["params"].items()))

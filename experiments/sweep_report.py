@@ -220,6 +220,31 @@ def summarize(trials: list[Trial], spec: dict[str, Any]) -> Summary:
                    comparable, warnings)
 
 
+def metric_warning(spec: dict[str, Any], commands: list[list[str]]) -> str | None:
+    """Before any trial runs: a warning when the sweep ranks pretraining runs of several families or objectives on
+    its ``metric`` (their losses predict different targets), else ``None``.
+
+    Args:
+        spec: the sweep file's content.
+        commands: every trial's command line (``famlab pretrain [presets] key=value...``).
+    """
+    if not commands or not all("pretrain" in cmd for cmd in commands):
+        return None  # fine-tune scores mean the same for every family
+    arms = set()
+    for cmd in commands:
+        family = next((t.split("=", 1)[1] for t in reversed(cmd) if t.lstrip("-").startswith("model.family=")),
+                      next((t for t in cmd if t in ("bert", "gpt", "t5")), None))
+        objective = next((t.split("=", 1)[1] for t in reversed(cmd) if t.lstrip("-").startswith("objective.name=")),
+                         None)
+        arms.add(f"{family}/{objective}" if objective else str(family))
+    if len(arms) < 2:
+        return None
+    metric = (spec.get("metric") or {}).get("name", "val/loss")
+    return (f"famlab sweep: warning: metric {metric} is not comparable across {', '.join(sorted(arms))} (each "
+            "objective predicts different targets, with its own unigram floor); the summary names the best per "
+            "family and ranks families only on a measure they share")
+
+
 def _fmt(values: list[float], digits: int = 4) -> str:
     if not values:
         return "-"

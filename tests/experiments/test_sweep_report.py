@@ -187,6 +187,7 @@ def test_sweep_seeds_replicate_every_trial_in_the_dry_run(tmp_path, capsys, monk
     trials = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("trial-")]
     assert trials == ["model.pos=rope seed=0", "model.pos=rope seed=1", "model.pos=alibi seed=0",
                       "model.pos=alibi seed=1"]
+    assert "warning" not in out  # one family: its losses compare with each other
     path.write_text(yaml.safe_dump({**spec, "parameters": {**spec["parameters"], "seed": {"values": [0, 1]}}}))
     assert cli.main(["sweep", str(path), "--dry-run", "sweep.seeds=[0,1]"]) == 2
     err = capsys.readouterr().err.strip()
@@ -255,3 +256,12 @@ def test_report_on_a_broken_sweep_directory_exits_2_with_one_line(tmp_path, caps
     assert cli.main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("famlab: error:") and message in err and "\n" not in err
+
+
+def test_a_pretraining_sweep_over_families_warns_before_it_runs(capsys, monkeypatch, tmp_path):
+    """The bundled pos x family file ranks val/loss: its dry run already says why that is not comparable."""
+    monkeypatch.chdir(tmp_path)
+    bundled = Path(__file__).resolve().parents[2] / "experiments" / "configs" / "sweeps" / "pos_x_family.yaml"
+    assert cli.main(["sweep", str(bundled), "--dry-run"]) == 0
+    warning = next(line for line in capsys.readouterr().out.splitlines() if "warning" in line)
+    assert warning.startswith("famlab sweep: warning: metric val/loss is not comparable across bert, gpt, t5")

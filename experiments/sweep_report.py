@@ -29,10 +29,12 @@ from famlab.experiments.report import read_metrics
 from famlab.experiments.stats import holm, welch
 from famlab.experiments.sweep_plots import Point, is_numeric, plot_parameter
 from famlab.experiments.yardsticks import YARDSTICKS, Yardstick, dig, read_json
+from famlab.families.config import Family
 
 SWEEP_FILE = "sweep.yaml"  # written by `famlab sweep` into its directory: marks a sweep directory
 FLOOR = "val/unigram_loss"
 ALPHA = 0.05
+FAMILIES = {f.value for f in Family}
 GROUP_KEYS = ("model.family", "objective.name")  # what the groups are made of: never plotted as a series
 
 
@@ -233,7 +235,7 @@ def metric_warning(spec: dict[str, Any], commands: list[list[str]]) -> str | Non
     arms = set()
     for cmd in commands:
         family = next((t.split("=", 1)[1] for t in reversed(cmd) if t.lstrip("-").startswith("model.family=")),
-                      next((t for t in cmd if t in ("bert", "gpt", "t5")), None))
+                      next((t for t in cmd if t in FAMILIES), None))  # a family preset (`famlab pretrain t5`)
         objective = next((t.split("=", 1)[1] for t in reversed(cmd) if t.lstrip("-").startswith("objective.name=")),
                          None)
         arms.add(f"{family}/{objective}" if objective else str(family))

@@ -358,7 +358,7 @@ def figure_args(s: Summary, spec: dict[str, Any], name: str) -> dict[str, Any]:
     numeric = is_numeric([c.params.get(name) for c in s.cells])
     others = [n for n in s.shown if n != name and not (numeric and is_numeric([c.params.get(n) for c in s.cells]))]
     points = []
-    for c in s.cells:
+    for c in sorted(s.cells, key=lambda c: c.trials[0].name):  # the sweep's order, not the ranking, on the x axis
         parts = ([] if name in GROUP_KEYS else [c.group]) + [f"{n}={_cell_value(c.params.get(n))}" for n in others]
         points.append(Point(", ".join(parts) or s.metric, c.params.get(name), {p: c.values(p) for p, _ in panels},
                             c.values("floor") if s.score == "learned" else []))

@@ -119,4 +119,4 @@ def _bars(ax: Any, points: list[Point], series: list[str], panel: str, floors: b
                 ax.hlines(statistics.fmean(p.floor), x - width / 2, x + width / 2, colors="black", lw=2,
                           label=None if floor_shown else "unigram floor (black bar)")
                 floor_shown = True
-    ax.set_xticks(range(len(xs)), xs, rotation=20 if max(map(len, xs)) > 8 else 0)
+    ax.set_xticks(range(len(xs)), xs, rotation=20 if any(len(x) > 8 for x in xs) else 0)

@@ -53,6 +53,7 @@ class Trial:
     floor: float | None = None  # val/unigram_loss at that same validation
     lengths: dict[str, float | None] = field(default_factory=dict)  # val loss at 2x / 4x the training length
     yardsticks: dict[str, float] = field(default_factory=dict)
+    untrained: bool = False  # a pretraining run whose only validation came before its first step
 
     @property
     def ok(self) -> bool:
@@ -122,9 +123,13 @@ def load_trial(sweep_dir: Path, record: dict[str, Any], metric: str) -> Trial:
     t.objective = (cfg.get("objective") or {}).get("name") or res.get("objective")
     t.job = res.get("job")
     rows = [r for r in read_metrics(run_dir / "metrics.csv") if metric in r]
-    if rows:
+    if t.job == "pretrain" and metric.startswith("val/") and metric not in (res.get("final") or {}):
+        # no validation during fit (trainer.val_check_interval > trainer.max_steps): metrics.csv holds only the
+        # step-0 validation of the untrained network, which must not be ranked as the trial's result
+        t.untrained, rows = True, []
+    elif rows:
         t.value, t.floor = rows[-1][metric], rows[-1].get(FLOOR)
-    else:  # a fine-tune over several seeds keeps metrics.csv per seed; results.json has their mean
+    elif not t.untrained:  # a fine-tune over several seeds keeps metrics.csv per seed; results.json has their mean
         t.value = (res.get("mean") or {}).get(metric, (res.get("final") or {}).get(metric))
     if t.floor is None:
         t.floor = (res.get("final") or {}).get(FLOOR)
@@ -213,6 +218,11 @@ def summarize(trials: list[Trial], spec: dict[str, Any]) -> Summary:
             f"Warning: the sweep's metric {metric} is not comparable across {', '.join(groups)}: each objective "
             f"predicts different targets (a different number of them per sequence), {why}; the best is named per "
             "group, never across them.")
+    untrained = [t.name for t in trials if t.untrained]
+    if untrained:
+        warnings.append(f"Warning: {', '.join(untrained)} never validated after training began (their only "
+                        f"{metric} is the untrained network's, before step 1), so they are left out: set "
+                        "trainer.val_check_interval <= trainer.max_steps.")
     swept_objective = [n for n in names if n.startswith("objective.") and n != "objective.name"
                        and len({_key(c.params.get(n)) for c in cells}) > 1]
     if score == "learned" and swept_objective:
@@ -256,7 +266,7 @@ def _fmt(values: list[float], digits: int = 4) -> str:
 
 
 def _status(c: Cell) -> str:
-    statuses = [t.status for t in c.trials]
+    statuses = [t.status + (", not validated after training" if t.untrained else "") for t in c.trials]
     return statuses[0] if len(set(statuses)) == 1 else f"{statuses.count('ok')}/{len(statuses)} ok"
 
 

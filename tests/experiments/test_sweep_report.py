@@ -265,3 +265,16 @@ def test_a_pretraining_sweep_over_families_warns_before_it_runs(capsys, monkeypa
     assert cli.main(["sweep", str(bundled), "--dry-run"]) == 0
     warning = next(line for line in capsys.readouterr().out.splitlines() if "warning" in line)
     assert warning.startswith("famlab sweep: warning: metric val/loss is not comparable across bert, gpt, t5")
+
+
+def test_runs_never_validated_after_training_are_left_out_not_ranked(tmp_path):
+    """max_steps below val_check_interval leaves only the step-0 (untrained) validation: no best, a warning."""
+    sweep_dir, spec, records = fake_sweep(tmp_path, POS_X_FAMILY[2:4])
+    for name in ("trial-000", "trial-001"):
+        path = sweep_dir / name / "results.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "final": {}}))  # what such a run writes
+        csv = sweep_dir / name / "metrics.csv"
+        csv.write_text("\n".join(csv.read_text().splitlines()[:2]) + "\n")  # the step-0 validation only
+    md = write_report(sweep_dir, spec, records, name="synthetic", group="g")
+    assert "Warning: trial-000, trial-001 never validated after training began" in md
+    assert "- gpt:" not in md and "ok, not validated after training" in md

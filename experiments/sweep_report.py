@@ -322,6 +322,8 @@ def verdict(s: Summary) -> list[str]:
           else f"final {s.metric} ({s.goal})")
     lines = [*s.warnings, ""] if s.warnings else []
     several = len(s.best) > 1
+    if not s.best:
+        return [*lines, f"No trial finished with a {s.metric} to rank."]
     lines.append(f"Best {'per group ' if several else ''}by {by}:")
     for g, c in s.best.items():
         lines.append(f"- {g}: {_described(c, s.shown)}: {_fmt(c.values(s.score))}")

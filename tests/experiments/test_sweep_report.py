@@ -277,4 +277,4 @@ def test_runs_never_validated_after_training_are_left_out_not_ranked(tmp_path):
         csv.write_text("\n".join(csv.read_text().splitlines()[:2]) + "\n")  # the step-0 validation only
     md = write_report(sweep_dir, spec, records, name="synthetic", group="g")
     assert "Warning: trial-000, trial-001 never validated after training began" in md
-    assert "- gpt:" not in md and "ok, not validated after training" in md
+    assert "- gpt:" not in md and "ok, not validated after training" in md and "No trial finished with a val/loss" in md

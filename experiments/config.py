@@ -239,6 +239,7 @@ class SweepConfig:
     parallel: int = 1  # trials run at the same time (local sweeps)
     count: int | None = None  # trials for method=random; None = the sweep file's run_cap or 10
     seed: int = 0  # seed of the random-search sampler
+    seeds: list[int] | None = None  # replicate every trial once per seed (sets `seed`); summary: mean +- std
 
     def __post_init__(self) -> None:
         check_ranges(self, "sweep", {"parallel": (1, 1024, "[]"), "count": (1, 1_000_000, "[]"), "seed": SEED})

@@ -494,9 +494,14 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab report <dir>... [--out=<dir>]`` (default: the first directory)."""
     out = next((o.split("=", 1)[1] for o in overrides if o.lstrip("-").startswith("out=")), None)
     if not presets or any(not o.lstrip("-").startswith("out=") for o in overrides) or flags:
-        raise ConfigInputError("usage: famlab report <comparison or run dir>... [--out=<dir>]")
+        raise ConfigInputError("usage: famlab report <comparison, sweep or run dir>... [--out=<dir>]")
     dirs = [Path(p) for p in presets]
     out_dir = Path(out) if out else dirs[0]
+    if len(dirs) == 1 and (dirs[0] / "sweep.yaml").is_file():  # a `famlab sweep` directory: its own summary
+        from famlab.experiments.sweep_report import rebuild
+
+        print(rebuild(dirs[0], out_dir), end="")
+        return 0
     build_report(dirs, out_dir)
     print((out_dir / "report.md").read_text(encoding="utf-8"))
     return 0

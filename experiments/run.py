@@ -20,6 +20,7 @@ from typing import Any
 
 from famlab.experiments.compose import flatten, to_plain, to_yaml
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.prepare_once import wait_for_rank_zero
 from famlab.experiments.wandb_artifacts import (
     log_model_mode,
     log_pretrain_artifacts,
@@ -27,7 +28,6 @@ from famlab.experiments.wandb_artifacts import (
     use_run_artifacts,
 )
 from famlab.experiments.wandb_metrics import define_metrics, x_axis
-from famlab.experiments.prepare_once import wait_for_rank_zero
 
 PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
 

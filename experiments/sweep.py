@@ -11,7 +11,10 @@ Every trial is a subprocess running the file's command with its ``key=value`` to
 ``wandb.dir=<sweep dir>`` (one W&B directory per sweep). With ``sweep.parallel=N`` on a GPU machine, the
 trials running at one time get disjoint ``CUDA_VISIBLE_DEVICES``.
 
-``famlab sweep <name | file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]``
+``famlab sweep <name | file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]
+[sweep.seeds=[0,1]]``
+
+The summary (report.md, results.json, one plot per swept parameter) is :mod:`famlab.experiments.sweep_report`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import yaml
 from famlab.experiments.compose import compose, load_yaml, schema, sweep_path
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.sweep_params import distribution, grid_values, sample
+from famlab.experiments.sweep_report import metric_warning, write_report
 from famlab.experiments.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from omegaconf import OmegaConf
 
@@ -175,34 +179,6 @@ def run_trial(cmd: list[str], log_path: Path, devices: str | None = None) -> int
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
 
 
-def length_cell(run_dir: Path) -> str:
-    """`2x / 4x` validation losses from a pretraining run's results.json ('-' where undefined or absent)."""
-    path = run_dir / "results.json"
-    points = json.loads(path.read_text()).get("length_extrapolation", {}) if path.exists() else {}
-    vals = [(points.get(k) or {}).get("loss") for k in ("2x", "4x")]
-    return " / ".join("-" if v is None else f"{v:.3f}" for v in vals)
-
-
-def summarize(sweep_dir: Path, trials: list[dict[str, Any]], metric: str) -> str:
-    """Markdown table: trial, parameters, exit status, the sweep metric (final and min from metrics.csv)."""
-    from famlab.experiments.report import read_metrics
-
-    names = sorted({k for t in trials for k in t["params"]})
-    varying = [n for n in names if len({json.dumps(t["params"].get(n), default=str) for t in trials}) > 1]
-    names = varying or names  # constants are in results.json / sweep.yaml; the table shows what changed
-    lines = ["| trial | " + " | ".join(names) + f" | status | final {metric} | min {metric} | "
-             "val loss at 2x / 4x length |", "|" + "---|" * (len(names) + 5)]
-    for t in trials:
-        rows = read_metrics(Path(t["run_dir"]) / "metrics.csv")
-        vals = [r[metric] for r in rows if metric in r]
-        t["final"], t["min"] = (vals[-1], min(vals)) if vals else (None, None)
-        cells = [str(t["params"].get(n, "")) for n in names]
-        fmt = [f"{v:.4f}" if v is not None else "-" for v in (t["final"], t["min"])]
-        lines.append(f"| {t['name']} | " + " | ".join(cells) + f" | {t['status']} | {fmt[0]} | {fmt[1]} | "
-                     f"{length_cell(Path(t['run_dir']))} |")
-    return "\n".join(lines)
-
-
 def register_wandb(spec: dict[str, Any], project: str, entity: str | None) -> str:
     """Register the sweep with the W&B server; returns the ``wandb agent`` command. Fails clearly offline."""
     base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
@@ -246,6 +222,10 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         trials = expand_grid(params)
     else:
         trials = expand_random(params, cfg.sweep.count or int(spec.get("run_cap", 10)), cfg.sweep.seed)
+    if cfg.sweep.seeds:  # every trial once per seed, seeds varying fastest; the summary averages over them
+        if "seed" in params:
+            raise SweepError(f"{path}: sweep.seeds and a `seed` parameter both replicate trials; use one of them")
+        trials = [{**t, "seed": s} for t in trials for s in cfg.sweep.seeds]
     name = path.stem
     sweep_dir = Path("runs") / f"sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     while sweep_dir.exists():  # two sweeps started in the same second
@@ -263,6 +243,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         compose(t_presets, [o for o in t_over if not o.startswith("run_dir=")])  # fail before running anything
         commands.append(cmd)
         records.append({"name": trial_name, "params": trial, "run_dir": str(sweep_dir / trial_name)})
+    if warning := metric_warning(spec, commands):
+        print(warning, flush=True)
     if "--dry-run" in flags:
         for r, cmd in zip(records, commands, strict=True):
             print(f"{r['name']}: " + " ".join(_token(k, v) for k, v in r["params"].items()))
@@ -293,18 +275,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         statuses = list(pool.map(go, range(len(records))))
     for r, rc in zip(records, statuses, strict=True):
         r["status"] = "ok" if rc == 0 else f"failed ({rc})"
-    metric = (spec.get("metric") or {}).get("name", "val/loss")
-    table = summarize(sweep_dir, records, metric)
-    goal = (spec.get("metric") or {}).get("goal", "minimize")
-    done = [r for r in records if r.get("final") is not None]
-    best = (min if goal == "minimize" else max)(done, key=lambda r: r["final"]) if done else None
-    md = [f"# famlab sweep {name} ({spec['method']}, {len(records)} trials, group {group})", "", table, ""]
-    if best:
-        shown = {k: v for k, v in best["params"].items() if f"| {k} |" in table or f"| {k} " in table.splitlines()[0]}
-        md.append(f"Best by final {metric} ({goal}): {best['name']} {shown}")
-    (sweep_dir / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    (sweep_dir / "results.json").write_text(json.dumps({"trials": records}, indent=2, default=str) + "\n")
-    print("\n".join(md))
+    print(write_report(sweep_dir, spec, records, name=name, group=group), end="")
     log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
     print_wandb_commands(sweep_dir)
     return 0 if all(rc == 0 for rc in statuses) else 1

@@ -89,7 +89,8 @@ def test_wandb_flag_fails_clearly_when_the_server_is_unreachable(tmp_path, capsy
 
 @pytest.mark.slow
 def test_a_pos_x_family_sweep_runs_end_to_end(tmp_path, monkeypatch, capsys):
-    """2 x 2 trials (model.pos x model.family) with the tiny preset: run dirs in one group, a summary table."""
+    """2 x 2 trials (model.pos x model.family) with the tiny preset: run dirs in one group, a summary per family,
+    a plot, and `famlab report <sweep dir>` rebuilds the same report."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "corpus.txt"
@@ -108,11 +109,18 @@ def test_a_pos_x_family_sweep_runs_end_to_end(tmp_path, monkeypatch, capsys):
     trials = json.loads((sweep_dir / "results.json").read_text())["trials"]
     assert [(t["params"]["model.family"], t["params"]["model.pos"]) for t in trials] == [
         ("gpt", "rope"), ("gpt", "alibi"), ("bert", "rope"), ("bert", "alibi")]  # sorted keys, values as given
+    numbers = json.loads((sweep_dir / "results.json").read_text())["numbers"]
     for t in trials:
         cfg = yaml.safe_load((Path(t["run_dir"]) / "config.yaml").read_text())
         assert cfg["model"]["pos"] == t["params"]["model.pos"] and cfg["wandb"]["group"] == sweep_dir.name
-        assert t["status"] == "ok" and t["final"] > 0
-    assert (sweep_dir / "report.md").read_text().count("| trial-") == 4
+        assert t["status"] == "ok" and 0 < numbers[t["name"]]["value"] and 0 < numbers[t["name"]]["floor"]
+    report = (sweep_dir / "report.md").read_text()
+    assert report.count("| trial-") == 4 and "not comparable across bert, gpt" not in report
+    assert "not comparable across gpt, bert" in report and "- gpt: trial-00" in report and "- bert: trial-00" in report
     # rope / alibi reach any length: every trial reports its validation loss at 2x and 4x the training length
-    rows = [line for line in (sweep_dir / "report.md").read_text().splitlines() if line.startswith("| trial-")]
-    assert all(re.search(r"\| \d+\.\d{3} / \d+\.\d{3} \|$", row) for row in rows), rows
+    rows = [line for line in report.splitlines() if line.startswith("| trial-")]
+    assert all(re.search(r"\| \d+\.\d{3} / \d+\.\d{3} \|", row) for row in rows), rows
+    assert (sweep_dir / "sweep_model_pos.png").stat().st_size > 10_000
+    (sweep_dir / "sweep_model_pos.png").unlink()
+    assert cli.main(["report", str(sweep_dir)]) == 0  # rebuilt from the run directories: the same report
+    assert (sweep_dir / "report.md").read_text() == report and (sweep_dir / "sweep_model_pos.png").is_file()

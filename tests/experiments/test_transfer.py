@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
-from scipy import stats as sps
-
 from famlab.experiments import transfer
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.finetune import GridPoint, grid_points, select_point
 from famlab.experiments.probe import fit_probe
+from scipy import stats as sps
 
 
 def _arm(family, pretrained, scratch):

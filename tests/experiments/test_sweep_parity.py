@@ -6,6 +6,7 @@ import random
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -150,6 +151,7 @@ def test_parallel_trials_get_their_own_cuda_devices_and_each_sweep_its_own_group
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
     script = tmp_path / "record.py"
     script.write_text(RECORDER)
     spec = {"method": "grid", "parameters": {"data.seed": {"values": [0, 1, 2, 3]}},

@@ -87,7 +87,7 @@ def load_task(
 
     Raises:
         DataError: missing file or column, empty file, bad JSON line, unknown split value, labels in
-            validation/test that the training split lacks.
+            validation/test that the training split lacks, a single class.
     """
     spec = str(spec)
     if spec in BUNDLED_TASKS:
@@ -214,6 +214,9 @@ def _build(
     unknown = sorted(held_out - train_labels, key=_label_key)
     if unknown:
         raise DataError(f"{name}: labels in validation/test but not in the training split: {', '.join(unknown)}")
+    if len(train_labels) < 2:
+        raise DataError(f"{name}: only one class ('{labels[0]}') in the training split; a classification "
+                        "task needs at least two")
     out: dict[str, list[Example]] = {"train": [], "val": [], "test": []}
     for (_, text, pair, label, _), split in zip(rows, splits, strict=True):
         out[split].append(Example(text=text, text_pair=pair, label=index[str(label).strip()]))

@@ -24,7 +24,7 @@ USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=valu
 # name -> ("module:function", one-line help). Extend by adding entries; see the module docstring.
 COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("famlab.experiments.pretrain:main", "pretrain one family on a corpus"),
-    "finetune": ("famlab.experiments.finetune:main", "fine-tune a run / checkpoint / hf: model / scratch on a task"),
+    "finetune": ("famlab.experiments.suite:main", "fine-tune a run / checkpoint / hf: / scratch on a task or suite"),
     "compare": ("famlab.experiments.compare:main", "pretrain + fine-tune every family under a matched budget, report"),
     "sweep": ("famlab.experiments.sweep:main", "run a W&B sweep file locally (--dry-run lists the trials)"),
     "report": ("famlab.experiments.report:main", "rebuild the comparison report from run directories"),

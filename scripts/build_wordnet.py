@@ -16,6 +16,12 @@ Inputs: ``data.{noun,verb,adj,adv}`` of WordNet 3.0 (format: wndb(5WN)). Outputs
   ``"lemma, lemma: gloss"`` (the gloss with its examples), for every synset whose task split is
   ``train`` (validation/test synsets are left out so fine-tuning scores are honest).
 - ``LICENSE-WordNet.txt``: the WordNet 3.0 licence, copied from the Debian copyright file.
+- ``wordnet-pairs.jsonl.gz`` (``build_suite_tasks``): ``{"a", "b", "label", "split"}`` synset-id pairs whose texts
+  are the supersense definitions; ``label`` is ``hypernym`` / ``sibling`` / ``unrelated`` (see ``build_pair_task``).
+- ``wordnet-domain.jsonl.gz`` (``build_suite_tasks``): ``{"id", "text", "label", "split"}``, a definition -> its
+  WordNet topic domain (see ``build_domain_task``).
+
+Both suite tasks reuse the supersense split of each synset, so the corpus does not depend on them.
 
 Gzip files are written with ``mtime=0`` and no file name, so rebuilding gives identical bytes.
 """

@@ -18,6 +18,7 @@ checked before the first one trains, so a bad suite fails at once.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -34,7 +35,7 @@ from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.finetune import Init, compose_finetune, finetune
 from famlab.experiments.reliability import NonFiniteError, Preempted, stop_exit_code
 from famlab.experiments.run import cache_dir, env_rank, make_run_dir, run_name, write_json
-from famlab.experiments.suite_score import TaskResult, render_suite_table, suite_score, task_interval
+from famlab.experiments.suite_score import TaskResult, reference_suite, render_suite_table, suite_score, task_interval
 
 log = logging.getLogger("famlab")
 TABLE = "suite_table.md"
@@ -85,8 +86,8 @@ def _task_config(cfg: Config, spec: TaskSpec, run_dir: Path) -> Config:
 def tfidf_reference(cfg: Config, spec: TaskSpec, task: Task) -> dict[str, float]:
     """TF-IDF + logistic regression test scores of a task, cached under the cache directory by task and split."""
     d = cfg.data
-    key = {"spec": spec.__dict__, "seed": d.seed, "val_fraction": d.val_fraction, "test_fraction": d.test_fraction,
-           "sizes": [len(task.train), len(task.val), len(task.test)]}
+    key = {"spec": dataclasses.asdict(spec), "seed": d.seed, "val_fraction": d.val_fraction,
+           "test_fraction": d.test_fraction, "sizes": [len(task.train), len(task.val), len(task.test)]}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir(cfg) / "references" / f"tfidf-{spec.name}-{digest}.json"
     if path.is_file():
@@ -121,14 +122,14 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, 
             "tfidf": tfidf_reference(cfg, spec, tasks[spec.name])[spec.headline],
         })
     score = suite_score(results)
-    family = cfg.model.family.value if init.kind != "hf" else ft["family"]
+    family = ft["family"]  # for init=hf:, known only once the model is loaded
     references = {"majority class": {r["name"]: r["majority"] for r in rows},
                   "TF-IDF + LR": {r["name"]: r["tfidf"] for r in rows}}
     table = render_suite_table({f"{family} ({cfg.init})": results}, references)
     out = {
         "job": "finetune-suite", "family": family, "init": cfg.init, "tasks": rows,
         "suite": {"mean": score.mean, "low": score.low, "high": score.high, "seeds": score.n},
-        "references": {name: sum(v.values()) / len(v) for name, v in references.items()},
+        "references": {name: reference_suite(v, [s.name for s in specs]) for name, v in references.items()},
         "wall_s": round(time.time() - started, 1),
     }
     if env_rank() == 0:

@@ -9,9 +9,29 @@ from pathlib import Path
 DATA_DIR = Path(__file__).resolve().parent / "data"
 WORDNET_CORPUS = DATA_DIR / "wordnet-corpus.jsonl.gz"
 WORDNET_TASK = DATA_DIR / "wordnet-supersense.jsonl.gz"
+WORDNET_PAIRS = DATA_DIR / "wordnet-pairs.jsonl.gz"
+WORDNET_DOMAIN = DATA_DIR / "wordnet-domain.jsonl.gz"
+# name -> file of every bundled classification task; ``data.task=<name>`` loads it (datamodules/data/README.md)
+BUNDLED_TASKS = {"wordnet-supersense": WORDNET_TASK, "wordnet-pairs": WORDNET_PAIRS, "wordnet-domain": WORDNET_DOMAIN}
+
+# A bundled row: (split, text, text_pair or None, label)
+BundledRow = tuple[str, str, str | None, str]
 
 
 def read_jsonl_gz(path: Path) -> list[dict]:
     """All rows of a gzip-compressed JSONL file."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_bundled_task(name: str) -> list[BundledRow]:
+    """The rows of the bundled task ``name`` (a key of :data:`BUNDLED_TASKS`).
+
+    ``wordnet-pairs`` stores synset ids (``a``, ``b``); their texts are the definitions of the supersense
+    task, so the two files cannot disagree and the pair file stays small.
+    """
+    rows = read_jsonl_gz(BUNDLED_TASKS[name])
+    if name != "wordnet-pairs":
+        return [(r["split"], r["text"], None, r["label"]) for r in rows]
+    text = {r["id"]: r["text"] for r in read_jsonl_gz(WORDNET_TASK)}
+    return [(r["split"], text[r["a"]], text[r["b"]], r["label"]) for r in rows]

@@ -1,4 +1,4 @@
-"""Classification tasks: bundled ``wordnet-supersense``, CSV / JSONL files, Hugging Face datasets."""
+"""Classification tasks: bundled WordNet tasks, CSV / JSONL files, Hugging Face datasets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from famlab.datamodules.bundled import WORDNET_TASK, read_jsonl_gz
+from famlab.datamodules.bundled import BUNDLED_TASKS, read_bundled_task
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.hf import load_hf
 
@@ -74,7 +74,8 @@ def load_task(
     """Load a classification task.
 
     Args:
-        spec: ``wordnet-supersense`` (bundled, 45 classes, fixed 80/10/10 split); a ``.csv`` or
+        spec: a bundled task (``wordnet-supersense``, ``wordnet-pairs``, ``wordnet-domain``; fixed splits,
+            see ``datamodules/data/README.md``); a ``.csv`` or
             ``.jsonl`` file; or ``hf:<name>[:<config>]`` (GLUE column names are recognised when
             ``text_column`` is absent; rows labelled -1 are dropped; ``hf:csv:<file>`` /
             ``hf:json:<file>`` load local files).
@@ -86,17 +87,20 @@ def load_task(
 
     Raises:
         DataError: missing file or column, empty file, bad JSON line, unknown split value, labels in
-            validation/test that the training split lacks.
+            validation/test that the training split lacks, a single class.
     """
     spec = str(spec)
-    if spec == "wordnet-supersense":
-        rows: list[_Row] = [(r["split"], r["text"], None, r["label"], "") for r in read_jsonl_gz(WORDNET_TASK)]
+    if spec in BUNDLED_TASKS:
+        rows: list[_Row] = [(*row, "") for row in read_bundled_task(spec)]
         return _build(spec, rows, val_fraction, test_fraction, seed)
     if spec.startswith("hf:"):
         rows, names = _hf_rows(spec, text_column, text_pair_column, label_column)
         return _build(spec, rows, val_fraction, test_fraction, seed, label_order=names)
     path = Path(spec)
     if not path.is_file():
+        if not path.suffix and len(path.parts) == 1:  # a bare name: a misspelt bundled task, most likely
+            raise DataError(f"unknown task '{spec}' (bundled: {', '.join(BUNDLED_TASKS)}; or a .csv/.jsonl file, "
+                            "hf:<name>)")
         raise DataError(f"{path}: no such task file")
     if path.suffix == ".csv":
         records = _csv_records(path)
@@ -210,6 +214,9 @@ def _build(
     unknown = sorted(held_out - train_labels, key=_label_key)
     if unknown:
         raise DataError(f"{name}: labels in validation/test but not in the training split: {', '.join(unknown)}")
+    if len(train_labels) < 2:
+        raise DataError(f"{name}: only one class ('{labels[0]}') in the training split; a classification "
+                        "task needs at least two")
     out: dict[str, list[Example]] = {"train": [], "val": [], "test": []}
     for (_, text, pair, label, _), split in zip(rows, splits, strict=True):
         out[split].append(Example(text=text, text_pair=pair, label=index[str(label).strip()]))

@@ -51,7 +51,7 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
         "famlab.experiments.pretrain:main", "pretrain one family on a corpus", sections=RUN,
         details="Trains the tokenizer (cached), tokenizes the corpus (cached), pretrains, writes a run directory."),
     "finetune": Command(
-        "famlab.experiments.finetune:main", "fine-tune a run / checkpoint / hf: model / scratch on a task",
+        "famlab.experiments.suite:main", "fine-tune a run / checkpoint / hf: model / scratch on a task (or suite)",
         args=f"{PRESET_ARGS} init=<run_dir | file.ckpt | hf:name | scratch>", sections=(*RUN, "finetune", "init"),
         details="The model and tokenizer come from init=; presets and overrides set the task and the budget."),
     "probe": Command(

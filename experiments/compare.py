@@ -268,6 +268,14 @@ def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None =
     return path
 
 
+def _has_pairs(path: Path) -> bool:
+    """Whether the subsample written by :func:`subsample_task` holds sentence pairs."""
+    import csv
+
+    with path.open(encoding="utf-8", newline="") as f:
+        return any(row["text_pair"] for row in csv.DictReader(f))
+
+
 def _divisor_near(n: int, want: float) -> int:
     """The divisor of ``n`` closest to ``want`` (log scale): validating every that many steps ends on the last
     step, so each family's final validation loss is measured at the end of its budget."""
@@ -344,7 +352,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         for cfg in cfgs.values():
             d = cfg.data
             d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
-            d.text_pair_column = "text_pair" if d.text_pair_column else None
+            d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan["tokenizer_hash"] = bundle.hash
     write_json(comp_dir / "plan.json", plan)

@@ -70,7 +70,9 @@ class TokenizerConfig:
 @dataclass
 class DataConfig:
     corpus: str = "wordnet"  # pretraining corpus: wordnet | file.txt | file.jsonl | directory | hf:<name>[:<config>]
-    task: str = "wordnet-supersense"  # fine-tuning task: wordnet-supersense | file.csv | file.jsonl | hf:<name>[:<cfg>]
+    # fine-tuning task: wordnet-supersense | wordnet-pairs | wordnet-domain | file.csv | file.jsonl | hf:<name>[:<cfg>];
+    # or a suite (famlab finetune): suite | task,task,... | suite.yaml (datamodules/suite.py)
+    task: str = "wordnet-supersense"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_len: int = 128  # tokens the network reads per pretraining sample (T5: encoder input length)
     batch_size: int = 32  # samples per optimizer micro-step and per device

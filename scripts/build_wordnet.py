@@ -16,6 +16,12 @@ Inputs: ``data.{noun,verb,adj,adv}`` of WordNet 3.0 (format: wndb(5WN)). Outputs
   ``"lemma, lemma: gloss"`` (the gloss with its examples), for every synset whose task split is
   ``train`` (validation/test synsets are left out so fine-tuning scores are honest).
 - ``LICENSE-WordNet.txt``: the WordNet 3.0 licence, copied from the Debian copyright file.
+- ``wordnet-pairs.jsonl.gz`` (``build_suite_tasks``): ``{"a", "b", "label", "split"}`` synset-id pairs whose texts
+  are the supersense definitions; ``label`` is ``hypernym`` / ``sibling`` / ``unrelated`` (see ``build_pair_task``).
+- ``wordnet-domain.jsonl.gz`` (``build_suite_tasks``): ``{"id", "text", "label", "split"}``, a definition -> its
+  WordNet topic domain (see ``build_domain_task``).
+
+Both suite tasks reuse the supersense split of each synset, so the corpus does not depend on them.
 
 Gzip files are written with ``mtime=0`` and no file name, so rebuilding gives identical bytes.
 """
@@ -184,6 +190,160 @@ def build(wordnet_dir: Path, out: Path, copyright_file: Path, seed: int) -> dict
     return {"synsets": len(synsets), "task": dict(counts), "corpus_docs": len(docs)}
 
 
+# ---- suite tasks: wordnet-pairs (sentence pair, 3-way) and wordnet-domain (topic) ----------------------------
+# Both reuse the supersense split of every synset, so the pretraining corpus (train synsets only) is unchanged
+# and no synset is shared across splits; a pair's two synsets always come from one split.
+
+PAIR_LABELS = ("hypernym", "sibling", "unrelated")
+PAIR_TRAIN_ANCHORS = 12_000  # train anchors kept (3 rows each); val/test keep every eligible anchor
+DOMAIN_MIN_MEMBERS = 100  # a topic domain is a class when at least this many defined synsets point to it
+POINTER_FILE = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
+WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+def read_pointers(wordnet_dir: Path) -> dict[str, list[tuple[str, str]]]:
+    """Synset id -> ``[(pointer symbol, target synset id)]`` for every synset (wndb(5WN) pointer fields).
+
+    A pointer names its target by file offset and part of speech; adjective pointers say ``a`` or ``s``
+    whatever the target's own type, so targets are resolved through ``(file, offset)``.
+    """
+    raw: dict[str, list[tuple[str, str, str]]] = {}
+    by_offset: dict[tuple[str, str], str] = {}
+    for pos in POS_FILES:
+        with open(wordnet_dir / f"data.{pos}", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("  "):
+                    continue
+                parts = line.partition(" | ")[0].split()
+                sid = f"{parts[2]}{parts[0]}"
+                by_offset[(pos, parts[0])] = sid
+                start = 4 + 2 * int(parts[3], 16)
+                ptrs = parts[start + 1: start + 1 + 4 * int(parts[start])]
+                raw[sid] = [(ptrs[i], POINTER_FILE[ptrs[i + 2]], ptrs[i + 1]) for i in range(0, len(ptrs), 4)]
+    return {sid: [(sym, by_offset[(file, off)]) for sym, file, off in out] for sid, out in raw.items()}
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(WORD.findall(text.lower()))
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / max(1, len(a | b))  # Jaccard index of the two word sets
+
+
+def _up(start: str, parents: dict[str, list[str]], depth: int) -> set[str]:
+    """``start`` and its hypernyms up to ``depth`` levels."""
+    seen, frontier = {start}, [start]
+    for _ in range(depth):
+        frontier = [p for s in frontier for p in parents.get(s, ()) if p not in seen]
+        seen.update(frontier)
+    return seen
+
+
+def build_pair_task(defs: dict[str, str], split_of: dict[str, str], pointers: dict[str, list[tuple[str, str]]],
+                    seed: int) -> list[dict]:
+    """Rows ``{"a", "b", "label", "split"}`` (synset ids; the texts are their supersense definitions).
+
+    Each anchor synset ``a`` (noun or verb) gives three rows: ``b`` = a direct hypernym of ``a``; ``b`` = a
+    sibling (another hyponym of one of ``a``'s hypernyms); ``b`` = an unrelated synset of the same part of
+    speech (no common hypernym within two levels, neither within three levels above the other). Every anchor
+    is in all three classes, so ``a`` alone says nothing about the label. The sibling and the unrelated
+    partner are the candidates closest to the hypernym in word overlap with ``a`` and in length, so neither
+    gives the label away. All synsets of a row share one split.
+    """
+    parents = {s: [t for sym, t in ptrs if sym == "@"] for s, ptrs in pointers.items()}
+    children = {s: [t for sym, t in ptrs if sym == "~"] for s, ptrs in pointers.items()}
+    words = {s: _words(t) for s, t in defs.items()}
+    length = {s: len(t.split()) for s, t in defs.items()}
+
+    def cost(a: str, b: str, target: tuple[float, int]) -> tuple[float, str]:
+        return abs(_overlap(words[a], words[b]) - target[0]) * 20 + abs(length[b] - target[1]) / 2, _key(seed, b)
+
+    rows = []
+    for split in ("train", "val", "test"):
+        members = {s for s in defs if split_of[s] == split}
+        # unrelated candidates: internal nodes (as every hypernym is) of the split, indexed by word and POS
+        index: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+        for s in sorted(members, key=lambda s: _key(seed, s)):
+            if any(c in members for c in children[s]):
+                for w in words[s]:
+                    index[(s[0], w)].append(s)
+        anchors = sorted((s for s in members if s[0] in "nv"), key=lambda s: _key(seed, s))
+        kept = 0
+        for a in anchors:
+            if split == "train" and kept >= PAIR_TRAIN_ANCHORS:
+                break
+            hypers = sorted((h for h in parents[a] if h in members), key=lambda h: _key(seed, h))
+            if not hypers:
+                continue
+            h = hypers[0]
+            near = _up(a, parents, 3)
+            siblings = {c for p in parents[a] for c in children[p] if c in members} - near - {h}
+            siblings = {s for s in siblings if a not in _up(s, parents, 3)}
+            if not siblings:
+                continue
+            target = (_overlap(words[a], words[h]), length[h])
+            sib = min(siblings, key=lambda b: cost(a, b, target))
+            up2 = _up(a, parents, 2)
+            pool = {b for w in sorted(words[a]) for b in index.get((a[0], w), ())[:40]}
+            pool |= {b for w in sorted(words[h]) for b in index.get((a[0], w), ())[:10]}
+            unrelated = [b for b in pool if b not in near and not (_up(b, parents, 2) & up2)
+                         and a not in _up(b, parents, 3)]
+            if not unrelated:
+                continue
+            far = min(unrelated, key=lambda b: cost(a, b, target))
+            for b, label in ((h, "hypernym"), (sib, "sibling"), (far, "unrelated")):
+                rows.append({"a": a, "b": b, "label": label, "split": split})
+            kept += 1
+    return rows
+
+
+def build_domain_task(task: list[dict], pointers: dict[str, list[tuple[str, str]]], lemmas: dict[str, list[str]],
+                      ) -> list[dict]:
+    """Rows ``{"id", "text", "label", "split"}``: a definition -> its WordNet topic domain (``;c`` pointer).
+
+    Classes are the topic domains with at least ``DOMAIN_MIN_MEMBERS`` defined synsets; a synset pointing to
+    exactly one of them is an example. The text is the supersense definition with the domain's own lemmas
+    also replaced by ``_`` ("(law) a ..." would give the answer away); the split is the supersense split.
+    """
+    domains_of = {s: sorted({t for sym, t in ptrs if sym == ";c"}) for s, ptrs in pointers.items()}
+    counts = collections.Counter(d for t in task for d in domains_of[t["id"]])
+    classes = {d for d, n in counts.items() if n >= DOMAIN_MIN_MEMBERS}
+    rows = []
+    for t in task:
+        mine = [d for d in domains_of[t["id"]] if d in classes]
+        if len(mine) != 1:
+            continue
+        text = mask_lemmas(t["text"], lemmas[mine[0]])
+        if text.strip("_ ;,.()"):
+            rows.append({"id": t["id"], "text": text, "label": lemmas[mine[0]][0], "split": t["split"]})
+    return rows
+
+
+def build_suite_tasks(wordnet_dir: Path, out: Path, seed: int) -> dict:
+    """Write ``wordnet-pairs.jsonl.gz`` and ``wordnet-domain.jsonl.gz`` next to the supersense task."""
+    task = read_jsonl_gz_rows(out / "wordnet-supersense.jsonl.gz")
+    synsets = read_synsets(wordnet_dir)
+    lemmas = {s["id"]: s["lemmas"] for s in synsets}
+    pointers = read_pointers(wordnet_dir)
+    defs = {t["id"]: t["text"] for t in task}
+    split_of = {t["id"]: t["split"] for t in task}
+    pairs = build_pair_task(defs, split_of, pointers, seed)
+    domain = build_domain_task(task, pointers, lemmas)
+    write_jsonl_gz(out / "wordnet-pairs.jsonl.gz", pairs)
+    write_jsonl_gz(out / "wordnet-domain.jsonl.gz", domain)
+    return {
+        "pairs": dict(collections.Counter(r["split"] for r in pairs)),
+        "domain": dict(collections.Counter(r["split"] for r in domain)),
+        "domain_classes": len({r["label"] for r in domain}),
+    }
+
+
+def read_jsonl_gz_rows(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
@@ -192,6 +352,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(json.dumps(build(args.wordnet_dir, args.out, args.copyright, args.seed)))
+    # ---- suite tasks (wordnet-pairs, wordnet-domain): read the supersense splits just written ----
+    print(json.dumps(build_suite_tasks(args.wordnet_dir, args.out, args.seed)))
+    # ---- end of suite tasks ----
 
 
 if __name__ == "__main__":

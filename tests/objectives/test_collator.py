@@ -75,3 +75,17 @@ def test_bad_collator_settings(ids):
     with pytest.raises(ObjectiveError, match="pad_side"):
         ClassificationCollator("gpt", ids, max_len=16, pad_side="middle")
     assert isinstance(ClassificationCollator("gpt", ids, max_len=16)([_item([11])])["labels"], torch.Tensor)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt", "t5"])
+def test_swapping_the_pair_changes_the_input(ids, family):
+    """A pair is read in order (a, b): swapping the texts changes the ids, and for BERT the token types."""
+    collate = ClassificationCollator(family, ids, max_len=16)
+    ab, ba = collate([_item([11, 12, 13], [21])]), collate([_item([21], [11, 12, 13])])
+    assert ab["input_ids"].shape == ba["input_ids"].shape and not torch.equal(ab["input_ids"], ba["input_ids"])
+    s = ids.sep
+    expected = {"bert": [ids.cls, 21, s, 11, 12, 13, s], "gpt": [21, s, 11, 12, 13, ids.eos]}
+    assert ba["input_ids"][0].tolist() == expected.get(family, expected["gpt"])
+    if family == "bert":
+        assert ab["token_type_ids"].tolist() == [[0, 0, 0, 0, 0, 1, 1]]
+        assert ba["token_type_ids"].tolist() == [[0, 0, 0, 1, 1, 1, 1]]

@@ -46,7 +46,9 @@ SIZES = ("tiny", "small", "base")
 # measures"). Most of the time goes to pretraining: the median-cost family trains trainer.max_steps steps
 # (about 9 M tokens) and the others match its FLOPs. Fine-tuning is low-resource (1,000 labelled
 # definitions; 500 each for validation and test), where what pretraining put into the body shows, and every arm,
-# pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based selection.
+# pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based selection
+# (at every scale the grid is the preset's finetune.lr and a tenth of it, each with a 10x head lr: a pretrained body
+# usually wants the gentler step, a random one the larger; validation chooses per arm).
 TINY_DEFAULTS = [
     "trainer.max_steps=4500",
     "trainer.val_check_interval=500",
@@ -56,7 +58,6 @@ TINY_DEFAULTS = [
     "finetune.max_steps=200",
     "finetune.val_every=50",
     "finetune.batch_size=32",
-    "finetune.lr_grid=[1e-4,1e-3]",
     "trainer.progress_bar=false",
 ]
 BPB_DOCS = 100  # validation documents scored for bits per byte (BERT: pseudo-log-likelihood, one mask at a time)
@@ -93,6 +94,8 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
         # objective.name follows each family's preset unless the user fixed it or compare.objectives names one
         chosen = [f"objective.name={objective}"] if objective else []
         cfg = compose([family, *family_free], [*defaults, *overrides, *chosen]).cfg
+        if "finetune.lr_grid" not in user_flat:  # the protocol's grid at every scale: the preset's body lr and a tenth
+            cfg.finetune.lr_grid = [cfg.finetune.lr / 10, cfg.finetune.lr]
         cfgs[arm_name(family, cfg.objective.name, bool(base.compare.objectives))] = cfg
     if base.compare.scratch_seeds is None:
         base.compare.scratch_seeds = list(base.compare.seeds)
@@ -380,11 +383,12 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     phases = {"pretraining": 0.0, "evaluation": 0.0, "fine-tuning": 0.0, "probes": 0.0}
 
     def timed(phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.time()
+        """Run ``fn``, adding its wall time to ``phase`` (minus what nested timed calls already counted)."""
+        t0, before = time.time(), sum(phases.values())
         try:
             return fn(*args, **kwargs)
         finally:
-            phases[phase] += time.time() - t0
+            phases[phase] += (time.time() - t0) - (sum(phases.values()) - before)
 
     for arm, cfg in cfgs.items():
         family = cfg.model.family.value

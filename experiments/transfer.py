@@ -104,16 +104,22 @@ def probe_table(gains: list[Gain]) -> str:
     return gain_table(gains, baseline="random-init body").replace("| pretrained |", "| pretrained body |", 1)
 
 
-def verdict(gains: list[Gain]) -> str:
-    """One sentence: does pretraining pay off for every arm, beyond seed variation?"""
+def verdict(gains: list[Gain], scale: str | None = None) -> str:
+    """Does pretraining pay off for every arm, beyond seed variation? At the tiny scale a miss is stated as what it
+    is: a smoke-scale run whose pretrained-vs-scratch result for those arms is not expected to be significant."""
     if not gains:
         return "No arm has at least 2 seeds on both sides, so no gain was tested."
     bad = [g.arm for g in gains if not g.significant]
     if not bad:
         return (f"Pretraining pays off for every arm: each pretrained arm beats its own baseline "
                 f"(one-sided Welch, Holm-corrected p < {ALPHA} across {len(gains)} arms).")
-    return (f"Pretraining does not pay off beyond seed variation for {', '.join(bad)} (Holm-corrected p >= {ALPHA}); "
-            "a ranking of families built on this comparison measures fine-tuning noise as much as pretraining.")
+    line = (f"Pretraining does not pay off beyond seed variation for {', '.join(bad)} (Holm-corrected p >= {ALPHA}): "
+            "a ranking that includes them measures what this budget's pretraining did to a random initialisation, not "
+            "what pretraining can teach.")
+    if scale == "tiny":
+        line += (" At the tiny scale this is a smoke-scale result for those arms (see the README's 'What the default "
+                 "comparison measures'); a larger budget (`famlab compare small`) is the setting to rank them.")
+    return line
 
 
 def plot_gains(finetune: list[Gain], probe: list[Gain], path: Path) -> Path:
@@ -149,7 +155,7 @@ def plot_gains(finetune: list[Gain], probe: list[Gain], path: Path) -> Path:
 
 def section(
     runs: list[dict[str, Any]], probes: list[dict[str, Any]], families: dict[str, dict[str, Any]], out_dir: Path,
-    dirs: list[Path],
+    dirs: list[Path], scale: str | None = None,
 ) -> dict[str, Any]:
     """The "what pretraining bought" section: gains, probe table, plot, protocol and wall-time split."""
     ft_gains = finetune_gains(families)
@@ -166,7 +172,7 @@ def section(
         tables["gains"] = gain_table(ft_gains)
         md += ["Fine-tuned test accuracy of each pretrained arm minus its family's from-scratch baseline "
                "(same recipe, grid and selection; one-sided Welch test, Holm-corrected across arms).", "",
-               tables["gains"], "", verdict(ft_gains), ""]
+               tables["gains"], "", verdict(ft_gains, scale), ""]
     if pr_gains:
         tables["probe"] = probe_table(pr_gains)
         md += ["### Linear probe (frozen body)", "",
@@ -198,7 +204,8 @@ def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any
         steps = f.get("max_steps") or f"{f.get('epochs')} epochs"
         lines.append(f"Fine-tuning: {res['sizes']['train']} training / {res['sizes']['val']} validation / "
                      f"{res['sizes']['test']} test examples, {steps} steps at batch "
-                     f"{f.get('batch_size') or cfg['data']['batch_size']}, seeds {sorted(res['seeds'])}.")
+                     f"{f.get('batch_size') or cfg['data']['batch_size']}, seeds "
+                     f"{', '.join(sorted(res['seeds'], key=int))}.")
         if grid:
             points = ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})" for g in grid)
             lines.append(f"Every arm, pretrained or scratch, gets the same grid of (body lr, head lr): {points}; "

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("famlab.experiments.bench:main", "throughput / MFU benchmarks against Hugging Face"),
     "generate": ("famlab.experiments.generate:generate_main", "generate text from a pretraining run"),
     "fill": ("famlab.experiments.generate:fill_main", "fill masked spans / sentinels with a pretraining run"),
+    "eval": ("famlab.experiments.evaluate:main", "zero-shot multiple choice (cloze, minimal pairs) for every family"),
     "config": ("famlab.experiments.cli:config_command", "print the resolved config (or the validation error)"),
     "presets": ("famlab.experiments.cli:presets_command", "list presets and the family x objective table"),
 }

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.prefix import prefix_lm_mask
 from famlab.objectives.tokens import TokenIds
@@ -243,7 +242,9 @@ class Scorer:
         _check_len(net, len(context) + width)
         cache = net.decoder.new_cache()
         ctx = torch.tensor([context], device=self.device)  # (1, S)
-        mask = prefix_lm_mask(torch.tensor([bidirectional], device=self.device), len(context)) if bidirectional else None
+        mask = None
+        if bidirectional:  # prefix-LM: the context's first `bidirectional` positions read each other
+            mask = prefix_lm_mask(torch.tensor([bidirectional], device=self.device), len(context))
         ctx_logits = net(ctx, attention_mask=mask, cache=cache).logits[0]  # (S, V)
         ctx_lp = float(_token_log_probs(ctx_logits[:-1], ctx[0, 1:]).sum()) if not bidirectional else 0.0
         K = len(conts)

@@ -23,6 +23,7 @@ Gzip files are written with ``mtime=0`` and no file name, so rebuilding gives id
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import gzip
 import hashlib
@@ -253,7 +254,8 @@ def build_reverse_dictionary(held: list[dict], corpus: str, counts: collections.
 
     Answers: single-word first lemmas of held-out synsets whose definition has at least 3 words, names none of
     the synset's lemmas and occurs nowhere in the corpus. Distractors: answers of other items of the same part
-    of speech with the closest log corpus frequency, never a lemma of the item's own synset.
+    of speech with the closest log corpus frequency (among the 80 nearest in (frequency, seeded hash) order),
+    never a lemma of the item's own synset.
     """
     eligible, seen_answers = [], set()
     for s in sorted(held, key=lambda s: _key(seed, s["id"])):
@@ -265,9 +267,12 @@ def build_reverse_dictionary(held: list[dict], corpus: str, counts: collections.
             continue
         seen_answers.add(answer.lower())
         eligible.append(s)
-    pools: dict[str, list[str]] = collections.defaultdict(list)
-    for s in eligible:
-        pools[s["pos"]].append(s["lemmas"][0])
+    pools: dict[str, list[tuple[float, str, str]]] = collections.defaultdict(list)
+    for s in eligible:  # (log corpus frequency, seeded hash, word): equal frequencies in hash order
+        word = s["lemmas"][0]
+        pools[s["pos"]].append((math.log1p(counts[word.lower()]), _key(seed, word), word))
+    for pool in pools.values():
+        pool.sort()
     items = []
     for s in eligible:
         if len(items) == CLOZE_ITEMS:
@@ -276,9 +281,12 @@ def build_reverse_dictionary(held: list[dict], corpus: str, counts: collections.
             continue
         answer = s["lemmas"][0]
         own = {lem.lower() for lem in s["lemmas"]}
-        freq = math.log1p(counts[answer.lower()])
-        pool = [w for w in pools[s["pos"]] if w.lower() not in own]
-        pool.sort(key=lambda w: (abs(math.log1p(counts[w.lower()]) - freq), _key(seed, f"{answer}\0{w}")))
+        pool = pools[s["pos"]]
+        at = bisect.bisect_left(pool, (math.log1p(counts[answer.lower()]), _key(seed, answer), answer))
+        freq = pool[at][0]
+        window = [p for p in pool[max(0, at - 40) : at + 40] if p[2].lower() not in own]
+        window.sort(key=lambda p: (abs(p[0] - freq), p[1]))
+        pool = [p[2] for p in window]
         choices, label = _order(seed, s["id"], [answer, *pool[: CLOZE_K - 1]], answer)
         items.append({"id": s["id"], "text": f"{BLANK_TEXT}: {s['definition']}", "choices": choices, "label": label,
                       "group": s["pos"]})

@@ -4,7 +4,7 @@ import json
 
 import pytest
 from famlab.experiments.cli import main
-from famlab.experiments.evaluate import read_items, summarise
+from famlab.experiments.evaluate import summarise
 from famlab.objectives.zeroshot import ChoiceScores, Item
 
 GOOD = {"text": "a ___ sat", "choices": ["cat", "dog"], "label": 0}
@@ -68,13 +68,3 @@ def test_summary_counts_ties_as_wrong_and_reports_chance_per_group(tmp_path):
     assert r["chance"] == pytest.approx((0.5 + 0.25 + 0.5) / 3)
     assert r["groups"]["g2"]["raw"]["acc"] == 0.0 and r["groups"]["g1"]["chance"] == 0.5
     assert r["raw"]["low"] <= r["raw"]["acc"] <= r["raw"]["high"]
-
-
-def test_bundled_tasks_parse():
-    """The shipped zero-shot tasks are valid item files: K = 5 cloze, pairs with a construction each."""
-    from famlab.experiments.evaluate import BUNDLED
-
-    cloze = read_items(BUNDLED["wordnet-reverse-dictionary"])
-    pairs = read_items(BUNDLED["wordnet-minimal-pairs"])
-    assert len(cloze) >= 500 and all(len(it.choices) == 5 for it in cloze)
-    assert len({it.group for it in pairs}) == 3 and all(len(it.choices) == 2 for it in pairs)

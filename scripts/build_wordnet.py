@@ -293,10 +293,8 @@ def build_reverse_dictionary(held: list[dict], corpus: str, counts: collections.
     return items
 
 
-def _pair_sites(text: str, pos_lemmas: dict[str, set[str]]) -> list[tuple[str, int, int, str, str]]:
+def _pair_sites(text: str, verbs: set[str], noun_only: set[str]) -> list[tuple[str, int, int, str, str]]:
     """Every (construction, start, end, good, bad) site of the minimal-pair rules in ``text``."""
-    nouns, verbs = pos_lemmas["noun"], pos_lemmas["verb"]
-    noun_only = nouns - verbs - pos_lemmas["adj"] - pos_lemmas["adv"]
     sites = []
     for m in re.finditer(r"\b(?:who|that|which) ([a-z]+)\b", text):
         base = _third_person_base(m.group(1), verbs)
@@ -327,12 +325,14 @@ def build_minimal_pairs(held: list[dict], corpus: str, pos_lemmas: dict, seed: i
     """
     by_construction: dict[str, list[dict]] = collections.defaultdict(list)
     seen = set()
+    verbs = pos_lemmas["verb"]
+    noun_only = pos_lemmas["noun"] - verbs - pos_lemmas["adj"] - pos_lemmas["adv"]  # once: ~100k-word sets
     for s in sorted(held, key=lambda s: _key(seed, s["id"])):
         for n, text in enumerate([s["definition"], *s["examples"]]):
             if not text or text in seen or BLANK_TEXT in text:
                 continue
             seen.add(text)
-            sites = _pair_sites(text, pos_lemmas)
+            sites = _pair_sites(text, verbs, noun_only)
             if not sites:
                 continue
             name, start, end, good, bad = min(sites, key=lambda x: _key(seed, f"{text}\0{x[0]}\0{x[1]}"))

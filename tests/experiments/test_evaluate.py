@@ -4,8 +4,8 @@ import json
 
 import pytest
 from famlab.experiments.cli import main
-from famlab.experiments.evaluate import summarise
-from famlab.objectives.zeroshot import ChoiceScores, Item
+from famlab.experiments.evaluate import BUNDLED, read_items, summarise
+from famlab.objectives.zeroshot import ChoiceScores, Item, chance
 
 GOOD = {"text": "a ___ sat", "choices": ["cat", "dog"], "label": 0}
 
@@ -68,3 +68,24 @@ def test_summary_counts_ties_as_wrong_and_reports_chance_per_group(tmp_path):
     assert r["chance"] == pytest.approx((0.5 + 0.25 + 0.5) / 3)
     assert r["groups"]["g2"]["raw"]["acc"] == 0.0 and r["groups"]["g1"]["chance"] == 0.5
     assert r["raw"]["low"] <= r["raw"]["acc"] <= r["raw"]["high"]
+
+
+def test_bundled_tasks_parse():
+    """The shipped zero-shot tasks are valid item files: 1000 K = 5 cloze items (chance 0.2) split by part of
+    speech, and 400 pairs (chance 0.5) per construction whose two fillers differ only in form or order."""
+    cloze = read_items(BUNDLED["wordnet-reverse-dictionary"])
+    assert len(cloze) == 1000 and all(len(it.choices) == 5 for it in cloze)
+    assert {it.group for it in cloze} <= {"noun", "verb", "adj", "adv"}
+    assert chance(cloze) == pytest.approx(0.2)
+    pairs = read_items(BUNDLED["wordnet-minimal-pairs"])
+    groups = {it.group: 0 for it in pairs}
+    for it in pairs:
+        groups[it.group] += 1
+        good, bad = it.choices[it.label], it.choices[1 - it.label]
+        if it.group == "determiner_noun_order":
+            assert bad.split() == good.split()[::-1], it
+        else:  # agreement: singular/plural or 3rd-person/base form of one word (is/are, has/have: irregular)
+            assert " " not in good + bad and good != bad, it
+            assert good[:2] == bad[:2] or (good, bad) in {("is", "are"), ("has", "have"), ("was", "were")}, it
+    assert groups == {"determiner_noun_agreement": 400, "determiner_noun_order": 400, "subject_verb_agreement": 400}
+    assert {it.label for it in pairs} == {0, 1} and chance(pairs) == pytest.approx(0.5)

@@ -38,6 +38,7 @@ from famlab.experiments.budget import (
 from famlab.experiments.compose import compose, parse_overrides
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
+from famlab.experiments.zeroshot_table import COMPARE_ITEMS, zero_shot_scores
 
 SIZES = ("tiny", "small", "base")
 # The tiny comparison's budget (applied before the user's overrides): 3 pretraining runs, 9 fine-tunes and
@@ -380,7 +381,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
                 progress(f"pretrain {arm} seed {seed}: val/loss {run['final'].get('val/loss')}")
             run_dir, run_cfg = Path(run["run_dir"]), run["cfg"]
             scores = byte_scores(run_dir, run_cfg, corpus, bundle)
-            write_json(run_dir / "eval.json", {"byte_score": scores})
+            zero_shot = zero_shot_scores(run_dir, limit=COMPARE_ITEMS)  # bundled zero-shot tasks, report headline
+            write_json(run_dir / "eval.json", {"byte_score": scores, "zero_shot": zero_shot})
             log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
             if cmp.seeds:
                 _finetune(run_cfg, str(run_dir), comp_dir / f"{arm}-ft-s{seed}", list(cmp.seeds), group, tags)

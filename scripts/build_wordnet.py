@@ -321,7 +321,7 @@ def build_minimal_pairs(held: list[dict], corpus: str, pos_lemmas: dict, seed: i
     (``a person who works`` / ``*a person who work``); ``determiner_noun_agreement``: a/an + a singular noun vs
     its regular plural (``a member`` / ``*a members``); ``determiner_noun_order``: the/a/an + noun vs the two
     words swapped (``the genus`` / ``*genus the``). Nouns are single-word WordNet noun lemmas that are no other
-    part of speech. One site per text; texts that occur in the corpus are skipped.
+    part of speech. One site per text; texts that occur in the corpus are skipped. Items in seeded hash order.
     """
     by_construction: dict[str, list[dict]] = collections.defaultdict(list)
     seen = set()
@@ -341,7 +341,8 @@ def build_minimal_pairs(held: list[dict], corpus: str, pos_lemmas: dict, seed: i
             choices, label = _order(seed, f"{s['id']}/{n}", [good, bad], good)
             by_construction[name].append({"id": f"{s['id']}/{n}", "text": text[:start] + BLANK_TEXT + text[end:],
                                           "choices": choices, "label": label, "group": name})
-    return [item for name in sorted(by_construction) for item in by_construction[name]]
+    # One seeded order across constructions, so the first N items (``famlab eval limit=N``) cover all three.
+    return sorted((item for items in by_construction.values() for item in items), key=lambda it: _key(seed, it["id"]))
 
 
 BLANK_TEXT = "___"

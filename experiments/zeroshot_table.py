@@ -16,7 +16,7 @@ from typing import Any
 
 from famlab.experiments.evaluate import BUNDLED, HEADLINE, evaluate_run, read_items
 
-COMPARE_ITEMS = 300  # items per bundled task in ``famlab compare`` (the first 300: all groups; ~6 s a run on CPU)
+COMPARE_ITEMS = 300  # items per bundled task in ``famlab compare`` (the first 300 hold every group)
 
 EXPLAINER = (
     "Each cell is accuracy on multiple-choice items from WordNet synsets that pretraining never saw, each "

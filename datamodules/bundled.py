@@ -9,6 +9,8 @@ from pathlib import Path
 DATA_DIR = Path(__file__).resolve().parent / "data"
 WORDNET_CORPUS = DATA_DIR / "wordnet-corpus.jsonl.gz"
 WORDNET_TASK = DATA_DIR / "wordnet-supersense.jsonl.gz"
+WORDNET_REVERSE_DICTIONARY = DATA_DIR / "wordnet-reverse-dictionary.jsonl.gz"  # zero-shot cloze (famlab eval)
+WORDNET_MINIMAL_PAIRS = DATA_DIR / "wordnet-minimal-pairs.jsonl.gz"  # zero-shot minimal pairs (famlab eval)
 WORDNET_PAIRS = DATA_DIR / "wordnet-pairs.jsonl.gz"
 WORDNET_DOMAIN = DATA_DIR / "wordnet-domain.jsonl.gz"
 # name -> file of every bundled classification task; ``data.task=<name>`` loads it (datamodules/data/README.md)

@@ -81,6 +81,11 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
     "fill": Command(
         "famlab.experiments.generate:fill_main", "fill masked spans / sentinels with a pretraining run",
         args='<run_dir> text="... [MASK] ..." [seed=S]'),
+    "eval": Command(
+        "famlab.experiments.evaluate:main", "zero-shot multiple choice (cloze, minimal pairs) for every family",
+        args="<run_dir>... data.eval=<wordnet | wordnet-reverse-dictionary | wordnet-minimal-pairs | file.jsonl>",
+        details="Each family scores every candidate with its own likelihood; accuracy raw, per token and per byte with "
+                "bootstrap 95 % CIs, chance and an add-k bigram baseline. Writes <run_dir>/eval/<task>/results.json."),
     "export": Command(
         "famlab.experiments.export:main", "write a run as a Hugging Face model folder (model, tokenizer, card)",
         args="<run_dir> <out_dir> [seed=<s>]",

@@ -39,6 +39,7 @@ from famlab.experiments.compose import compose, parse_overrides
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
 from famlab.experiments.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
+from famlab.experiments.zeroshot_table import COMPARE_ITEMS, zero_shot_scores
 
 SIZES = ("tiny", "small", "base")
 # The tiny comparison (applied before the user's overrides), chosen so that pretraining pays off beyond seed
@@ -417,7 +418,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
                 progress(f"pretrain {arm} seed {seed}: val/loss {run['final'].get('val/loss')}")
             run_dir, run_cfg = Path(run["run_dir"]), run["cfg"]
             scores = run.get("byte_score") or timed("evaluation", byte_scores, run_dir, run_cfg, corpus, bundle)
-            write_json(run_dir / "eval.json", {"byte_score": scores})
+            zero_shot = timed("evaluation", zero_shot_scores, run_dir, limit=COMPARE_ITEMS)  # the report's headline
+            write_json(run_dir / "eval.json", {"byte_score": scores, "zero_shot": zero_shot})
             log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
             if cmp.probe:
                 r = timed("probes", _probe, run_cfg, str(run_dir), comp_dir / f"{arm}-probe-s{seed}", group, tags)

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from famlab.experiments import transfer
 from famlab.experiments.config import ConfigInputError
+from famlab.experiments.zeroshot_table import zero_shot_section
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
@@ -460,6 +461,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
                 "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan["match"]]
         md.append(f"Budget matched on **{what}**: largest relative difference between {between} "
                   f"{spread:.2%} (tolerance {plan['tolerance']:.0%}); reference: {plan['reference']}.")
+    md += ["", *zero_shot_section({arm: pretrain_runs(runs, arm, plan) for arm in families})]  # headline table
     md += ["", "## Pretraining", "", pre_table, "",
            "Validation losses of different objectives are not comparable with each other (different targets); "
            "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "

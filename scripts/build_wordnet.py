@@ -29,11 +29,13 @@ Gzip files are written with ``mtime=0`` and no file name, so rebuilding gives id
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import gzip
 import hashlib
 import io
 import json
+import math
 import re
 from pathlib import Path
 
@@ -342,6 +344,180 @@ def build_suite_tasks(wordnet_dir: Path, out: Path, seed: int) -> dict:
 def read_jsonl_gz_rows(path: Path) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+# ---- zero-shot tasks: reverse-dictionary cloze and rule-based minimal pairs ------------------------------------------
+# Built from the supersense task's val/test synsets only (the corpus already leaves them out); nothing above changes.
+
+CLOZE_ITEMS = 1000  # reverse-dictionary items (K = 5)
+CLOZE_K = 5
+PAIRS_PER_CONSTRUCTION = 400
+POS_OF = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
+WORD = re.compile(r"[A-Za-z]+")
+IRREGULAR_3SG = {"is": "are", "has": "have", "does": "do", "was": "were"}
+
+
+def _third_person_base(word: str, verbs: set[str]) -> str | None:
+    """The base form of a regular 3rd-person-singular verb ``word`` (``works`` -> ``work``) if WordNet has it."""
+    if word in IRREGULAR_3SG:
+        return IRREGULAR_3SG[word]
+    candidates = []
+    if word.endswith("ies"):
+        candidates.append(word[:-3] + "y")
+    if word.endswith(("ches", "shes", "sses", "xes", "zes", "oes")):
+        candidates.append(word[:-2])
+    if word.endswith("s") and not word.endswith("ss"):
+        candidates.append(word[:-1])
+    return next((c for c in candidates if c in verbs), None)
+
+
+def _plural(noun: str) -> str:
+    """A regular English plural (``box`` -> ``boxes``, ``city`` -> ``cities``)."""
+    if noun.endswith(("s", "x", "z", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return noun[:-1] + "ies"
+    return noun + "s"
+
+
+def _zeroshot_inputs(wordnet_dir: Path, out: Path) -> tuple[list[dict], str, collections.Counter, dict]:
+    """Held-out synsets (with definition and examples), the corpus as one string, corpus word counts, and the
+    single-word lemmas of each part of speech."""
+    split_of = {r["id"]: r["split"] for r in _read_gz(out / "wordnet-supersense.jsonl.gz")}
+    docs = [r["text"] for r in _read_gz(out / "wordnet-corpus.jsonl.gz")]
+    corpus = "\n".join(docs)
+    counts = collections.Counter(w.lower() for w in WORD.findall(corpus))
+    pos_lemmas: dict[str, set[str]] = collections.defaultdict(set)
+    held = []
+    for s in read_synsets(wordnet_dir):
+        pos = POS_OF[s["id"][0]]
+        pos_lemmas[pos].update(lem.lower() for lem in s["lemmas"] if WORD.fullmatch(lem))
+        if split_of.get(s["id"]) in ("val", "test"):
+            definition, examples = split_gloss(s["gloss"])
+            held.append({**s, "pos": pos, "definition": definition,
+                         "examples": [e.split('"')[1] for e in examples if e.count('"') >= 2]})
+    return held, corpus, counts, pos_lemmas
+
+
+def _read_gz(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _order(seed: int, tag: str, choices: list[str], answer: str) -> tuple[list[str], int]:
+    ordered = sorted(choices, key=lambda c: _key(seed, f"{tag}\0{c}"))
+    return ordered, ordered.index(answer)
+
+
+def build_reverse_dictionary(held: list[dict], corpus: str, counts: collections.Counter, seed: int) -> list[dict]:
+    """``___: definition`` (the corpus's ``lemma: gloss`` layout) -> the synset's first lemma among K = 5.
+
+    Answers: single-word first lemmas of held-out synsets whose definition has at least 3 words, names none of
+    the synset's lemmas and occurs nowhere in the corpus. Distractors: answers of other items of the same part
+    of speech with the closest log corpus frequency (among the 80 nearest in (frequency, seeded hash) order),
+    never a lemma of the item's own synset.
+    """
+    eligible, seen_answers = [], set()
+    for s in sorted(held, key=lambda s: _key(seed, s["id"])):
+        answer, definition = s["lemmas"][0], s["definition"]
+        if not WORD.fullmatch(answer) or len(answer) < 3 or answer.lower() in seen_answers:
+            continue
+        if len(definition.split()) < 3 or BLANK_TEXT in definition or \
+                mask_lemmas(definition, s["lemmas"]) != re.sub(r"\s+", " ", definition).strip():
+            continue
+        seen_answers.add(answer.lower())
+        eligible.append(s)
+    pools: dict[str, list[tuple[float, str, str]]] = collections.defaultdict(list)
+    for s in eligible:  # (log corpus frequency, seeded hash, word): equal frequencies in hash order
+        word = s["lemmas"][0]
+        pools[s["pos"]].append((math.log1p(counts[word.lower()]), _key(seed, word), word))
+    for pool in pools.values():
+        pool.sort()
+    items = []
+    for s in eligible:
+        if len(items) == CLOZE_ITEMS:
+            break
+        if s["definition"] in corpus:  # last: the slowest check, run only on items that would be kept
+            continue
+        answer = s["lemmas"][0]
+        own = {lem.lower() for lem in s["lemmas"]}
+        pool = pools[s["pos"]]
+        at = bisect.bisect_left(pool, (math.log1p(counts[answer.lower()]), _key(seed, answer), answer))
+        freq = pool[at][0]
+        window = [p for p in pool[max(0, at - 40) : at + 40] if p[2].lower() not in own]
+        window.sort(key=lambda p: (abs(p[0] - freq), p[1]))
+        pool = [p[2] for p in window]
+        choices, label = _order(seed, s["id"], [answer, *pool[: CLOZE_K - 1]], answer)
+        items.append({"id": s["id"], "text": f"{BLANK_TEXT}: {s['definition']}", "choices": choices, "label": label,
+                      "group": s["pos"]})
+    return items
+
+
+def _pair_sites(text: str, verbs: set[str], noun_only: set[str]) -> list[tuple[str, int, int, str, str]]:
+    """Every (construction, start, end, good, bad) site of the minimal-pair rules in ``text``."""
+    sites = []
+    for m in re.finditer(r"\b(?:who|that|which) ([a-z]+)\b", text):
+        base = _third_person_base(m.group(1), verbs)
+        if base is not None and base != m.group(1):
+            sites.append(("subject_verb_agreement", m.start(1), m.end(1), m.group(1), base))
+    for m in re.finditer(r"\b(?:a|an) ([a-z]+)\b", text):
+        noun = m.group(1)
+        if noun in noun_only and not noun.endswith("s") and noun not in IRREGULAR_PLURAL_BASES:
+            sites.append(("determiner_noun_agreement", m.start(1), m.end(1), noun, _plural(noun)))
+    for m in re.finditer(r"\b(the|a|an) ([a-z]+)\b", text):
+        if m.group(2) in noun_only:
+            sites.append(("determiner_noun_order", m.start(1), m.end(2), m.group(0), f"{m.group(2)} {m.group(1)}"))
+    return sites
+
+
+IRREGULAR_PLURAL_BASES: set[str] = set()  # filled from noun.exc by build_zeroshot
+
+
+def build_minimal_pairs(held: list[dict], corpus: str, pos_lemmas: dict, seed: int) -> list[dict]:
+    """Grammatical vs ungrammatical fillers of one blank in held-out definitions and examples.
+
+    Constructions (the difference is syntactic or morphological, never a different word):
+    ``subject_verb_agreement``: a 3rd-person-singular verb after who/that/which vs its base form
+    (``a person who works`` / ``*a person who work``); ``determiner_noun_agreement``: a/an + a singular noun vs
+    its regular plural (``a member`` / ``*a members``); ``determiner_noun_order``: the/a/an + noun vs the two
+    words swapped (``the genus`` / ``*genus the``). Nouns are single-word WordNet noun lemmas that are no other
+    part of speech. One site per text; texts that occur in the corpus are skipped. Items in seeded hash order.
+    """
+    by_construction: dict[str, list[dict]] = collections.defaultdict(list)
+    seen = set()
+    verbs = pos_lemmas["verb"]
+    noun_only = pos_lemmas["noun"] - verbs - pos_lemmas["adj"] - pos_lemmas["adv"]  # once: ~100k-word sets
+    for s in sorted(held, key=lambda s: _key(seed, s["id"])):
+        for n, text in enumerate([s["definition"], *s["examples"]]):
+            if not text or text in seen or BLANK_TEXT in text:
+                continue
+            seen.add(text)
+            sites = _pair_sites(text, verbs, noun_only)
+            if not sites:
+                continue
+            name, start, end, good, bad = min(sites, key=lambda x: _key(seed, f"{text}\0{x[0]}\0{x[1]}"))
+            if len(by_construction[name]) == PAIRS_PER_CONSTRUCTION or text in corpus:
+                continue
+            choices, label = _order(seed, f"{s['id']}/{n}", [good, bad], good)
+            by_construction[name].append({"id": f"{s['id']}/{n}", "text": text[:start] + BLANK_TEXT + text[end:],
+                                          "choices": choices, "label": label, "group": name})
+    # One seeded order across constructions, so the first N items (``famlab eval limit=N``) cover all three.
+    return sorted((item for items in by_construction.values() for item in items), key=lambda it: _key(seed, it["id"]))
+
+
+BLANK_TEXT = "___"
+
+
+def build_zeroshot(wordnet_dir: Path, out: Path, seed: int) -> dict:
+    """Write ``wordnet-reverse-dictionary.jsonl.gz`` and ``wordnet-minimal-pairs.jsonl.gz`` (rows ``{"id", "text",
+    "choices", "label", "group"}``) from the task and corpus files already in ``out``."""
+    held, corpus, counts, pos_lemmas = _zeroshot_inputs(wordnet_dir, out)
+    IRREGULAR_PLURAL_BASES.clear()
+    with open(wordnet_dir / "noun.exc", encoding="utf-8") as f:
+        IRREGULAR_PLURAL_BASES.update(line.split()[1] for line in f if len(line.split()) > 1)
+    cloze = build_reverse_dictionary(held, corpus, counts, seed)
+    pairs = build_minimal_pairs(held, corpus, pos_lemmas, seed)
+    write_jsonl_gz(out / "wordnet-reverse-dictionary.jsonl.gz", cloze)
+    write_jsonl_gz(out / "wordnet-minimal-pairs.jsonl.gz", pairs)
+    return {"reverse_dictionary": len(cloze), "minimal_pairs": dict(collections.Counter(p["group"] for p in pairs))}
 
 
 def main() -> None:
@@ -355,6 +531,9 @@ def main() -> None:
     # ---- suite tasks (wordnet-pairs, wordnet-domain): read the supersense splits just written ----
     print(json.dumps(build_suite_tasks(args.wordnet_dir, args.out, args.seed)))
     # ---- end of suite tasks ----
+    # ---- zero-shot tasks (reads the two files written just above) ----
+    print(json.dumps(build_zeroshot(args.wordnet_dir, args.out, args.seed)))
+    # ---- end of zero-shot tasks ----
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The bundled WordNet corpus and supersense task: splits, leakage, lemma masking, reproducible build."""
+"""The bundled WordNet corpus, supersense task and zero-shot tasks: splits, leakage, lemma masking, reproducible
+build."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
-from famlab.datamodules.bundled import DATA_DIR, WORDNET_CORPUS, WORDNET_TASK, read_jsonl_gz
+from famlab.datamodules.bundled import (
+    DATA_DIR,
+    WORDNET_CORPUS,
+    WORDNET_MINIMAL_PAIRS,
+    WORDNET_REVERSE_DICTIONARY,
+    WORDNET_TASK,
+    read_jsonl_gz,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDNET_DIR = Path("/usr/share/wordnet")
@@ -117,5 +125,35 @@ def test_build_is_byte_reproducible(tmp_path):
     build = _build_module()
     stats = build.build(WORDNET_DIR, tmp_path, Path("/usr/share/doc/wordnet-base/copyright"), seed=0)
     assert stats["synsets"] == 117659
-    for name in ("wordnet-supersense.jsonl.gz", "wordnet-corpus.jsonl.gz", "LICENSE-WordNet.txt"):
+    zeroshot = build.build_zeroshot(WORDNET_DIR, tmp_path, seed=0)
+    assert zeroshot["reverse_dictionary"] == 1000 and set(zeroshot["minimal_pairs"].values()) == {400}
+    for name in ("wordnet-supersense.jsonl.gz", "wordnet-corpus.jsonl.gz", "LICENSE-WordNet.txt",
+                 "wordnet-reverse-dictionary.jsonl.gz", "wordnet-minimal-pairs.jsonl.gz"):
         assert (tmp_path / name).read_bytes() == (DATA_DIR / name).read_bytes(), name
+
+
+def test_zero_shot_items_are_not_in_the_corpus():
+    """No reverse-dictionary answer shares a corpus document with its definition, and no minimal pair's
+    grammatical text occurs in the corpus (every document holding a text holds its rarest word, so looking in
+    those documents is complete)."""
+    docs = [r["text"].lower() for r in read_jsonl_gz(WORDNET_CORPUS)]
+    docs_of: dict[str, set[int]] = collections.defaultdict(set)
+    for n, doc in enumerate(docs):
+        for word in set(re.findall(r"[a-z]+", doc)):
+            docs_of[word].add(n)
+
+    def holding(text: str) -> list[str]:
+        words = set(re.findall(r"[a-z]+", text.lower()))
+        rarest = min(words, key=lambda w: len(docs_of.get(w, ())))
+        return [docs[n] for n in sorted(docs_of.get(rarest, ())) if text.lower() in docs[n]]
+
+    cloze = read_jsonl_gz(WORDNET_REVERSE_DICTIONARY)
+    for item in cloze:
+        answer, definition = item["choices"][item["label"]].lower(), item["text"].removeprefix("___: ")
+        with_answer = [d for d in holding(definition) if re.search(rf"(?<![a-z]){re.escape(answer)}(?![a-z])", d)]
+        assert not with_answer, (item, with_answer[:1])
+    pairs = read_jsonl_gz(WORDNET_MINIMAL_PAIRS)
+    for item in pairs:
+        assert not holding(item["text"].replace("___", item["choices"][item["label"]])), item
+    # Not vacuous: the same lookup finds the corpus's own text.
+    assert holding(docs[123].split(": ", 1)[1][:40])

@@ -190,3 +190,31 @@ def test_finetune_init_pointing_at_nothing_fails(tmp_path, capsys):
     assert cli.main(["finetune", f"init=hf:{tmp_path / 'nothing-here'}", "wandb.mode=disabled",
                      f"run_dir={tmp_path / 'r'}"]) == 2
     assert "cannot be loaded" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_scores_every_family_on_the_bundled_tasks(pretrained, capsys):
+    """famlab eval on the three pretraining runs: results.json per run and task (chance, three normalisations
+    with CIs, per-group results, the bigram floor), one table row per model, and an offline W&B eval run that
+    names the model's run directory."""
+    dirs = [str(pretrained[f]) for f in FAMILIES]
+    assert cli.main(["eval", *dirs, "data.eval=wordnet", "limit=30", "wandb.mode=offline"]) == 0
+    out = capsys.readouterr().out
+    for family in FAMILIES:
+        for task, chance, groups in (("wordnet-reverse-dictionary", 0.2, {"noun", "adj"}),
+                                     ("wordnet-minimal-pairs", 0.5, {"subject_verb_agreement",
+                                                                     "determiner_noun_agreement",
+                                                                     "determiner_noun_order"})):
+            r = json.loads((pretrained[family] / "eval" / task / "results.json").read_text())
+            assert r["family"] == family and r["num_items"] == 30 and r["chance"] == pytest.approx(chance)
+            for block in (r, r["bigram"]):
+                for norm in ("raw", "per_token", "per_byte"):
+                    assert 0 <= block[norm]["low"] <= block[norm]["acc"] <= block[norm]["high"] <= 1
+            assert groups <= set(r["groups"]) and sum(g["num_items"] for g in r["groups"].values()) == 30
+            assert r["model_run_dir"] == str(pretrained[family].resolve())
+            records = wandb_records(pretrained[family] / "eval" / task)
+            run = next(rec["run"] for rec in records if rec["type"] == "run")
+            assert run["job_type"] == "eval" and run["run_group"] == "e2e"
+            assert run["config"]["update"]["model_run_dir"] == r["model_run_dir"]
+        assert out.count(f"| pre-{family} | {family} | 30 |") == 2
+    assert out.count("| add-k bigram") == 2

@@ -1,0 +1,86 @@
+"""The zero-shot table of a comparison: every arm on the bundled multiple-choice tasks, next to chance and the
+add-k bigram floor (see ``famlab.experiments.evaluate`` for the scoring and ``famlab.objectives.zeroshot`` for
+each family's rule).
+
+- :func:`zero_shot_scores` evaluates one pretraining run directory (``compare`` stores the result in the run's
+  ``eval.json`` under ``zero_shot``);
+- :func:`zero_shot_rows` averages them over an arm's pretraining seeds;
+- :func:`zero_shot_section` renders the report section (markdown lines).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.evaluate import BUNDLED, HEADLINE, evaluate_run, read_items
+
+COMPARE_ITEMS = 300  # items per bundled task in ``famlab compare`` (the first 300 hold every group)
+
+EXPLAINER = (
+    "Each cell is accuracy on multiple-choice items from WordNet synsets that pretraining never saw, each "
+    "candidate scored by the family's own likelihood of it (GPT: causal log-likelihood of the text; T5: the "
+    "decoder's log-likelihood of the span given the sentinel-marked input; BERT: pseudo-log-likelihood of the "
+    "span), normalised per byte, mean over pretraining seeds. It measures which family's pretrained model prefers "
+    "the right filler without any training on the task, on one scale for all three. It does not measure "
+    "fine-tuned ability, calibration or generation quality, and BERT's PLL is not a likelihood: the comparison "
+    "is of rankings, not of probabilities."
+)
+
+
+def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, Any]:
+    """Both bundled tasks for one pretraining run: {task: results} (as ``famlab eval`` writes them)."""
+    tasks = {name: read_items(path)[:limit] for name, path in BUNDLED.items()}
+    return evaluate_run(run_dir, tasks)
+
+
+def _headline(result: dict[str, Any]) -> float:
+    return float(result[HEADLINE]["acc"])
+
+
+def zero_shot_rows(arm_runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """{arm: {task: mean headline accuracy over seeds, task/groups...}} plus ``chance`` and ``bigram`` rows.
+
+    ``arm_runs`` maps an arm to its pretraining run records (``report.collect``'s dicts with ``eval``).
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    reference: dict[str, dict[str, Any]] = {"chance": {}, "bigram": {}}
+    for arm, runs in arm_runs.items():
+        evals = [r["eval"]["zero_shot"] for r in runs if "zero_shot" in (r.get("eval") or {})]
+        if not evals:
+            continue
+        row: dict[str, Any] = {"seeds": len(evals)}
+        for task in evals[0]:
+            row[task] = statistics.fmean(_headline(e[task]) for e in evals)
+            reference["chance"][task] = evals[0][task]["chance"]
+            if "bigram" in evals[0][task]:
+                reference["bigram"][task] = _headline(evals[0][task]["bigram"])
+            for group in evals[0][task].get("groups", {}):
+                row[f"{task}/{group}"] = statistics.fmean(_headline(e[task]["groups"][group]) for e in evals)
+                reference["chance"][f"{task}/{group}"] = evals[0][task]["groups"][group]["chance"]
+                if "bigram" in evals[0][task]:
+                    reference["bigram"][f"{task}/{group}"] = _headline(evals[0][task]["bigram"]["groups"][group])
+        rows[arm] = row
+    if rows:
+        rows.update({k: v for k, v in reference.items() if v})
+    return rows
+
+
+def zero_shot_markdown(rows: dict[str, dict[str, Any]]) -> str:
+    """A markdown table: arms, then chance and the bigram floor; one column per task (and minimal-pair group)."""
+    columns = sorted({k for r in rows.values() for k in r if k != "seeds"})
+    lines = ["| arm | " + " | ".join(c.replace("wordnet-", "") for c in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for arm, row in rows.items():
+        name = {"chance": "chance", "bigram": "add-k bigram"}.get(arm, arm)
+        lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" if c in row else "-" for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def zero_shot_section(arm_runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The report's zero-shot section from each arm's pretraining run records (empty when none has results)."""
+    rows = zero_shot_rows(arm_runs)
+    if not rows:
+        return []
+    return ["## Zero-shot multiple choice (family-agnostic)", "", zero_shot_markdown(rows), "", EXPLAINER, ""]

@@ -1,0 +1,331 @@
+"""Zero-shot multiple choice: every family scores each candidate filler of a blank by its own likelihood.
+
+An item is a text with one blank (``___``) and K candidate fillers. The text is cut into ``prefix``, ``span``
+and ``suffix``: whitespace just before the blank moves into the span (``"a ___ of"`` with ``"cat"`` gives
+``"a" | " cat" | " of"``), so a byte-level BPE reads the candidate with its leading space, as in running
+text. The three pieces are tokenised separately, so every candidate shares the prefix's tokens.
+
+Scoring rules (log-probabilities in nats; ``encode`` gives ids without special tokens):
+
+- GPT, rule ``full`` (default): the causal log-likelihood of the whole text, prefix + span + suffix, given
+  one leading token (``[EOS]``, the document separator of GPT's objectives; ``[S]`` for UL2, its LM mode).
+  Rule ``span``: the span's tokens only, given the prefix (the suffix is never seen).
+- T5 (``span`` / ``ul2``) and a GPT trained with decoder-only ``span``: T5's pretraining format with the
+  blank as the one masked span. Input ``prefix <extra_id_0> suffix [EOS]`` (``[R]`` first for UL2's
+  regular denoiser); the decoder is given ``<extra_id_0>`` and scores the span's tokens plus the token that
+  closes it (``<extra_id_1>`` when text follows the blank, else ``[EOS]``): without it a candidate that is
+  the beginning of a longer one would never score lower. GPT reads the input as a bidirectional prefix and
+  the target after it in one sequence (as its objective trained).
+- T5 ``prefix_lm``: the encoder reads ``prefix [EOS]``; the decoder scores span + suffix (rule ``span``:
+  the span only).
+- BERT: the pseudo-log-likelihood of the span (Salazar et al. 2020, "Masked Language Model Scoring"):
+  ``[CLS] prefix span suffix [SEP]`` with one span token at a time replaced by ``[MASK]``, summing
+  ``log p(token | rest)``. It is not a likelihood, but it ranks candidates the same way for every item.
+- :class:`BigramLM`: as GPT's rules, with ``log p(t_i | t_{i-1})``.
+
+Per candidate the scorer returns the summed log-probability, the tokens scored and the UTF-8 bytes they
+cover (the whole text for GPT ``full``, the span otherwise), so accuracy can use the raw score, the score per
+token or the score per byte. A candidate wins only with a score strictly above every other: a tie is wrong.
+
+Speed: GPT runs the shared context once (KV cache) and the K continuations as one batch; T5 encodes the
+shared input once and decodes the K candidates as one batch; BERT needs one forward pass per span token
+(all candidates of an item in one batch). Per item: GPT O(L_prefix + K (L_span + L_suffix)) tokens, T5
+O(L) encoder + O(K L_span) decoder tokens, BERT O(K L_span) passes of O(L) tokens each.
+
+Legend: K candidates, T continuation length, S context length, V vocab, C model dim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.prefix import prefix_lm_mask
+from famlab.objectives.tokens import TokenIds
+from torch import Tensor, nn
+
+BLANK = "___"
+NORMS = ("raw", "per_token", "per_byte")
+RULES = ("full", "span")
+Encode = Callable[[str], Sequence[int]]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One multiple-choice cloze item: ``text`` holds exactly one ``___``; ``choices[label]`` is right."""
+
+    text: str
+    choices: tuple[str, ...]
+    label: int
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class ChoiceScores:
+    """Scores of an item's K candidates (lists of length K)."""
+
+    log_prob: list[float]
+    num_tokens: list[int]
+    num_bytes: list[int]
+
+    def normalised(self, norm: str) -> list[float]:
+        """``raw`` (summed log-probability), ``per_token`` or ``per_byte``."""
+        if norm == "raw":
+            return list(self.log_prob)
+        counts = self.num_tokens if norm == "per_token" else self.num_bytes
+        return [lp / max(n, 1) for lp, n in zip(self.log_prob, counts, strict=True)]
+
+
+def split_blank(text: str, choice: str) -> tuple[str, str, str]:
+    """``(prefix, span, suffix)`` with the whitespace before the blank moved into the span."""
+    prefix, suffix = text.split(BLANK, 1)
+    stripped = prefix.rstrip()
+    return stripped, prefix[len(stripped) :] + choice, suffix
+
+
+def is_correct(scores: Sequence[float], label: int) -> bool:
+    """True only when the right candidate scores strictly above every other (ties are wrong)."""
+    return all(scores[label] > s for i, s in enumerate(scores) if i != label)
+
+
+class BigramLM(nn.Module):
+    """An add-k bigram model over token ids: ``p(b | a) = (c(a, b) + k) / (c(a) + k V)``.
+
+    Counts are stored sparsely (sorted keys ``a * V + b``), so a 32k vocabulary costs no ``V x V`` table.
+    """
+
+    family = "bigram"
+
+    def __init__(self, vocab_size: int, keys: Tensor, counts: Tensor, unigram: Tensor, k: float) -> None:
+        super().__init__()
+        self.vocab_size, self.k = vocab_size, k
+        self.register_buffer("keys", keys)  # (N,) sorted a * V + b
+        self.register_buffer("counts", counts)  # (N,)
+        self.register_buffer("unigram", unigram)  # (V,) c(a) as a left context
+
+    @classmethod
+    def fit(cls, docs: Sequence[Sequence[int]], vocab_size: int, *, separator: int, k: float = 0.1) -> BigramLM:
+        """Count the bigrams of ``docs``, each preceded by ``separator`` (GPT's document separator)."""
+        pieces = [torch.tensor([separator, *doc], dtype=torch.long) for doc in docs if len(doc)]
+        if not pieces:
+            raise ObjectiveError("a bigram model needs at least one non-empty document")
+        prev = torch.cat([p[:-1] for p in pieces])
+        nxt = torch.cat([p[1:] for p in pieces])
+        keys, counts = torch.unique(prev * vocab_size + nxt, return_counts=True)  # sorted
+        unigram = torch.bincount(prev, minlength=vocab_size)
+        return cls(vocab_size, keys, counts, unigram, k)
+
+    def with_k(self, k: float) -> BigramLM:
+        """The same counts with another smoothing constant."""
+        return BigramLM(self.vocab_size, self.keys, self.counts, self.unigram, k)
+
+    def log_prob(self, prev: Tensor, nxt: Tensor) -> Tensor:
+        """``log p(nxt | prev)`` elementwise (float64)."""
+        key = prev.long() * self.vocab_size + nxt.long()
+        pos = torch.searchsorted(self.keys, key).clamp(max=max(len(self.keys) - 1, 0))
+        hit = self.keys[pos] == key
+        count = torch.where(hit, self.counts[pos], torch.zeros_like(pos)).double()
+        return torch.log((count + self.k) / (self.unigram[prev.long()].double() + self.k * self.vocab_size))
+
+    def nll(self, docs: Sequence[Sequence[int]], separator: int) -> float:
+        """Mean negative log-likelihood per token of ``docs`` (each preceded by ``separator``)."""
+        pieces = [torch.tensor([separator, *doc], dtype=torch.long) for doc in docs if len(doc)]
+        seq = torch.cat([p[:-1] for p in pieces]), torch.cat([p[1:] for p in pieces])
+        return float(-self.log_prob(*seq).mean())
+
+
+def _config(net: nn.Module) -> Any:
+    return getattr(net, "config")  # noqa: B009 - nn.Module.__getattr__ would claim a Tensor
+
+
+def _check_len(net: nn.Module, n: int) -> None:
+    cfg = _config(net)
+    if getattr(cfg.pos, "value", cfg.pos) in ("learned", "sinusoidal") and n > cfg.max_seq_len:
+        raise ObjectiveError(f"item needs {n} positions, more than model.max_seq_len={cfg.max_seq_len}")
+
+
+def _token_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
+    """``log p(target)`` per position (float64): logits ``(..., V)``, targets ``(...)``."""
+    return logits.double().log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def _pad(rows: list[list[int]], pad: int) -> Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+
+
+class Scorer:
+    """Scores items under one network (or :class:`BigramLM`) with its family's rule (module docstring).
+
+    Args:
+        net: a famlab BERT / GPT / T5 network or a :class:`BigramLM`.
+        encode: text -> token ids without special tokens.
+        ids: the tokenizer's special ids.
+        objective: the objective the network was pretrained with (selects the input format); None = the
+            family's default.
+        rule: ``full`` or ``span`` (GPT and the bigram only; see the module docstring).
+    """
+
+    def __init__(self, net: nn.Module, encode: Encode, ids: TokenIds, *, objective: str | None = None,
+                 rule: str = "full") -> None:
+        if rule not in RULES:
+            raise ObjectiveError(f"rule={rule!r} must be one of {', '.join(RULES)}")
+        family = getattr(net, "family", None)
+        if family not in ("bert", "gpt", "t5", "bigram"):
+            raise ObjectiveError(f"expected a famlab network or BigramLM, got {type(net).__name__}")
+        self.net, self.encode, self.ids, self.rule, self.family = net, encode, ids, rule, str(family)
+        default = {"bert": "mlm", "gpt": "clm", "t5": "span", "bigram": "clm"}[self.family]
+        self.objective = objective or default
+        self.device = next(iter(net.buffers() if family == "bigram" else net.parameters())).device
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.encode(text)) if text else []
+
+    @torch.no_grad()
+    def score(self, item: Item) -> ChoiceScores:
+        """Log-probability, tokens scored and bytes scored of each candidate of ``item``."""
+        pieces = [split_blank(item.text, c) for c in item.choices]
+        prefix, suffix = self._ids(pieces[0][0]), self._ids(pieces[0][2])
+        spans = [self._ids(span) for _, span, _ in pieces]
+        if any(not s for s in spans):
+            raise ObjectiveError("a candidate encodes to no tokens")
+        was_training = self.net.training
+        self.net.eval()
+        try:
+            if self.family == "bert":
+                log_prob = self._pll(prefix, spans, suffix)
+                tokens = [len(s) for s in spans]
+            elif self.family == "t5" or self.objective == "span":
+                log_prob, tokens = self._sentinel(prefix, spans, suffix, text_follows=bool(pieces[0][2].strip()))
+            else:
+                log_prob, tokens = self._causal(prefix, spans, suffix)
+        finally:
+            self.net.train(was_training)
+        whole = self.family in ("gpt", "bigram") and self.rule == "full" and self.objective != "span"
+        pieces_scored = [p + s + x if whole else s for p, s, x in pieces]
+        if self.family == "t5" and self.objective == "prefix_lm" and self.rule == "full":
+            pieces_scored = [s + x for _, s, x in pieces]
+        return ChoiceScores(log_prob, tokens, [len(t.encode("utf-8")) for t in pieces_scored])
+
+    def _causal(self, prefix: list[int], spans: list[list[int]], suffix: list[int]) -> tuple[list[float], list[int]]:
+        """GPT / bigram: ``[lead] prefix`` once, then the K continuations ``span suffix`` from its cache."""
+        lead = self.ids.s if self.objective == "ul2" else self.ids.eos
+        context = [lead, *prefix]
+        conts = [s + suffix for s in spans]
+        scored = [[True] * len(s) + [self.rule == "full"] * len(suffix) for s in spans]
+        if self.family == "bigram":
+            ctx_lp, cont_lp = self._bigram(context, conts)
+        else:
+            ctx_lp, cont_lp = self._gpt(context, conts, bidirectional=0)
+        full = self.rule == "full"
+        out = [float(ctx_lp if full else 0.0) + float(lp[: len(m)][torch.tensor(m)].sum()) for lp, m in
+               zip(cont_lp, scored, strict=True)]
+        tokens = [(len(prefix) if full else 0) + sum(m) for m in scored]
+        return out, tokens
+
+    def _bigram(self, context: list[int], conts: list[list[int]]) -> tuple[float, Tensor]:
+        net: Any = self.net
+        c = torch.tensor(context, device=self.device)
+        ctx_lp = float(net.log_prob(c[:-1], c[1:]).sum())
+        rows = _pad([[context[-1], *cont] for cont in conts], self.ids.pad).to(self.device)  # (K, T + 1)
+        return ctx_lp, net.log_prob(rows[:, :-1], rows[:, 1:])  # (K, T)
+
+    def _gpt(self, context: list[int], conts: list[list[int]], bidirectional: int) -> tuple[float, Tensor]:
+        """Summed log-probability of ``context[1:]`` (causal part) and per-token log-probabilities ``(K, T)`` of
+        each continuation. ``bidirectional``: length of the context's prefix-LM prefix (0 = plain causal)."""
+        net: Any = self.net
+        width = max(len(c) for c in conts)
+        _check_len(net, len(context) + width)
+        cache = net.decoder.new_cache()
+        ctx = torch.tensor([context], device=self.device)  # (1, S)
+        mask = None
+        if bidirectional:  # prefix-LM: the context's first `bidirectional` positions read each other
+            mask = prefix_lm_mask(torch.tensor([bidirectional], device=self.device), len(context))
+        ctx_logits = net(ctx, attention_mask=mask, cache=cache).logits[0]  # (S, V)
+        ctx_lp = float(_token_log_probs(ctx_logits[:-1], ctx[0, 1:]).sum()) if not bidirectional else 0.0
+        K = len(conts)
+        for layer in cache:  # the shared context's keys and values serve every candidate
+            layer["self"] = {name: t.expand(K, *t.shape[1:]) for name, t in layer["self"].items()}  # (K, H, S, D)
+        rows = _pad(conts, self.ids.pad).to(self.device)  # (K, T); right padding: causal rows never see it
+        logits = net(rows[:, :-1], cache=cache).logits if width > 1 else None  # (K, T - 1, V)
+        first = _token_log_probs(ctx_logits[-1].expand(K, -1), rows[:, 0])  # (K,)
+        rest = _token_log_probs(logits, rows[:, 1:]) if logits is not None else first[:, :0]  # (K, T - 1)
+        return ctx_lp, torch.cat([first[:, None], rest], 1).cpu()
+
+    def _sentinel(self, prefix: list[int], spans: list[list[int]], suffix: list[int], text_follows: bool
+                  ) -> tuple[list[float], list[int]]:
+        """T5's span format (or T5 prefix_lm's continuation); GPT-span in one sequence."""
+        ids, s0 = self.ids, self.ids.sentinel_ids[0]
+        if self.family == "t5" and self.objective == "prefix_lm":
+            encoder, given = [*prefix, ids.eos], []
+            targets = [s + suffix for s in spans]
+            scored = [[True] * len(s) + [self.rule == "full"] * len(suffix) for s in spans]
+        else:
+            close = ids.sentinel_ids[1] if text_follows else ids.eos
+            lead = [ids.r] if self.objective == "ul2" else []
+            encoder, given = [*lead, *prefix, s0, *suffix, ids.eos], [s0]
+            targets = [s + [close] for s in spans]
+            scored = [[True] * len(t) for t in targets]
+        if self.family == "gpt":
+            _, lp = self._gpt(encoder + given, targets, bidirectional=len(encoder))
+        else:
+            lp = self._t5(encoder, given, targets)
+        out = [float(row[: len(m)][torch.tensor(m)].sum()) for row, m in zip(lp, scored, strict=True)]
+        return out, [sum(m) for m in scored]
+
+    def _t5(self, encoder: list[int], given: list[int], targets: list[list[int]]) -> Tensor:
+        """Per-token log-probabilities ``(K, T)`` of each target: one encoder pass shared by the K decodes."""
+        net: Any = self.net
+        K = len(targets)
+        hidden = net.encode(torch.tensor([encoder], device=self.device))  # (1, S, C)
+        rows = _pad([[self.ids.pad, *given, *t] for t in targets], self.ids.pad).to(self.device)  # (K, 1 + G + T)
+        out = net.decode(rows[:, :-1], hidden.expand(K, -1, -1))  # (K, G + T, C)
+        logits = net.project(out[:, len(given) :])  # (K, T, V)
+        return _token_log_probs(logits, rows[:, 1 + len(given) :]).cpu()
+
+    def _pll(self, prefix: list[int], spans: list[list[int]], suffix: list[int]) -> list[float]:
+        """BERT: one row per span token with that token masked; all candidates of the item in one batch."""
+        net: Any = self.net
+        ids = self.ids
+        rows, positions, targets, owner = [], [], [], []
+        for k, span in enumerate(spans):
+            full = [ids.cls, *prefix, *span, *suffix, ids.sep]
+            _check_len(net, len(full))
+            for j in range(len(span)):
+                i = 1 + len(prefix) + j
+                rows.append(full[:i] + [ids.mask] + full[i + 1 :])
+                positions.append(i)
+                targets.append(full[i])
+                owner.append(k)
+        seq = _pad(rows, ids.pad).to(self.device)  # (N, T)
+        mask = torch.tensor([[1] * len(r) + [0] * (seq.shape[1] - len(r)) for r in rows], device=self.device)
+        hidden = net(seq, attention_mask=mask, compute_logits=False).hidden  # (N, T, C)
+        at = hidden[torch.arange(len(rows), device=self.device), torch.tensor(positions, device=self.device)]
+        lp = _token_log_probs(net.project(at), torch.tensor(targets, device=self.device)).cpu()  # (N,)
+        sums = torch.zeros(len(spans), dtype=torch.float64).index_add_(0, torch.tensor(owner), lp)
+        return [float(x) for x in sums]
+
+
+def score_items(scorer: Scorer, items: Sequence[Item]) -> list[ChoiceScores]:
+    """:meth:`Scorer.score` of every item, in order."""
+    return [scorer.score(item) for item in items]
+
+
+def correct(items: Sequence[Item], scores: Sequence[ChoiceScores], norm: str) -> list[float]:
+    """Per item 1.0 when the right candidate wins under ``norm`` (ties lose), else 0.0."""
+    if norm not in NORMS:
+        raise ObjectiveError(f"norm={norm!r} must be one of {', '.join(NORMS)}")
+    return [float(is_correct(s.normalised(norm), it.label)) for it, s in zip(items, scores, strict=True)]
+
+
+def chance(items: Sequence[Item]) -> float:
+    """Expected accuracy of a uniform random guess: the mean of 1 / K."""
+    return math.fsum(1.0 / len(it.choices) for it in items) / max(len(items), 1)
+
+
+__all__ = ["BLANK", "NORMS", "BigramLM", "ChoiceScores", "Item", "Scorer", "chance", "correct", "is_correct",
+           "score_items", "split_blank"]

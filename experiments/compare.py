@@ -45,13 +45,13 @@ SIZES = ("tiny", "small", "base")
 # The tiny comparison (applied before the user's overrides), chosen so that pretraining pays off beyond seed
 # variation for every family within 15 minutes on 2 CPU cores (the README's "What the default comparison
 # measures"). Most of the time goes to pretraining: the median-cost family trains trainer.max_steps steps
-# (about 9 M tokens) and the others match its FLOPs. Fine-tuning is low-resource (1,000 labelled
+# (T5 5845 steps, 1.4e13 FLOPs) and the others match its FLOPs. Fine-tuning is low-resource (1,000 labelled
 # definitions; 500 each for validation and test), where what pretraining put into the body shows, and every arm,
 # pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based selection
 # (at every scale the grid is the preset's finetune.lr and a tenth of it, each with a 10x head lr: a pretrained body
 # usually wants the gentler step, a random one the larger; validation chooses per arm).
 TINY_DEFAULTS = [
-    "trainer.max_steps=4500",
+    "trainer.max_steps=5845",
     "trainer.val_check_interval=500",
     "trainer.limit_val_batches=4",
     "compare.task_limit=1000",

@@ -242,8 +242,8 @@ def cross_checks(cfg: Config) -> None:
     if cfg.objective.name is None:
         cfg.objective.name = OBJECTIVES[family][0]
     check_pair(family, cfg.objective.name)
-    if cfg.data.seq_len < 2:
-        raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 2")
+    if cfg.data.seq_len < 4:  # every objective needs room for a target (objectives.make_objective)
+        raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 4")
     if cfg.data.seq_len > cfg.model.max_seq_len:
         raise ConfigInputError(
             f"data.seq_len={cfg.data.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "

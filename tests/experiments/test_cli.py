@@ -106,7 +106,7 @@ def test_pretrain_help_in_a_real_process_trains_nothing(tmp_path):
 # a valid start of each command line, so the stray word is the only thing wrong
 VALID_START = {"generate": ["run_dir"], "fill": ["run_dir"], "report": ["."], "sweep": ["pos_x_family"],
                "config": ["gpt"], "pretrain": ["gpt"], "finetune": ["gpt", "init=scratch"], "compare": ["tiny"],
-               "export": ["run_dir", "out_dir"], "probe": ["gpt"]}
+               "export": ["run_dir", "out_dir"], "probe": ["gpt"], "eval": ["data.eval=wordnet"]}
 
 
 @pytest.mark.parametrize("command", list(cli.COMMANDS))

@@ -185,7 +185,7 @@ def test_compose_all_builds_one_config_per_arm(capsys):
     assert {a: c.objective.name for a, c in cfgs.items()} == {
         "bert-mlm": "mlm", "bert-span_mlm": "span_mlm", "gpt-prefix_lm": "prefix_lm", "t5-span": "span"}
     assert [c.model.family.value for c in cfgs.values()] == ["bert", "bert", "gpt", "t5"]
-    assert cfgs["bert-mlm"].data.batch_size == 128 and cfgs["gpt-prefix_lm"].data.batch_size == 32  # own presets
+    assert cfgs["bert-mlm"].optim.lr == 1e-4 and cfgs["gpt-prefix_lm"].optim.lr == 6e-4  # own presets
     assert "gives no objective to t5: kept the preset objective" in capsys.readouterr().out
     _, plain = compose_all([], ["compare.families=[gpt,t5]"])  # no compare.objectives: arms are the families
     assert {a: c.objective.name for a, c in plain.items()} == {"gpt": "clm", "t5": "span"}
@@ -244,8 +244,8 @@ def test_objectives_axis_end_to_end_one_report_row_per_arm(crossed, capsys):
     import math
 
     runs = sorted(p.name for p in crossed.iterdir() if (p / "config.yaml").is_file())
-    assert runs == sorted([*(f"{a}-pretrain-s0" for a in ARMS), *(f"{a}-ft-s0" for a in ARMS),
-                           "gpt-scratch", "t5-scratch"])  # the scratch baseline once per family
+    per_arm = [f"{a}-{kind}-s0" for a in ARMS for kind in ("pretrain", "ft", "probe")]
+    assert runs == sorted([*per_arm, "gpt-scratch", "t5-scratch"])  # the scratch baseline once per family
     plan = json.loads((crossed / "plan.json").read_text())
     assert {a: (p["family"], p["objective"]) for a, p in plan["families"].items()} == ARMS
     logged = {a: json.loads((crossed / f"{a}-pretrain-s0" / "results.json").read_text())["budget"]["flops"]

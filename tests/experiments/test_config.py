@@ -122,9 +122,9 @@ def test_flatten_and_plain_use_dotted_keys_and_enum_values():
 
 def test_size_preset_by_family_adjusts_only_that_family(tmp_path):
     """`by_family.<family>` in a size preset applies to that family only, right after the preset."""
-    assert compose(["bert", "tiny"], []).cfg.optim.lr_scale == 30.0
+    assert compose(["t5", "tiny"], []).cfg.optim.lr_scale == 1.0
     assert compose(["gpt", "tiny"], []).cfg.optim.lr_scale == 10.0
-    assert compose(["tiny"], ["model.family=bert", "optim.lr_scale=2"]).cfg.optim.lr_scale == 2.0  # overrides win
+    assert compose(["tiny"], ["model.family=t5", "optim.lr_scale=2"]).cfg.optim.lr_scale == 2.0  # overrides win
     path = tmp_path / "later.yaml"
     path.write_text("optim:\n  lr_scale: 5.0\n")
-    assert compose(["bert", "tiny", str(path)], []).cfg.optim.lr_scale == 5.0  # later presets win too
+    assert compose(["t5", "tiny", str(path)], []).cfg.optim.lr_scale == 5.0  # later presets win too

@@ -1,7 +1,7 @@
 """A sampler whose order is a pure function of (seed, epoch, rank) and whose position is saved.
 
 Why not Lightning's ``DistributedSampler`` or a shuffled ``DataLoader``: resuming those mid-epoch
-replays a fresh shuffle or loses the position (REFERENCE.md, "Observed resume traps"), and
+replays a fresh shuffle or loses the position (Lightning resumes mid-epoch from a fresh shuffle), and
 ``DistributedSampler`` pads shards with duplicated samples, which biases evaluation metrics.
 """
 

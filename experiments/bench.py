@@ -28,7 +28,7 @@ import torch
 from famlab.experiments.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
 from torch import nn
 
-TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # issue 7: minimum median ratio famlab / HF
+TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # minimum median ratio famlab / HF (README, "Performance")
 # Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' datasheets, matched on the device name.
 GPU_PEAKS_BF16 = {
     "H200": 989e12,

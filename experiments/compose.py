@@ -1,6 +1,6 @@
 """Compose a config from presets and ``key=value`` overrides, validate it, and turn errors into one line.
 
-Merge order (DESIGN.md): schema defaults <- the chosen family's preset <- the other presets, left to
+Merge order (README, "CLI and config"): schema defaults <- the chosen family's preset <- the other presets, left to
 right <- overrides. The family is whatever ``model.family`` ends up as, so it is resolved first from
 the presets and overrides, then the composition is done in that order: ``famlab pretrain t5 tiny`` and
 ``famlab pretrain tiny model.family=t5`` give identical configs.
@@ -44,17 +44,22 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def preset_path(name: str) -> Path:
-    """Resolve a preset name (``tiny``) or a path to a YAML file; raise ConfigInputError if neither."""
+def _named_yaml(name: str, folder: Path, kind: str, listing: str) -> Path:
+    """A bundled ``<folder>/<name>.yaml`` or a path to a YAML file; ConfigInputError naming ``kind`` if neither."""
     if name.endswith((".yaml", ".yml")) or "/" in name:
         path = Path(name).expanduser()
         if not path.is_file():
-            raise ConfigInputError(f"preset file {name} does not exist")
+            raise ConfigInputError(f"{kind} file {name} does not exist")
         return path
-    path = PRESET_DIR / f"{name}.yaml"
+    path = folder / f"{name}.yaml"
     if not path.is_file():
-        raise ConfigInputError(f"unknown preset {name!r}; valid presets: {', '.join(preset_names())} or a .yaml path")
+        raise ConfigInputError(f"unknown {kind} {name!r}; {listing} or a .yaml path")
     return path
+
+
+def preset_path(name: str) -> Path:
+    """Resolve a preset name (``tiny``) or a path to a YAML file; raise ConfigInputError if neither."""
+    return _named_yaml(name, PRESET_DIR, "preset", f"valid presets: {', '.join(preset_names())}")
 
 
 SWEEP_DIR = PRESET_DIR / "sweeps"
@@ -67,15 +72,7 @@ def sweep_names() -> list[str]:
 
 def sweep_path(name: str) -> Path:
     """Resolve a sweep name (``pos_x_family``) or a path to a sweep file; raise ConfigInputError if neither."""
-    if name.endswith((".yaml", ".yml")) or "/" in name:
-        path = Path(name).expanduser()
-        if not path.is_file():
-            raise ConfigInputError(f"sweep file {name} does not exist")
-        return path
-    path = SWEEP_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise ConfigInputError(f"unknown sweep {name!r}; bundled sweeps: {', '.join(sweep_names())} or a .yaml path")
-    return path
+    return _named_yaml(name, SWEEP_DIR, "sweep", f"bundled sweeps: {', '.join(sweep_names())}")
 
 
 def load_yaml(path: Path) -> DictConfig:
@@ -119,7 +116,7 @@ def preset_description(path: Path) -> str:
 def parse_overrides(tokens: list[str]) -> DictConfig:
     """Parse ``key=value`` tokens (bare or ``--key=value``; a literal ``None`` means null).
 
-    W&B's agent renders a Python ``None`` as the string ``None`` (REFERENCE.md); mapping it to null here
+    W&B's agent renders a Python ``None`` as the string ``None``; mapping it to null here
     lets ``Optional`` fields accept it. Each token is parsed on its own, so a malformed value (an unclosed
     list, a control character) or a key nested the wrong way fails with one line naming that token.
     """

@@ -195,7 +195,7 @@ class FinetuneConfig:
     head_dropout: float = 0.1  # dropout before the classifier
     # standardise pooled features over the batch (BatchNorm, no affine) before the classifier: pretrained pooled
     # features share one large direction with little spread between examples (T5 tiny: mean cosine 0.996 vs
-    # 0.49 at init), which a fresh classifier separates slowly; measured gains for every family (issue 4 note)
+    # 0.49 at init), which a fresh classifier separates slowly; measured gains for every family
     standardize: bool = True
     weight_decay: float = 0.01  # AdamW weight decay while fine-tuning
     warmup_ratio: float = 0.1  # fraction of fine-tuning steps spent in linear warmup

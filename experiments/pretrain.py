@@ -74,7 +74,7 @@ def objective_settings(cfg: Config) -> dict[str, Any]:
 
 
 def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: dict[str, Any]) -> dict[str, Any]:
-    """Validation loss at 1x, 2x and 4x the training length (issue 8), for the report and sweep summaries.
+    """Validation loss at 1x, 2x and 4x the training length, for the report and sweep summaries.
 
     `None` with a reason where the position scheme cannot reach that length (learned / sinusoidal positions
     beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.

@@ -278,7 +278,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
         if logger is not None:
             define_metrics(logger.experiment, job_type, x_axis(cfg.compare.match.value))
             loggers.append(logger)
-    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (DESIGN.md)
+    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (README, "Reliable training")
         message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"
         warnings.warn(message, stacklevel=2)
     return loggers

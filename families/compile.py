@@ -26,7 +26,7 @@ def compile_network(net: nn.Module, *, backend: str = "inductor", **options: Any
     """
     try:
         net.compile(backend=backend, **options)
-    except Exception as e:  # noqa: BLE001 - any failure means "run eager" (DESIGN.md)
+    except Exception as e:  # noqa: BLE001 - any failure means "run eager" (a failing optional speed-up never stops a run)
         log.warning("torch.compile unavailable (%s: %s); running eager", type(e).__name__, e)
         return net
     compiled = net._compiled_call_impl

@@ -1,8 +1,8 @@
 """Pure corruption functions: masked LM, causal LM shift and T5 span corruption.
 
 Every function works on a whole batch at once (no Python loop over tokens) and draws its randomness
-from the `generator` argument (`None` = torch's global generator, which Lightning seeds and issue 6's
-resume restores).
+from the `generator` argument (`None` = torch's global generator, which Lightning seeds and an exact
+resume restores; see the README's "Reliable training").
 
 Legend: B batch, L raw block length, T model sequence length, K selected / label positions per row.
 """
@@ -67,7 +67,7 @@ def clm_shift(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal LM: predict token t+1 from tokens <= t.
 
     Slices the `(B, T + 1)` block instead of shifting the logits, so the `(B, T, V)` logits are never
-    copied (issue 7). Returns `(inputs, labels)`, both `(B, T)` views of `block`.
+    copied (see `famlab bench`). Returns `(inputs, labels)`, both `(B, T)` views of `block`.
     """
     return block[:, :-1], block[:, 1:]
 

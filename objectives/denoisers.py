@@ -1,4 +1,4 @@
-"""The objectives beyond each family's default (issue 8): prefix LM, decoder-only span corruption, UL2, SpanBERT.
+"""The objectives beyond each family's default: prefix LM, decoder-only span corruption, UL2, SpanBERT.
 
 | family | objective | batch |
 |---|---|---|

@@ -79,7 +79,7 @@ class Objective:
     def __init__(self, ids: TokenIds, seq_len: int, generator: torch.Generator | None = None) -> None:
         self.ids = ids
         self.seq_len = seq_len
-        # None: torch's global generator, which Lightning seeds and resume (issue 6) restores.
+        # None: torch's global generator, which Lightning seeds and an exact resume restores.
         self.generator = generator
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:

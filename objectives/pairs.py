@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from famlab.objectives.errors import ObjectiveError
 
-# The first objective of each family is its default. The new pairs (issue 8) are described in
+# The first objective of each family is its default. The pairs beyond each family's own objective are described in
 # objectives/denoisers.py: prefix_lm (T5 paper sec. 3.3), ul2 (Tay et al. 2022), span_mlm (SpanBERT).
 OBJECTIVES: dict[str, list[str]] = {
     "bert": ["mlm", "span_mlm"],

@@ -1,13 +1,15 @@
 """Reliable training: exact resume, preemption, non-finite steps, checkpoint fallback.
 
 Callbacks ``make_trainer`` adds to every fit (``reliability_callbacks``), plus the resume-path
-resolution (``resolve_resume``) and the two fault-injection knobs the tests use:
+resolution (``resolve_resume``) and the fault-injection knobs the tests use:
 
 - ``FAMLAB_FAULT_NAN_STEPS=3,4`` poisons the gradients of those optimizer steps (1-based step being
   taken, i.e. ``trainer.global_step + 1``) with NaN, to exercise non-finite skipping.
 - ``FAMLAB_FAULT_SIGTERM_STEP=5`` sends this process SIGTERM after that many optimizer steps, to
   exercise preemption from inside a process (a test may also just ``kill -TERM`` the process);
   ``FAMLAB_FAULT_SIGNAL=USR1`` makes that signal SIGUSR1 (SLURM's ``--signal=USR1@<seconds>`` warning).
+- ``FAMLAB_FAULT_STEP_SLEEP=0.2`` sleeps that many seconds after every training step, so a signal sent
+  from outside reliably lands while training runs, however fast the machine is.
 
 Why a separate collation RNG stream: Lightning prefetches one batch ahead, so batch k+1 is collated
 (masks drawn from the global RNG) before step k runs its dropout. Saving the global RNG at a step
@@ -23,6 +25,7 @@ import os
 import random
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -215,6 +218,7 @@ class PreemptionCallback(pl.Callback):
         self._previous: dict[int, Any] = {}
         knob = os.environ.get("FAMLAB_FAULT_SIGTERM_STEP")
         self.fault_step = int(knob) if knob else None
+        self.step_sleep = float(os.environ.get("FAMLAB_FAULT_STEP_SLEEP") or 0)
 
     def _handler(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and self.signal is not None:
@@ -236,6 +240,8 @@ class PreemptionCallback(pl.Callback):
         self._previous = {}
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
         if self.fault_step is not None and trainer.global_step == self.fault_step:
             self.fault_step = None
             os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get("FAMLAB_FAULT_SIGNAL", "TERM")))

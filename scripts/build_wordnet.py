@@ -351,7 +351,7 @@ CLOZE_ITEMS = 1000  # reverse-dictionary items (K = 5)
 CLOZE_K = 5
 PAIRS_PER_CONSTRUCTION = 400
 POS_OF = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
-WORD = re.compile(r"[A-Za-z]+")
+LETTERS = re.compile(r"[A-Za-z]+")  # not WORD: the suite tasks above tokenize with that one
 IRREGULAR_3SG = {"is": "are", "has": "have", "does": "do", "was": "were"}
 
 
@@ -384,12 +384,12 @@ def _zeroshot_inputs(wordnet_dir: Path, out: Path) -> tuple[list[dict], str, col
     split_of = {r["id"]: r["split"] for r in _read_gz(out / "wordnet-supersense.jsonl.gz")}
     docs = [r["text"] for r in _read_gz(out / "wordnet-corpus.jsonl.gz")]
     corpus = "\n".join(docs)
-    counts = collections.Counter(w.lower() for w in WORD.findall(corpus))
+    counts = collections.Counter(w.lower() for w in LETTERS.findall(corpus))
     pos_lemmas: dict[str, set[str]] = collections.defaultdict(set)
     held = []
     for s in read_synsets(wordnet_dir):
         pos = POS_OF[s["id"][0]]
-        pos_lemmas[pos].update(lem.lower() for lem in s["lemmas"] if WORD.fullmatch(lem))
+        pos_lemmas[pos].update(lem.lower() for lem in s["lemmas"] if LETTERS.fullmatch(lem))
         if split_of.get(s["id"]) in ("val", "test"):
             definition, examples = split_gloss(s["gloss"])
             held.append({**s, "pos": pos, "definition": definition,
@@ -418,7 +418,7 @@ def build_reverse_dictionary(held: list[dict], corpus: str, counts: collections.
     eligible, seen_answers = [], set()
     for s in sorted(held, key=lambda s: _key(seed, s["id"])):
         answer, definition = s["lemmas"][0], s["definition"]
-        if not WORD.fullmatch(answer) or len(answer) < 3 or answer.lower() in seen_answers:
+        if not LETTERS.fullmatch(answer) or len(answer) < 3 or answer.lower() in seen_answers:
             continue
         if len(definition.split()) < 3 or BLANK_TEXT in definition or \
                 mask_lemmas(definition, s["lemmas"]) != re.sub(r"\s+", " ", definition).strip():

@@ -49,12 +49,14 @@ def test_sigterm_to_a_running_pretrain_then_resume_auto_finishes(env):
     run_dir = root / "sigterm"
     args = [a for a in fast_args(corpus, run_dir, 40) if not a.startswith("wandb.")]
     args += ["wandb.mode=offline", "wandb.group=g1"]
-    proc = subprocess.Popen([sys.executable, "-m", "famlab", *args], cwd=ROOT, env=dict(os.environ),
+    # 0.25 s a step: the 36 steps after the first last.ckpt (step 4) outlast the poll below on any machine
+    proc = subprocess.Popen([sys.executable, "-m", "famlab", *args], cwd=ROOT,
+                            env={**os.environ, "FAMLAB_FAULT_STEP_SLEEP": "0.25"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     last = run_dir / "checkpoints" / "last.ckpt"
     deadline = time.time() + 300
     while not last.is_file() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert proc.poll() is None, proc.communicate()[1][-2000:]
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)

@@ -121,6 +121,7 @@ class ObjectiveConfig:
 
 @dataclass
 class OptimConfig:
+    name: str = "adamw"  # pretraining optimiser: adamw | adafactor (T5's; relative step sizes, lr caps them)
     lr: float = 1e-3  # peak learning rate (AdamW) at base scale; the effective peak is lr * lr_scale
     lr_scale: float = 1.0  # set by size presets, so each family keeps its own lr relative to the others
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
@@ -137,6 +138,8 @@ class OptimConfig:
             "weight_decay": (0, 10, "[]"), "warmup_steps": (0, BIG, "[]"), "min_lr_ratio": (0, 1, "[]"),
             "grad_clip": (0, 1e6, "(]"),
         })
+        if self.name not in ("adamw", "adafactor"):
+            raise ConfigInputError(f"optim.name={self.name} is not one of ['adamw', 'adafactor']")
 
 
 @dataclass

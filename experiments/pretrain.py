@@ -45,6 +45,7 @@ def optim_settings(cfg: Config, max_steps: int) -> Any:
     o = cfg.optim
     return OptimSettings(
         lr=o.lr * o.lr_scale,
+        name=o.name,
         betas=(o.betas[0], o.betas[1]),
         eps=o.eps,
         weight_decay=o.weight_decay,

@@ -9,7 +9,7 @@ from famlab.objectives.collator import ClassificationCollator
 from famlab.objectives.corruption import clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import LossOutput, Objective, make_objective
-from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups, lr_factor
+from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups, lr_factor
 from famlab.objectives.pairs import OBJECTIVES, check_pair
 from famlab.objectives.tokens import TokenIds
 
@@ -25,7 +25,7 @@ __all__ = [
     "TokenIds",
     "check_pair",
     "clm_shift",
-    "configure_adamw",
+    "configure_optimizer",
     "decay_groups",
     "lr_factor",
     "make_objective",

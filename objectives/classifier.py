@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from famlab.families import heads
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch
-from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups
+from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups
 from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
@@ -158,4 +158,4 @@ class ClassifierModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         groups = decay_groups(self.net, self.optim.weight_decay)
         groups += decay_groups(self.head, self.optim.weight_decay, lr=self.head_lr)
-        return configure_adamw(groups, self.optim)
+        return configure_optimizer(groups, self.optim)

@@ -1,4 +1,11 @@
-"""AdamW with weight-decay groups and a linear-warmup + cosine learning-rate schedule (as nanoGPT)."""
+"""AdamW (or Adafactor) with weight-decay groups and a linear-warmup + cosine learning-rate schedule (as nanoGPT).
+
+Adafactor is T5's pretraining optimiser (Raffel et al., 2020; Shazeer & Stern, 2018). torch's implementation
+scales each step by the parameter's RMS (``alpha = max(eps2, RMS(p)) * min(lr, 1/sqrt(t))``), so T5's
+embeddings, initialised with std 1, move as fast relative to their size as its attention weights
+(std ``(d_model * d_kv) ** -0.5``). Under AdamW one learning rate cannot serve both: at small tiny-scale
+budgets either the embeddings barely move or the small matrices blow up (docs/architecture.md, "Optimisers").
+"""
 
 from __future__ import annotations
 
@@ -11,12 +18,16 @@ import torch
 from famlab.objectives.errors import ObjectiveError
 from torch import nn
 
+OPTIMIZERS = ("adamw", "adafactor")
+
 
 @dataclass
 class OptimSettings:
     """Optimiser and schedule settings (`optim.*` in the config).
 
     Attributes:
+        name: `adamw` or `adafactor` (torch's, with relative step sizes; `betas`, `eps` and `fused` are AdamW's
+            and ignored by it; `lr` caps its relative step size).
         lr: peak learning rate, reached at the end of warmup.
         betas: AdamW betas.
         eps: AdamW epsilon.
@@ -29,6 +40,7 @@ class OptimSettings:
     """
 
     lr: float = 3e-4
+    name: str = "adamw"
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
@@ -38,6 +50,8 @@ class OptimSettings:
     fused: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ObjectiveError(f"optim.name={self.name} is not one of {list(OPTIMIZERS)}")
         if self.lr <= 0:
             raise ObjectiveError(f"optim.lr={self.lr} must be > 0")
         if self.warmup_steps < 0:
@@ -82,12 +96,16 @@ def lr_factor(step: int, settings: OptimSettings) -> float:
     return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
 
 
-def configure_adamw(groups: Iterable[dict[str, Any]], settings: OptimSettings) -> dict[str, Any]:
-    """AdamW + LambdaLR stepped every optimiser step, in the form `configure_optimizers` returns."""
+def configure_optimizer(groups: Iterable[dict[str, Any]], settings: OptimSettings) -> dict[str, Any]:
+    """AdamW or Adafactor + LambdaLR stepped every optimiser step, in the form `configure_optimizers` returns."""
     groups = list(groups)
-    fused = settings.fused
-    if fused is None:
-        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
-    optimizer = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, eps=settings.eps, fused=fused)
+    optimizer: torch.optim.Optimizer
+    if settings.name == "adafactor":
+        optimizer = torch.optim.Adafactor(groups, lr=settings.lr)
+    else:
+        fused = settings.fused
+        if fused is None:
+            fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
+        optimizer = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, eps=settings.eps, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, settings))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}

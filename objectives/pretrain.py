@@ -15,7 +15,7 @@ import lightning as L
 import torch
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.objective import Batch, Objective
-from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups
+from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups
 from torch import nn
 from torchmetrics import SumMetric
 
@@ -144,7 +144,7 @@ class PretrainModule(L.LightningModule):
     # -- optimiser and checkpoint -----------------------------------------------------------------------------
 
     def configure_optimizers(self) -> Any:
-        return configure_adamw(decay_groups(self.net, self.optim.weight_decay), self.optim)
+        return configure_optimizer(decay_groups(self.net, self.optim.weight_decay), self.optim)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["famlab_budget"] = {"tokens": self.tokens_seen, "flops": self.flops_seen}

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from famlab.objectives import ObjectiveError, OptimSettings, configure_adamw, decay_groups, lr_factor
+from famlab.objectives import ObjectiveError, OptimSettings, configure_optimizer, decay_groups, lr_factor
 
 
 def test_decay_only_matrices(tiny_net):
@@ -38,7 +38,7 @@ def test_scheduler_steps_per_optimizer_step(tiny_net):
     net = tiny_net("gpt")
     s = OptimSettings(lr=1e-3, warmup_steps=2, max_steps=10)
     head = torch.nn.Linear(32, 3)
-    config = configure_adamw(decay_groups(net, 0.1) + decay_groups(head, 0.1, lr=5e-3), s)
+    config = configure_optimizer(decay_groups(net, 0.1) + decay_groups(head, 0.1, lr=5e-3), s)
     assert config["lr_scheduler"]["interval"] == "step"
     optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
     assert optimizer.defaults["fused"] is True  # auto: float parameters on the CPU have the fused kernel
@@ -64,7 +64,7 @@ def test_auto_fused_adamw_matches_the_foreach_update():
     a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
     b.load_state_dict(a.state_dict())
     s = OptimSettings(lr=1e-2, warmup_steps=0, max_steps=10)
-    fused = configure_adamw(decay_groups(a, 0.1), s)["optimizer"]
+    fused = configure_optimizer(decay_groups(a, 0.1), s)["optimizer"]
     ref = torch.optim.AdamW(decay_groups(b, 0.1), lr=1e-2, betas=s.betas, eps=s.eps, foreach=True)
     x = torch.randn(16, 8)
     for _ in range(3):

@@ -139,7 +139,7 @@ class OptimConfig:
             "grad_clip": (0, 1e6, "(]"),
         })
         if self.name not in ("adamw", "adafactor"):
-            raise ConfigInputError(f"optim.name={self.name} is not one of ['adamw', 'adafactor']")
+            raise ConfigInputError(f"optim.name={self.name} is not one of: adamw, adafactor")
 
 
 @dataclass

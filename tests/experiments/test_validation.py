@@ -17,6 +17,7 @@ CASES = [
     ("objective.mask_rate=1", "objective.mask_rate=1.0 must be in (0, 1)"),
     ("objective.mean_span=0.5", "objective.mean_span=0.5 must be in [1, "),
     ("optim.lr=nan", "optim.lr=nan must be in (0, 10]"),
+    ("optim.name=sgd", "optim.name=sgd is not one of: adamw, adafactor"),
     ("optim.betas=[0.9,1.5]", "optim.betas=1.5 must be in [0, 1)"),
     ("model.dropout=1", "model.dropout=1.0 must be in [0, 1)"),
     ("model.norm_eps=inf", "model.norm_eps=inf must be in (0, 1)"),

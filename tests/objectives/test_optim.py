@@ -74,3 +74,42 @@ def test_auto_fused_adamw_matches_the_foreach_update():
             opt.step()
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_adafactor_steps_are_relative_to_each_parameter_scale():
+    """optim.name=adafactor: the same gradient moves a parameter 10x larger by a step 10x larger (RMS scaling),
+    which AdamW does not; the schedule still sets the cap on the relative step."""
+    small, large = torch.nn.Parameter(torch.full((4, 4), 0.1)), torch.nn.Parameter(torch.full((4, 4), 1.0))
+    s = OptimSettings(name="adafactor", lr=1e-2, warmup_steps=0, max_steps=10, weight_decay=0.0)
+    config = configure_optimizer([{"params": [small, large], "weight_decay": 0.0}], s)
+    optimizer = config["optimizer"]
+    assert isinstance(optimizer, torch.optim.Adafactor)
+    grad = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+    small.grad, large.grad = grad.clone(), grad.clone()
+    before = small.detach().clone(), large.detach().clone()
+    optimizer.step()
+    step_small, step_large = (small.detach() - before[0]).norm(), (large.detach() - before[1]).norm()
+    torch.testing.assert_close(step_large / step_small, torch.tensor(10.0), rtol=1e-4, atol=0)
+    config["lr_scheduler"]["scheduler"].step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-2 * lr_factor(1, s))
+
+
+def test_adafactor_lowers_the_loss_of_a_tiny_network(tiny_net):
+    torch.manual_seed(0)
+    net = tiny_net("t5")
+    s = OptimSettings(name="adafactor", lr=1e-2, warmup_steps=0, max_steps=30, weight_decay=0.0)
+    optimizer = configure_optimizer(decay_groups(net, 0.0), s)["optimizer"]
+    ids = torch.randint(5, 60, (4, 12))
+    losses = []
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(ids, decoder_input_ids=ids).logits.flatten(0, 1), ids.flatten())
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_unknown_optimizer_is_refused():
+    with pytest.raises(ObjectiveError, match="optim.name=sgd"):
+        OptimSettings(name="sgd")

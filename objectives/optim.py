@@ -3,8 +3,8 @@
 Adafactor is T5's pretraining optimiser (Raffel et al., 2020; Shazeer & Stern, 2018). torch's implementation
 scales each step by the parameter's RMS (``alpha = max(eps2, RMS(p)) * min(lr, 1/sqrt(t))``), so T5's
 embeddings, initialised with std 1, move as fast relative to their size as its attention weights
-(std ``(d_model * d_kv) ** -0.5``). Under AdamW one learning rate cannot serve both: at small tiny-scale
-budgets either the embeddings barely move or the small matrices blow up (docs/architecture.md, "Optimisers").
+(std ``(d_model * d_kv) ** -0.5``). Under AdamW one learning rate cannot serve both: either the embeddings
+barely move or the small matrices blow up.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def test_size_preset_by_family_adjusts_only_that_family(tmp_path):
     """`by_family.<family>` in a size preset applies to that family only, right after the preset."""
     t5, gpt = compose(["t5", "tiny"], []).cfg, compose(["gpt", "tiny"], []).cfg
     assert (t5.optim.name, t5.optim.lr_scale, t5.optim.weight_decay) == ("adafactor", 30.0, 0.0)
-    assert (gpt.optim.name, gpt.optim.lr_scale, gpt.optim.weight_decay) == ("adamw", 10.0, 0.01)
+    assert (gpt.optim.name, gpt.optim.lr_scale, gpt.optim.weight_decay) == ("adamw", 10.0, 0.1)
     assert compose(["bert", "tiny"], []).cfg.optim.name == "adamw"
     assert compose(["tiny"], ["model.family=t5", "optim.lr_scale=2"]).cfg.optim.lr_scale == 2.0  # overrides win
     path = tmp_path / "later.yaml"

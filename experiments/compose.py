@@ -274,6 +274,10 @@ def cross_checks(cfg: Config) -> None:
     if not cfg.finetune.seeds:
         raise ConfigInputError("finetune.seeds=[] must name at least one seed")
     _check_finetune_grid(cfg.finetune)
+    ft = cfg.finetune
+    if ft.max_steps and ft.val_every and ft.val_every > ft.max_steps:  # no validation: nothing to select on
+        raise ConfigInputError(f"finetune.val_every={ft.val_every} exceeds finetune.max_steps={ft.max_steps}: "
+                               "no validation would run to choose a checkpoint; lower finetune.val_every")
     monitors = ("val/acc", "val/f1", "val/mcc", "val/loss")
     if cfg.finetune.monitor not in monitors:
         raise ConfigInputError(f"finetune.monitor={cfg.finetune.monitor} is not one of: {', '.join(monitors)}")

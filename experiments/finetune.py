@@ -36,11 +36,13 @@ from famlab.experiments.run import (
     provenance,
     run_name,
     set_vocab,
+    stop_console_capture,
     token_ids,
     wandb_use_pretrained,
     write_config,
     write_json,
 )
+from famlab.experiments.wandb_metrics import record_selection
 from famlab.families.config import ModelConfig
 from omegaconf import OmegaConf
 
@@ -345,20 +347,41 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     val: dict[GridPoint, dict[str, float]] = {}
     best: dict[tuple[GridPoint, int], str] = {}
     per_seed: dict[str, dict[str, float]] = {}
-    for point in points:
-        val[point] = {}
-        for seed in ft.seeds:
-            grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
-            seed_dir = _seed_dir(run_dir, grid_name, seed_name)
-            name = "-".join([run_dir.name, *([point.name] if grid_name else []), *([f"s{seed}"] if seed_name else [])])
-            score, path, scores = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1)
-            val[point][str(seed)], best[point, seed] = score, path
-            if scores is not None:
-                per_seed[str(seed)] = scores
-    chosen = select_point(val, mode)
-    if len(points) > 1:  # the test split is read once, after selection, by the selected point's models only
-        for seed in ft.seeds:
-            per_seed[str(seed)] = job.test(chosen, seed, best[chosen, seed])
+    # with a grid, each run's W&B run stays open until selection, so the selected point's test scores land in
+    # the run that trained the model (one id, one .wandb file, one `wandb sync`) and the others say they lost
+    held: dict[tuple[GridPoint, int], tuple[list[Any], int]] = {}
+    try:
+        for point in points:
+            val[point] = {}
+            for seed in ft.seeds:
+                grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
+                seed_dir = _seed_dir(run_dir, grid_name, seed_name)
+                name = "-".join([run_dir.name, *([point.name] if grid_name else []),
+                                 *([f"s{seed}"] if seed_name is not None else [])])  # seed 0 named too
+                fit = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1)
+                val[point][str(seed)], best[point, seed] = fit.score, fit.checkpoint
+                held[point, seed] = fit.loggers, fit.step
+                if fit.scores is not None:  # a one-point grid: tested already, nothing left to wait for
+                    per_seed[str(seed)] = fit.scores
+                    held.pop((point, seed))
+                    try:
+                        record_selection(fit.loggers, selected=True, point=point.name)
+                    finally:
+                        close_wandb(fit.loggers)
+        chosen = select_point(val, mode)
+        for point, seed in list(held):
+            loggers, step = held.pop((point, seed))
+            try:
+                test = None
+                if point == chosen:  # the test split is read once, by the selected point's models only
+                    per_seed[str(seed)] = test = job.test(chosen, seed, best[chosen, seed])
+                record_selection(loggers, selected=point == chosen, point=chosen.name, test=test, step=step)
+            finally:
+                close_wandb(loggers)
+    finally:  # a run stopped part-way (preemption, non-finite loss) leaves no W&B run open
+        for loggers, _ in held.values():
+            close_wandb(loggers)
+    if len(points) > 1:
         for point in points:
             if point != chosen:
                 for seed in ft.seeds:
@@ -403,6 +426,18 @@ def _drop_checkpoints(checkpoint_dir: Path) -> None:
         ckpt.unlink()
 
 
+@dataclasses.dataclass
+class Fit:
+    """One trained (grid point, seed): best validation score and checkpoint, test scores if tested right away,
+    and its loggers with the W&B run still open (the test scores of a selected point go there later)."""
+
+    score: float
+    checkpoint: str
+    scores: dict[str, float] | None
+    loggers: list[Any]
+    step: int
+
+
 class _Job:
     """What every fit and test of one fine-tuning command shares: config, task, tokenizer, pooling."""
 
@@ -440,10 +475,8 @@ class _Job:
         return ClassificationDataModule(self.task, self.bundle, batch_size=self.batch_size, collate_fn=collate,
                                         seed=seed, num_workers=self.cfg.data.num_workers)
 
-    def fit(
-        self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool
-    ) -> tuple[float, str, dict | None]:
-        """Train one (grid point, seed); returns (best validation score, its checkpoint, test scores if test_now)."""
+    def fit(self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool) -> Fit:
+        """Train one (grid point, seed) with its own W&B run, left open for :func:`finetune` to finish."""
         import lightning as L
 
         cfg, ft = self.cfg, self.cfg.finetune
@@ -451,22 +484,25 @@ class _Job:
         module, dm = self.module(point), self.datamodule(seed)
         config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
         loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config=config)
-        wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # W&B lineage: pretraining -> fine-tune
-        trainer = make_trainer(
-            cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=self.mode,
-            max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
-            val_check_interval=self.val_every, limit_val_batches=None,
-        )
-        trainer.fit(module, datamodule=dm)
-        callback = trainer.checkpoint_callback
-        score = float(callback.best_model_score) if callback.best_model_score is not None else math.nan
-        path = str(callback.best_model_path)
-        scores = None
-        if test_now:  # a one-point grid: selection is trivial, so test with this run's loggers (W&B included)
-            result = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
-            scores = {k: float(result[k]) for k in METRICS if k in result}
-        close_wandb(loggers)
-        return score, path, scores
+        try:
+            wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # lineage: pretraining -> fine-tune
+            trainer = make_trainer(
+                cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=self.mode,
+                max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
+                val_check_interval=self.val_every, limit_val_batches=None,
+            )
+            trainer.fit(module, datamodule=dm)
+            callback = trainer.checkpoint_callback
+            score = float(callback.best_model_score) if callback.best_model_score is not None else math.nan
+            scores = None
+            if test_now:  # a one-point grid: selection is trivial, so test with this run's loggers (W&B included)
+                result = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
+                scores = {k: float(result[k]) for k in METRICS if k in result}
+        except BaseException:
+            close_wandb(loggers)
+            raise
+        stop_console_capture(loggers)  # the run stays open: the next runs' console output is not its own
+        return Fit(score, str(callback.best_model_path), scores, loggers, int(trainer.global_step))
 
     def test(self, point: GridPoint, seed: int, checkpoint: str) -> dict[str, float]:
         """Test the selected point's best checkpoint of ``seed``; the scores are appended to its metrics.csv."""

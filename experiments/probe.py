@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
         net, _ = load_network(cfg, init)
     family = cfg.model.family.value
     pooling = ft.pooling.value if ft.pooling else default_pooling(family)
-    write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
+    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
     collate = ClassificationCollator(family, token_ids(bundle), d.max_len)
     splits = {name: tokenize_examples(getattr(task, name), bundle) for name in ("train", "val", "test")}
     labels = {name: np.array([int(item["label"]) for item in items]) for name, items in splits.items()}
@@ -158,7 +159,43 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
         "wall_s": round(time.time() - started, 1),
     }
     write_json(run_dir / "results.json", results)
+    log_wandb(cfg, init, run_dir, written, results)
     return results
+
+
+def log_wandb(cfg: Config, init: Any, run_dir: Path, written: dict[str, Any], results: dict[str, Any]) -> None:
+    """The probe as a W&B run (``job_type=probe``, the config's group): it declares the pretraining run's tokenizer
+    and checkpoint as inputs (lineage pretraining -> probe, as a fine-tune does), its summary holds the scores
+    (``pretrained/test/acc``, ``random_mean/test/acc``, ``gain/diff`` ...) and ``bodies`` is a table of every
+    body probed. Started once the probe is done, so refused input never leaves a W&B run; never raises.
+    """
+    import wandb
+    from famlab.experiments.run import close_wandb, make_loggers, wandb_loggers, wandb_use_pretrained
+    from famlab.experiments.wandb_metrics import record_summary
+
+    loggers = wandb_loggers(make_loggers(cfg, run_dir, job_type="probe", name=run_dir.name, config=written))
+    try:
+        wandb_use_pretrained(loggers, init.run_dir, init.checkpoint)
+        pretrained = results["pretrained"]
+        record_summary(loggers, {
+            "pretrained": {**pretrained["test"], "c": pretrained["c"], "val_acc": pretrained["val_acc"]},
+            **{key: results[key] for key in ("random_mean", "random_std", "gain") if results[key] is not None},
+        })
+        record_summary(loggers, {"probe_seeds": len(results["random"]), "task": results["task"],
+                                 "pooling": results["pooling"]})
+        columns = ["body", "seed", "c", "val_acc", *METRICS]
+        rows = [["pretrained", None, *_row(results["pretrained"])]]
+        rows += [["random-init", int(seed), *_row(r)] for seed, r in results["random"].items()]
+        for logger in loggers:
+            logger.experiment.log({"bodies": wandb.Table(columns=columns, data=rows, allow_mixed_types=True)})
+    except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+        warnings.warn(f"W&B probe results not logged ({type(e).__name__}: {e})", stacklevel=2)
+    finally:
+        close_wandb(loggers)
+
+
+def _row(score: dict[str, Any]) -> list[float]:
+    return [score["c"], score["val_acc"], *(score["test"][k] for k in METRICS)]
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:

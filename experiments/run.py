@@ -235,6 +235,8 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
 
     The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
     gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
+    Every run is its own (``reinit="create_new"``): a fine-tuning grid keeps its runs open until selection,
+    and Lightning's ``WandbLogger`` would otherwise reuse the global run still open.
     """
     from famlab.experiments.reliability import AppendingCSVLogger
 
@@ -271,7 +273,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
             FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
             kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
                         group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(save_dir),
-                        config=flatten(config)),
+                        config=flatten(config), reinit="create_new"),
         )
         if note:  # once, on stderr: where the run went and how to upload it
             print(f"famlab: WARNING {note}", file=sys.stderr)
@@ -419,3 +421,19 @@ def close_wandb(loggers: list[Any]) -> None:
                 logger.experiment.finish()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def stop_console_capture(loggers: list[Any]) -> None:
+    """Stop copying the console into W&B runs that stay open while other runs train (a fine-tuning grid).
+
+    wandb copies every write to stdout / stderr into each open run's console log; a run kept open for its
+    test scores would collect the next runs' output. wandb has no public call for this, so this is its
+    ``Run._console_stop`` (what ``finish`` calls; calling it twice is harmless), skipped if it is gone.
+    """
+    for logger in wandb_loggers(loggers):
+        try:
+            stop = getattr(logger.experiment, "_console_stop", None)
+            if callable(stop):
+                stop()
+        except Exception:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+            pass

@@ -51,10 +51,13 @@ def define_metrics(run: Any, job_type: str, step_metric: str) -> dict[str, tuple
 
     Args:
         run: the ``wandb.Run`` (``WandbLogger.experiment``).
-        job_type: ``pretrain`` (budget axes) or anything else (the run's own ``trainer/global_step``).
+        job_type: ``pretrain`` (budget axes), ``finetune`` (the run's own ``trainer/global_step``) or one
+            without a training curve (``probe``: nothing defined).
         step_metric: the pretraining x-axis, ``budget/flops`` or ``budget/tokens`` (:func:`x_axis`).
     """
     defined: dict[str, tuple[str, str]] = {}
+    if job_type not in ("pretrain", "finetune"):  # a probe has no curve: its results are its summary
+        return defined
     if job_type == "pretrain":
         for name in BUDGET:
             run.define_metric(name, summary="last")
@@ -84,6 +87,27 @@ def record_summary(loggers: list[Any], values: dict[str, Any], prefix: str = "")
         if isinstance(logger, WandbLogger):
             try:
                 logger.experiment.summary.update(flat)
+            except Exception:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+                pass
+
+
+def record_selection(loggers: list[Any], *, selected: bool, point: str, test: dict[str, float] | None = None,
+                     step: int | None = None) -> None:
+    """A fine-tune's place in its grid, in its own W&B run (still open); never raises.
+
+    The summary says whether its grid point was ``selected`` (best mean validation score over seeds) and which
+    ``selected_point`` was. A selected run tested after selection gets its ``test`` scores as one history row at
+    ``step`` (its last training step, where a one-point grid's test row also sits), so the summary holds them.
+    """
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            try:
+                run = logger.experiment
+                if test:
+                    run.log({**test, FINETUNE_STEP: step})
+                run.summary.update({"selected": selected, "selected_point": point})
             except Exception:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
                 pass
 

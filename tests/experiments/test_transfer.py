@@ -126,6 +126,8 @@ def test_empty_grids_are_refused_naming_the_key(capsys):
     assert "finetune.lr_grid=[] is an empty grid" in err
     assert "finetune.probe_c_grid" in _one_line_error(capsys, ["config", "gpt", "tiny", "finetune.probe_c_grid=[]"])
     assert "finetune.head_lr_grid" in _one_line_error(capsys, ["config", "gpt", "finetune.head_lr_grid=[0.1,-1]"])
+    err = _one_line_error(capsys, ["config", "gpt", "tiny", "finetune.max_steps=20", "finetune.val_every=50"])
+    assert "finetune.val_every=50 exceeds finetune.max_steps=20" in err  # else no validation selects anything
 
 
 def test_probe_of_a_run_without_checkpoint_is_refused(capsys, tmp_path):

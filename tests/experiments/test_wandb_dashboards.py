@@ -112,6 +112,8 @@ def test_finetune_metrics_use_their_own_step_and_hold_test_scores(dash, by_job):
     s = summary(recs)
     for k in ("test/acc", "test/f1", "test/mcc"):
         assert s[k] == pytest.approx(results["seeds"]["0"][k])
+    point = f"lr{results['selected']['lr']:g}-head{results['selected']['head_lr']:g}"
+    assert s["selected"] is True and s["selected_point"] == point == "lr0.001-head0.01"  # a one-point grid
 
 
 @pytest.mark.slow

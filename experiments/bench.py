@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from famlab.experiments.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
+from famlab.objectives.pairs import default_objective
 from torch import nn
 
 TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # minimum median ratio famlab / HF (README, "Performance")
@@ -42,17 +43,6 @@ GPU_PEAKS_BF16 = {
     "V100": 125e12,  # fp16 (no bf16 on Volta)
     "T4": 65e12,  # fp16
 }
-# The issue's family settings (as experiments/configs/<family>.yaml), dropout 0 for a deterministic comparison.
-FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
-    "bert": dict(pos="learned", norm="layernorm", norm_position="post", activation="gelu", norm_eps=1e-12,
-                 init="bert"),
-    "gpt": dict(pos="learned", norm="layernorm", norm_position="pre", activation="gelu_tanh", norm_eps=1e-5,
-                init="gpt2"),
-    "t5": dict(pos="t5_bias", norm="rmsnorm", norm_position="pre", activation="relu", bias=False, qk_scale=1.0,
-               norm_eps=1e-6, init="t5"),
-}
-OBJECTIVE_OF = {"bert": "mlm", "gpt": "clm", "t5": "span"}
-
 
 class BenchError(ValueError):
     """Bad bench option (names the flag)."""
@@ -135,12 +125,13 @@ def token_ids(vocab_size: int, num_sentinels: int = 100) -> Any:
 
 def model_config(family: str, s: BenchSettings) -> Any:
     """famlab ``ModelConfig`` of ``family`` at the bench shapes (faithful family settings, dropout 0)."""
-    from famlab.families import ModelConfig
+    from famlab.families import ModelConfig, family_model_settings
 
-    return ModelConfig(
-        family=family, vocab_size=s.vocab, dim=s.dim, num_layers=s.layers, num_heads=s.heads, ffn_dim=s.ffn,
-        max_seq_len=max(512, s.seq + 1), dropout=0.0, **FAMILY_SETTINGS[family],
-    )
+    return ModelConfig(**{
+        **family_model_settings(family), "vocab_size": s.vocab, "dim": s.dim,
+        "num_layers": s.layers, "num_heads": s.heads, "ffn_dim": s.ffn, "max_seq_len": max(512, s.seq + 1),
+        "dropout": 0.0,  # a deterministic comparison
+    })
 
 
 def hf_batch(family: str, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -231,7 +222,7 @@ def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Si
     except (ValueError, AttributeError):
         pass  # the report prints what HF runs
     ref = ref.to(device).train()
-    objective = make_objective(OBJECTIVE_OF[family], token_ids(s.vocab), seq_len=s.seq, family=family,
+    objective = make_objective(default_objective(family), token_ids(s.vocab), seq_len=s.seq, family=family,
                                generator=torch.Generator().manual_seed(s.seed))
     batch = {k: v.to(device) for k, v in make_batch(objective, s, torch.Generator().manual_seed(s.seed)).items()}
     ref_batch = hf_batch(family, batch)
@@ -293,7 +284,7 @@ def loader_share(family: str, s: BenchSettings, step_s: float, workdir: str) -> 
     corpus = load_corpus("wordnet")
     bundle = get_tokenizer(corpus, vocab_size=s.vocab, cache_dir=workdir)
     ids = TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
-    objective = make_objective(OBJECTIVE_OF[family], ids, seq_len=s.seq, family=family)
+    objective = make_objective(default_objective(family), ids, seq_len=s.seq, family=family)
     dm = PretrainDataModule(corpus, bundle, block_len=objective.raw_block_len, batch_size=s.batch,
                             collate_fn=objective.collate, separator_id=objective.separator_id,
                             cache_dir=Path(workdir) / family)

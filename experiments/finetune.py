@@ -42,6 +42,7 @@ from famlab.experiments.run import (
     write_json,
 )
 from famlab.families.config import ModelConfig
+from famlab.families.faithful import family_defaults
 from omegaconf import OmegaConf
 
 log = logging.getLogger("famlab")
@@ -296,10 +297,10 @@ def load_task_for(d: Any) -> Any:
 
 
 def default_pooling(family: str, has_pooler: bool = False) -> str:
-    """The pooling when neither ``finetune.pooling`` nor a preset sets one: mean over the text's states for every
-    family (measured best for famlab-pretrained bodies; see the family presets), except a Hugging Face BERT that
-    brings a trained pooler, which reads ``[CLS]`` through it as it was trained to."""
-    return "cls" if family == "bert" and has_pooler else "mean"
+    """The pooling when ``finetune.pooling`` is unset: the family's (``famlab.families.faithful``, measured best for
+    famlab-pretrained bodies), except a Hugging Face BERT that brings a trained pooler, which reads ``[CLS]`` through
+    it as it was trained to."""
+    return "cls" if family == "bert" and has_pooler else family_defaults(family).pooling
 
 
 def finetune(cfg: Config, init: Init) -> dict[str, Any]:

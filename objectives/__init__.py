@@ -10,7 +10,7 @@ from famlab.objectives.corruption import clm_shift, mlm_mask, random_spans_noise
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import LossOutput, Objective, make_objective
 from famlab.objectives.optim import OptimSettings, configure_adamw, decay_groups, lr_factor
-from famlab.objectives.pairs import OBJECTIVES, check_pair
+from famlab.objectives.pairs import OBJECTIVES, check_pair, default_objective
 from famlab.objectives.tokens import TokenIds
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "ClassifierModule",
     "PretrainModule",
     "OBJECTIVES",
+    "default_objective",
     "LossOutput",
     "Objective",
     "ObjectiveError",

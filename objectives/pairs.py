@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from famlab.families.faithful import family_defaults
 from famlab.objectives.errors import ObjectiveError
 
 # The first objective of each family is its default. The pairs beyond each family's own objective are described in
@@ -11,6 +12,11 @@ OBJECTIVES: dict[str, list[str]] = {
     "gpt": ["clm", "prefix_lm", "span", "ul2"],
     "t5": ["span", "prefix_lm", "ul2"],
 }
+
+
+def default_objective(family: str) -> str:
+    """The objective that trains ``family`` when ``objective.name`` is unset (``famlab.families.faithful``)."""
+    return family_defaults(family).objective
 
 
 def valid_pairs() -> str:

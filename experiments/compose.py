@@ -240,11 +240,11 @@ def to_dataclass(merged: DictConfig) -> Any:
 
 def cross_checks(cfg: Config) -> None:
     """Checks that involve more than one key; each message names every key involved."""
-    from famlab.objectives import OBJECTIVES, check_pair  # lazy: keeps `famlab config` / `presets` light
+    from famlab.objectives.registry import check_pair  # lazy: keeps `famlab config` / `presets` light
 
     family = cfg.model.family.value
     if cfg.objective.name is None:
-        cfg.objective.name = OBJECTIVES[family][0]
+        cfg.objective.name = family_defaults(family).objective
     check_pair(family, cfg.objective.name)
     if cfg.data.seq_len < 4:  # every objective needs room for a target (objectives.make_objective)
         raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 4")

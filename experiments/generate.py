@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 from famlab.experiments.config import Config, ConfigInputError
-from famlab.objectives.pairs import default_objective
+from famlab.objectives.registry import default_objective
 
 MASK = "[MASK]"
 OPTIONS = {

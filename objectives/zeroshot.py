@@ -44,8 +44,8 @@ from typing import Any
 
 import torch
 from famlab.objectives.errors import ObjectiveError
-from famlab.objectives.pairs import default_objective
 from famlab.objectives.prefix import prefix_lm_mask
+from famlab.objectives.registry import default_objective
 from famlab.objectives.tokens import TokenIds
 from torch import Tensor, nn
 

@@ -32,7 +32,7 @@ def _literal(node: ast.AST) -> bool:
 def _setting_words() -> set[str]:
     """Values a per-family table of defaults would hold: objective, pooling and block-choice names."""
     from famlab.families import config
-    from famlab.objectives.pairs import OBJECTIVES
+    from famlab.objectives import OBJECTIVES
 
     enums = (config.PosScheme, config.Norm, config.NormPosition, config.Activation, config.InitScheme, config.FFNKind)
     words = {m.value for e in enums for m in e} | {"cls", "last", "mean", "decoder"}

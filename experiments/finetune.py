@@ -488,11 +488,6 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     from famlab.experiments.run import env_rank
 
     cfg, init = compose_finetune(presets, overrides)
-    if cfg.finetune.mode.value == "probe":
-        from famlab.experiments.probe import print_probe, probe
-
-        print_probe(probe(cfg, init))
-        return 0
     try:
         r = finetune(cfg, init)
     except (Preempted, NonFiniteError) as e:

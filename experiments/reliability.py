@@ -34,6 +34,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.prepare_once import env_rank
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -432,8 +433,6 @@ def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
     other DDP ranks return 0, since a non-zero exit would make Lightning's launcher kill rank 0 mid-message.
     Non-finite stop: 1.
     """
-    from famlab.experiments.run import env_rank
-
     if isinstance(e, NonFiniteError):
         print(f"famlab: {e}", file=sys.stderr)
         return 1

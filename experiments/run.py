@@ -296,6 +296,7 @@ def make_trainer(
 ) -> Any:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
     import lightning as L
+    from famlab.experiments.faults import fault_callbacks
     from famlab.experiments.lightning_check import check_lightning_settings
     from famlab.experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
@@ -313,6 +314,7 @@ def make_trainer(
             save_top_k=1,
             save_last=True,
         ),
+        *fault_callbacks(),  # tests only: empty unless a FAMLAB_FAULT_* variable is set
         *reliability_callbacks(cfg, checkpoint_dir),
     ]
     if t.progress_bar:

@@ -1,7 +1,8 @@
 """famlab.families: one block library, three Transformer families (pure torch).
 
 ``build_network(cfg)`` builds a BERT, GPT or T5 network from a :class:`ModelConfig`; ``from_hf`` / ``to_hf``
-convert to and from Hugging Face models (``transformers`` is imported inside them only).
+convert to and from Hugging Face models (``transformers`` is imported inside them only); ``family_defaults`` is
+each family's faithful settings, default objective and pooling. Layers and rules: ``docs/architecture.md``.
 """
 
 from __future__ import annotations

@@ -71,26 +71,25 @@ def _gpt_span(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s:
 
 
 _UL2 = ("noise_density", "mean_span", "prefix_fraction", "ul2_rates", "ul2_x_density", "ul2_x_mean_span")
-MLM = Entry(MaskedLM, ("mask_rate",), lambda ids, n, g, s: MaskedLM(ids, n, s["mask_rate"], g))
-SPAN_MLM = Entry(SpanMaskedLM, ("mask_rate", "span_p", "max_span"),
-                 lambda ids, n, g, s: SpanMaskedLM(ids, n, s["mask_rate"], s["span_p"], s["max_span"], g))
-CLM = Entry(CausalLM, (), lambda ids, n, g, s: CausalLM(ids, n, g))
-T5_SPAN = Entry(SpanCorruption, ("noise_density", "mean_span"),
-                lambda ids, n, g, s: SpanCorruption(ids, n, s["noise_density"], s["mean_span"], g))
 
 # The registry. Order within a family is the listing order (`famlab presets`); the default comes first in
 # OBJECTIVES whatever its place here. The pairs beyond each family's own objective: objectives/denoisers.py.
 REGISTRY: Mapping[str, Mapping[str, Entry]] = MappingProxyType({
-    "bert": MappingProxyType({"mlm": MLM, "span_mlm": SPAN_MLM}),
+    "bert": MappingProxyType({
+        "mlm": Entry(MaskedLM, ("mask_rate",), lambda ids, n, g, s: MaskedLM(ids, n, s["mask_rate"], g)),
+        "span_mlm": Entry(SpanMaskedLM, ("mask_rate", "span_p", "max_span"),
+                          lambda ids, n, g, s: SpanMaskedLM(ids, n, s["mask_rate"], s["span_p"], s["max_span"], g)),
+    }),
     "gpt": MappingProxyType({
-        "clm": CLM,
+        "clm": Entry(CausalLM, (), lambda ids, n, g, s: CausalLM(ids, n, g)),
         "prefix_lm": Entry(GPTPrefixLM, ("prefix_fraction",),
                            lambda ids, n, g, s: GPTPrefixLM(ids, n, s["prefix_fraction"], g)),
         "span": Entry(GPTSpan, ("noise_density", "mean_span"), _gpt_span),
         "ul2": Entry(UL2, _UL2, _ul2(decoder_only=True)),
     }),
     "t5": MappingProxyType({
-        "span": T5_SPAN,
+        "span": Entry(SpanCorruption, ("noise_density", "mean_span"),
+                      lambda ids, n, g, s: SpanCorruption(ids, n, s["noise_density"], s["mean_span"], g)),
         "prefix_lm": Entry(T5PrefixLM, ("prefix_fraction",),
                            lambda ids, n, g, s: T5PrefixLM(ids, n, s["prefix_fraction"], g)),
         "ul2": Entry(UL2, _UL2, _ul2(decoder_only=False)),

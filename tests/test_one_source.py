@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import yaml
 from famlab.experiments.bench import BenchSettings, model_config
 from famlab.experiments.compose import compose, family_settings
 from famlab.experiments.finetune import default_pooling
@@ -71,6 +72,14 @@ def test_no_module_writes_a_copy_of_the_family_defaults():
     found = {str(p.relative_to(ROOT)): _copies(ast.parse(p.read_text(encoding="utf-8"))) for p in _python_files()}
     found = {path: lines for path, lines in found.items() if lines}
     assert not found, f"family defaults written outside families/faithful.py: {found}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_presets_do_not_repeat_the_defaults(family):
+    """experiments/configs/<family>.yaml names its family and holds the optimiser and objective rates only."""
+    preset = yaml.safe_load((ROOT / "experiments" / "configs" / f"{family}.yaml").read_text(encoding="utf-8"))
+    assert preset["model"] == {"family": family}
+    assert "name" not in preset.get("objective", {}) and "pooling" not in preset.get("finetune", {})
 
 
 def test_the_scanner_sees_a_copy():

@@ -1,6 +1,7 @@
 """WHERE tokens come from: corpora, tokenizers, packing, classification tasks, LightningDataModules.
 
-Imports neither ``families`` nor ``objectives``: the objective's / family's collator is injected.
+Imports neither ``families`` nor ``objectives``: the objective's / family's collator is injected
+(``docs/architecture.md``).
 Names are loaded lazily (PEP 562), so ``from famlab.datamodules import ResumableSampler`` does not pay for
 importing Lightning (about 10 s of CPU on a small machine, per DDP worker process).
 """

@@ -7,7 +7,8 @@ the same batch: forward + backward + the same torch AdamW step, dropout 0, fp32 
 GPU. Steps are timed alternately in one process (pair i runs famlab first when i is even, HF first when odd,
 so a drift in machine load hits both sides) after warm-up. Printed per family: median tokens/s per side, the
 median of the per-pair ratios famlab / HF with its interquartile range, MFU of both sides and a verdict
-against the issue-7 targets. Also measured: a peak fp32 matmul rate (CPU, the MFU denominator), the bundled
+against the README's targets ("Performance"). Also measured: a peak fp32 matmul rate (CPU, the MFU denominator,
+``experiments/hardware.py``), the bundled
 corpus's tokenization time and the share of step time the real data loader + collator would take.
 
 Usage: ``famlab bench [--families=bert,gpt,t5] [--pairs=20] [--dim=256] [--layers=4] [--heads=4] [--ffn=1024]
@@ -19,40 +20,17 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 from famlab.experiments.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
+from famlab.experiments.hardware import peak_flops
+from famlab.objectives.registry import default_objective
 from torch import nn
 
 TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # minimum median ratio famlab / HF (README, "Performance")
-# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' datasheets, matched on the device name.
-GPU_PEAKS_BF16 = {
-    "H200": 989e12,
-    "H100": 989e12,  # SXM; the PCIe card is 756e12
-    "A100": 312e12,
-    "L40S": 362e12,
-    "L4": 121e12,
-    "A10": 125e12,
-    "RTX 4090": 165e12,
-    "RTX 3090": 71e12,
-    "V100": 125e12,  # fp16 (no bf16 on Volta)
-    "T4": 65e12,  # fp16
-}
-# The issue's family settings (as experiments/configs/<family>.yaml), dropout 0 for a deterministic comparison.
-FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
-    "bert": dict(pos="learned", norm="layernorm", norm_position="post", activation="gelu", norm_eps=1e-12,
-                 init="bert"),
-    "gpt": dict(pos="learned", norm="layernorm", norm_position="pre", activation="gelu_tanh", norm_eps=1e-5,
-                init="gpt2"),
-    "t5": dict(pos="t5_bias", norm="rmsnorm", norm_position="pre", activation="relu", bias=False, qk_scale=1.0,
-               norm_eps=1e-6, init="t5"),
-}
-OBJECTIVE_OF = {"bert": "mlm", "gpt": "clm", "t5": "span"}
-
 
 class BenchError(ValueError):
     """Bad bench option (names the flag)."""
@@ -135,12 +113,13 @@ def token_ids(vocab_size: int, num_sentinels: int = 100) -> Any:
 
 def model_config(family: str, s: BenchSettings) -> Any:
     """famlab ``ModelConfig`` of ``family`` at the bench shapes (faithful family settings, dropout 0)."""
-    from famlab.families import ModelConfig
+    from famlab.families import ModelConfig, family_model_settings
 
-    return ModelConfig(
-        family=family, vocab_size=s.vocab, dim=s.dim, num_layers=s.layers, num_heads=s.heads, ffn_dim=s.ffn,
-        max_seq_len=max(512, s.seq + 1), dropout=0.0, **FAMILY_SETTINGS[family],
-    )
+    return ModelConfig(**{
+        **family_model_settings(family), "vocab_size": s.vocab, "dim": s.dim,
+        "num_layers": s.layers, "num_heads": s.heads, "ffn_dim": s.ffn, "max_seq_len": max(512, s.seq + 1),
+        "dropout": 0.0,  # a deterministic comparison
+    })
 
 
 def hf_batch(family: str, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -158,46 +137,6 @@ def make_batch(objective: Any, s: BenchSettings, generator: torch.Generator) -> 
     """A batch from the objective's own collator on random raw blocks of non-special tokens."""
     raw = torch.randint(10, s.vocab - 100, (s.batch, objective.raw_block_len), generator=generator)
     return objective.collate(list(raw))
-
-
-def precision_dtype(precision: str) -> torch.dtype:
-    """The matmul dtype of a Lightning precision string (``bf16-mixed`` -> bfloat16, ``32-true`` -> float32)."""
-    head = precision.split("-")[0]
-    return {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64, "transformer": torch.bfloat16}.get(
-        head, torch.float32)
-
-
-def peak_flops(device: torch.device, *, size: int = 2048, repeats: int = 5,
-               dtype: torch.dtype = torch.bfloat16) -> tuple[float, str]:
-    """Peak FLOP/s for MFU at ``dtype`` and how it was obtained.
-
-    GPU: Lightning's ``get_available_flops`` (datasheet peaks keyed by card and dtype; fp32 counts as TF32
-    when ``torch.get_float32_matmul_precision()`` allows it), else, for 16-bit dtypes only, the bf16
-    datasheet peak in ``GPU_PEAKS_BF16`` (cards Lightning does not name, e.g. a plain "NVIDIA H200");
-    NaN when neither knows the card. CPU: a measured fp32 matmul.
-    """
-    if device.type == "cuda":
-        from lightning.fabric.utilities.throughput import get_available_flops
-
-        name = torch.cuda.get_device_name(device)
-        with warnings.catch_warnings():  # an unknown card is reported through the returned reason instead
-            warnings.simplefilter("ignore")
-            flops = get_available_flops(device, dtype)
-        if flops:
-            return float(flops), f"Lightning's datasheet peak of {name} at {dtype}"
-        if dtype in (torch.bfloat16, torch.float16):
-            for key, peak in GPU_PEAKS_BF16.items():
-                if key in name:
-                    return peak, f"datasheet bf16 dense peak of {name}"
-        return float("nan"), f"no datasheet peak known for {name} at {dtype}"
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * size**3 / best, f"measured fp32 matmul {size}x{size}x{size}, best of {repeats}"
 
 
 def _sync(device: torch.device) -> None:
@@ -231,7 +170,7 @@ def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Si
     except (ValueError, AttributeError):
         pass  # the report prints what HF runs
     ref = ref.to(device).train()
-    objective = make_objective(OBJECTIVE_OF[family], token_ids(s.vocab), seq_len=s.seq, family=family,
+    objective = make_objective(default_objective(family), token_ids(s.vocab), seq_len=s.seq, family=family,
                                generator=torch.Generator().manual_seed(s.seed))
     batch = {k: v.to(device) for k, v in make_batch(objective, s, torch.Generator().manual_seed(s.seed)).items()}
     ref_batch = hf_batch(family, batch)
@@ -293,7 +232,7 @@ def loader_share(family: str, s: BenchSettings, step_s: float, workdir: str) -> 
     corpus = load_corpus("wordnet")
     bundle = get_tokenizer(corpus, vocab_size=s.vocab, cache_dir=workdir)
     ids = TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
-    objective = make_objective(OBJECTIVE_OF[family], ids, seq_len=s.seq, family=family)
+    objective = make_objective(default_objective(family), ids, seq_len=s.seq, family=family)
     dm = PretrainDataModule(corpus, bundle, block_len=objective.raw_block_len, batch_size=s.batch,
                             collate_fn=objective.collate, separator_id=objective.separator_id,
                             cache_dir=Path(workdir) / family)

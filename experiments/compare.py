@@ -131,11 +131,10 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
             unparsable entry, an unknown objective, one no family in ``compare.families`` can train, an
             invalid or foreign ``family:objective``, or a duplicate.
     """
-    from famlab.objectives.pairs import OBJECTIVES, valid_pairs
+    from famlab.objectives.registry import REGISTRY, families_of, valid_pairs
 
     if not objectives:
         return [(f, None) for f in families], []
-    known = {o for names in OBJECTIVES.values() for o in names}
 
     def fail(problem: str) -> ConfigInputError:
         return ConfigInputError(f"compare.objectives: {problem}; valid pairs: {valid_pairs()}")
@@ -147,13 +146,13 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
         family, sep, objective = entry.rpartition(":")
         if not objective or (sep and not family) or ":" in family:
             raise fail(f"cannot parse {entry!r} (expected objective or family:objective)")
-        if objective not in known:
+        if not families_of(objective):
             raise fail(f"{objective!r} is not an objective")
         if sep and family not in families:
             raise fail(f"{entry!r} names {family!r}, which is not in compare.families={families}")
-        if sep and objective not in OBJECTIVES[family]:
+        if sep and objective not in REGISTRY[family]:
             raise fail(f"{entry!r} is not a valid pair")
-        targets = [family] if sep else [f for f in families if objective in OBJECTIVES[f]]
+        targets = [family] if sep else [f for f in families if objective in REGISTRY[f]]
         if not targets:
             raise fail(f"no family in compare.families={families} can train {objective!r}")
         for f in targets:

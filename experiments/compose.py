@@ -1,10 +1,10 @@
 """Compose a config from presets and ``key=value`` overrides, validate it, and turn errors into one line.
 
-Merge order (README, "CLI and config"): schema defaults <- the chosen family's preset <- the other presets, left to
-right <- overrides. The family is whatever ``model.family`` ends up as, so it is resolved first from
-the presets and overrides, then the composition is done in that order: ``famlab pretrain t5 tiny`` and
-``famlab pretrain tiny model.family=t5`` give identical configs.
-"""
+Merge order (README, "CLI and config"): schema defaults <- the chosen family's defaults (``famlab.families.faithful``:
+block choices, objective, pooling) <- its preset <- the other presets, left to right <- overrides. The family is
+whatever ``model.family`` ends up as, so it is resolved first from the presets and overrides, then the composition
+is done in that order: ``famlab pretrain t5 tiny`` and ``famlab pretrain tiny model.family=t5`` give identical
+configs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from famlab.experiments.checks import exists as _exists
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.lightning_check import check_lightning_settings
 from famlab.families.config import Family, ModelConfig
+from famlab.families.faithful import family_defaults, family_model_settings
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -93,16 +94,22 @@ def load_yaml(path: Path) -> DictConfig:
 
 
 def family_settings(family: str) -> dict[str, Any]:
-    """The ``model`` section of a family preset (``experiments/configs/<family>.yaml``) as a plain dict.
+    """The family's faithful ``model`` settings (``famlab.families.faithful``, the one place they live) as a dict.
 
-    The one place the family's faithful block choices are read from: tests and benchmarks build their tiny
-    networks as ``ModelConfig(**family_settings(family), dim=..., ...)`` so they build what the presets build.
+    Tests and benchmarks build their tiny networks as ``ModelConfig(**family_settings(family), dim=..., ...)`` so
+    they build what ``famlab pretrain <family>`` builds.
     """
     if family not in FAMILIES:
         raise ConfigInputError(f"model.family={family!r} is not one of: {', '.join(FAMILIES)}")
-    model = OmegaConf.to_container(load_yaml(PRESET_DIR / f"{family}.yaml").get("model", {}))
-    assert isinstance(model, dict)
-    return {str(k): v for k, v in model.items()}
+    return family_model_settings(family)
+
+
+def family_node(family: str) -> DictConfig:
+    """The family's defaults as a config layer (model settings, objective, pooling), merged before its preset."""
+    d = family_defaults(family)
+    return OmegaConf.create(
+        {"model": family_settings(family), "objective": {"name": d.objective}, "finetune": {"pooling": d.pooling}}
+    )
 
 
 def preset_description(path: Path) -> str:
@@ -199,7 +206,7 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
     if named:
         raise ConfigInputError(f"preset {named[0]} contradicts model.family={resolved}; name one family only")
 
-    family_node = load_yaml(preset_path(resolved))
+    preset_node = load_yaml(preset_path(resolved))
     others = []
     for name, node in loaded:
         if name == resolved:
@@ -210,7 +217,7 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         if by_family is not None and resolved in by_family:
             others.append(by_family[resolved])
     try:
-        merged = OmegaConf.merge(schema(), family_node, *others, over)
+        merged = OmegaConf.merge(schema(), family_node(resolved), preset_node, *others, over)
         explicit = OmegaConf.merge(*others, over) if others or over else OmegaConf.create({})
     except OmegaConfBaseException as e:
         raise ConfigInputError(format_omegaconf_error(e)) from None
@@ -233,11 +240,11 @@ def to_dataclass(merged: DictConfig) -> Any:
 
 def cross_checks(cfg: Config) -> None:
     """Checks that involve more than one key; each message names every key involved."""
-    from famlab.objectives import OBJECTIVES, check_pair  # lazy: keeps `famlab config` / `presets` light
+    from famlab.objectives.registry import check_pair  # lazy: keeps `famlab config` / `presets` light
 
     family = cfg.model.family.value
     if cfg.objective.name is None:
-        cfg.objective.name = OBJECTIVES[family][0]
+        cfg.objective.name = family_defaults(family).objective
     check_pair(family, cfg.objective.name)
     if cfg.data.seq_len < 4:  # every objective needs room for a target (objectives.make_objective)
         raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 4")

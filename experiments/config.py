@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from famlab.families.config import BIG, ModelConfig, check_ranges
+from famlab.objectives.registry import SETTINGS as OBJECTIVE_DEFAULTS
 
 
 class ConfigInputError(ValueError):
@@ -99,17 +100,19 @@ class DataConfig:
 
 @dataclass
 class ObjectiveConfig:
-    # bert: mlm | span_mlm; gpt: clm | prefix_lm | span | ul2; t5: span | prefix_lm | ul2 (see `famlab presets`)
-    name: str | None = None  # the objective; None = the family's default (the first listed)
-    mask_rate: float = 0.15  # MLM: fraction of non-special tokens selected (80 % [MASK], 10 % random, 10 % kept)
-    noise_density: float = 0.15  # span corruption: fraction of raw tokens that are noise
-    mean_span: float = 3.0  # span corruption: mean noise-span length in tokens
-    prefix_fraction: float | None = None  # prefix_lm: prefix length / seq_len; None = uniform per row
-    ul2_rates: list[float] = field(default_factory=lambda: [0.4, 0.4, 0.2])  # ul2: R, X, S mode rates (normalised)
-    ul2_x_density: float = 0.5  # ul2: noise density of the extreme (X) denoiser
-    ul2_x_mean_span: float = 8.0  # ul2: mean span of the extreme (X) denoiser
-    span_p: float = 0.2  # span_mlm: geometric span-length parameter (SpanBERT; mean 3.8 with max_span 10)
-    max_span: int = 10  # span_mlm: longest masked span
+    # The valid names per family: `famlab presets` (famlab.objectives.registry); defaults from the registry too.
+    name: str | None = None  # the objective; None = the family's default (famlab.families.faithful)
+    # MLM: fraction of non-special tokens selected (80 % [MASK], 10 % random, 10 % kept)
+    mask_rate: float = OBJECTIVE_DEFAULTS["mask_rate"]
+    noise_density: float = OBJECTIVE_DEFAULTS["noise_density"]  # span corruption: fraction of raw tokens that are noise
+    mean_span: float = OBJECTIVE_DEFAULTS["mean_span"]  # span corruption: mean noise-span length in tokens
+    prefix_fraction: float | None = OBJECTIVE_DEFAULTS["prefix_fraction"]  # prefix_lm: prefix / seq_len; None = uniform
+    # ul2: R, X, S mode rates (normalised)
+    ul2_rates: list[float] = field(default_factory=lambda: list(OBJECTIVE_DEFAULTS["ul2_rates"]))
+    ul2_x_density: float = OBJECTIVE_DEFAULTS["ul2_x_density"]  # ul2: noise density of the extreme (X) denoiser
+    ul2_x_mean_span: float = OBJECTIVE_DEFAULTS["ul2_x_mean_span"]  # ul2: mean span of the extreme (X) denoiser
+    span_p: float = OBJECTIVE_DEFAULTS["span_p"]  # span_mlm: geometric span-length parameter (SpanBERT; mean 3.8)
+    max_span: int = OBJECTIVE_DEFAULTS["max_span"]  # span_mlm: longest masked span
 
     def __post_init__(self) -> None:
         check_ranges(self, "objective", {
@@ -130,7 +133,7 @@ class OptimConfig:
     warmup_steps: int = 100  # linear warmup from 0 to lr, in optimizer steps
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio at trainer.max_steps
     grad_clip: float | None = 1.0  # clip the global gradient norm; None = no clipping
-    fused: bool | None = None  # fused AdamW; None = on CUDA only
+    fused: bool | None = None  # fused AdamW; None = automatic (float parameters on CPU or CUDA)
 
     def __post_init__(self) -> None:
         check_ranges(self, "optim", {

@@ -44,6 +44,7 @@ from famlab.experiments.run import (
 )
 from famlab.experiments.wandb_metrics import record_selection
 from famlab.families.config import ModelConfig
+from famlab.families.faithful import family_defaults
 from omegaconf import OmegaConf
 
 log = logging.getLogger("famlab")
@@ -298,10 +299,10 @@ def load_task_for(d: Any) -> Any:
 
 
 def default_pooling(family: str, has_pooler: bool = False) -> str:
-    """The pooling when neither ``finetune.pooling`` nor a preset sets one: mean over the text's states for every
-    family (measured best for famlab-pretrained bodies; see the family presets), except a Hugging Face BERT that
-    brings a trained pooler, which reads ``[CLS]`` through it as it was trained to."""
-    return "cls" if family == "bert" and has_pooler else "mean"
+    """The pooling when ``finetune.pooling`` is unset: the family's (``famlab.families.faithful``, measured best for
+    famlab-pretrained bodies), except a Hugging Face BERT that brings a trained pooler, which reads ``[CLS]`` through
+    it as it was trained to."""
+    return "cls" if family == "bert" and has_pooler else family_defaults(family).pooling
 
 
 def finetune(cfg: Config, init: Init) -> dict[str, Any]:
@@ -523,11 +524,6 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     from famlab.experiments.run import env_rank
 
     cfg, init = compose_finetune(presets, overrides)
-    if cfg.finetune.mode.value == "probe":
-        from famlab.experiments.probe import print_probe, probe
-
-        print_probe(probe(cfg, init))
-        return 0
     try:
         r = finetune(cfg, init)
     except (Preempted, NonFiniteError) as e:

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.objectives.registry import default_objective
 
 MASK = "[MASK]"
 OPTIONS = {
@@ -74,7 +75,7 @@ def load_run(run_dir: str) -> Run:
         None, path=init.run_dir / "tokenizer.json", num_sentinels=num_sentinels, cache_dir=init.run_dir
     )
     family = cfg.model.family.value
-    objective = (saved.get("objective") or {}).get("name") or {"bert": "mlm", "gpt": "clm", "t5": "span"}[family]
+    objective = (saved.get("objective") or {}).get("name") or default_objective(family)
     return Run(net.eval(), bundle.tokenizer, token_ids(bundle), family, objective)
 
 

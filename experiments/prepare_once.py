@@ -18,6 +18,19 @@ from pathlib import Path
 TIMEOUT_ENV = "FAMLAB_PREPARE_TIMEOUT"  # seconds a rank waits for rank 0's data preparation (default 2 h)
 
 
+def env_rank() -> int:
+    """This process's global rank from the launcher's environment (0 when not distributed).
+
+    Known before ``torch.distributed`` starts: Lightning's launcher sets LOCAL_RANK / NODE_RANK for the
+    ranks it starts, torchrun sets RANK, SLURM sets SLURM_PROCID.
+    """
+    for key in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    local, node = os.environ.get("LOCAL_RANK", "0"), os.environ.get("NODE_RANK", "0")
+    return int(local) + int(node) if local.isdigit() and node.isdigit() else 0
+
+
 class PrepareTimeout(RuntimeError):
     """Rank 0's files did not appear in time (rank 0 failed, or the cache is not shared between nodes)."""
 

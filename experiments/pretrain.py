@@ -66,12 +66,10 @@ def unigram_log_probs(counts: Any) -> Any:
 def objective_settings(cfg: Config) -> dict[str, Any]:
     """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
     evaluation, which rebuilds the objective at other lengths)."""
-    o = cfg.objective
-    return dict(
-        mask_rate=o.mask_rate, noise_density=o.noise_density, mean_span=o.mean_span, prefix_fraction=o.prefix_fraction,
-        ul2_rates=tuple(o.ul2_rates), ul2_x_density=o.ul2_x_density, ul2_x_mean_span=o.ul2_x_mean_span,
-        span_p=o.span_p, max_span=o.max_span,
-    )
+    from famlab.objectives.registry import SETTINGS
+
+    values = {key: getattr(cfg.objective, key) for key in SETTINGS}
+    return values | {"ul2_rates": tuple(values["ul2_rates"])}
 
 
 def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +132,10 @@ def pretrain(
     from famlab.experiments.budget import step_cost  # budget/flops x-axis: FLOPs of one micro-batch (families.flops)
 
     flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops
-    from famlab.experiments.bench import peak_flops, precision_dtype  # perf/mfu: GPU datasheet peak at the run's dtype
+    from famlab.experiments.hardware import (  # perf/mfu: GPU datasheet peak at the run's dtype
+        peak_flops,
+        precision_dtype,
+    )
 
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
     peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,

@@ -1,15 +1,7 @@
 """Reliable training: exact resume, preemption, non-finite steps, checkpoint fallback.
 
 Callbacks ``make_trainer`` adds to every fit (``reliability_callbacks``), plus the resume-path
-resolution (``resolve_resume``) and the fault-injection knobs the tests use:
-
-- ``FAMLAB_FAULT_NAN_STEPS=3,4`` poisons the gradients of those optimizer steps (1-based step being
-  taken, i.e. ``trainer.global_step + 1``) with NaN, to exercise non-finite skipping.
-- ``FAMLAB_FAULT_SIGTERM_STEP=5`` sends this process SIGTERM after that many optimizer steps, to
-  exercise preemption from inside a process (a test may also just ``kill -TERM`` the process);
-  ``FAMLAB_FAULT_SIGNAL=USR1`` makes that signal SIGUSR1 (SLURM's ``--signal=USR1@<seconds>`` warning).
-- ``FAMLAB_FAULT_STEP_SLEEP=0.2`` sleeps that many seconds after every training step, so a signal sent
-  from outside reliably lands while training runs, however fast the machine is.
+resolution (``resolve_resume``). The faults the tests inject to exercise them live in ``experiments/faults.py``.
 
 Why a separate collation RNG stream: Lightning prefetches one batch ahead, so batch k+1 is collated
 (masks drawn from the global RNG) before step k runs its dropout. Saving the global RNG at a step
@@ -25,7 +17,6 @@ import os
 import random
 import signal
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -34,6 +25,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.prepare_once import env_rank
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -216,9 +208,6 @@ class PreemptionCallback(pl.Callback):
         self.saved: tuple[int, Path] | None = None
         self._step_at_start = -1
         self._previous: dict[int, Any] = {}
-        knob = os.environ.get("FAMLAB_FAULT_SIGTERM_STEP")
-        self.fault_step = int(knob) if knob else None
-        self.step_sleep = float(os.environ.get("FAMLAB_FAULT_STEP_SLEEP") or 0)
 
     def _handler(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and self.signal is not None:
@@ -240,11 +229,6 @@ class PreemptionCallback(pl.Callback):
         self._previous = {}
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        if self.step_sleep:
-            time.sleep(self.step_sleep)
-        if self.fault_step is not None and trainer.global_step == self.fault_step:
-            self.fault_step = None
-            os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get("FAMLAB_FAULT_SIGNAL", "TERM")))
         # a batch that did not step is between accumulated micro-batches: their gradients are not checkpointed.
         # Every rank steps at the same batches, so all skip the collective below together.
         if trainer.global_step == self._step_at_start or self.saved is not None:
@@ -287,16 +271,12 @@ class NonFiniteCallback(pl.Callback):
         self._loss_finite = True
         self._stop_at: int | None = None
         self._error: str | None = None
-        knob = os.environ.get("FAMLAB_FAULT_NAN_STEPS", "")
-        self.fault_steps = {int(s) for s in knob.split(",") if s.strip()}
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._loss_finite = bool(torch.isfinite(loss.detach()).all())
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
-        if trainer.global_step + 1 in self.fault_steps and grads:
-            grads[0].fill_(float("nan"))  # fault injection (FAMLAB_FAULT_NAN_STEPS)
         norms = [torch.linalg.vector_norm(g.float()) for g in grads]
         finite = self._loss_finite and (not norms or bool(torch.isfinite(torch.stack(norms)).all()))
         if _all_reduce(1.0 if finite else 0.0, "min") > 0:
@@ -432,8 +412,6 @@ def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
     other DDP ranks return 0, since a non-zero exit would make Lightning's launcher kill rank 0 mid-message.
     Non-finite stop: 1.
     """
-    from famlab.experiments.run import env_rank
-
     if isinstance(e, NonFiniteError):
         print(f"famlab: {e}", file=sys.stderr)
         return 1

@@ -13,7 +13,6 @@ throughput; reference rows on the same test split: majority class and TF-IDF + l
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import math
@@ -24,21 +23,11 @@ from typing import Any
 import yaml
 from famlab.experiments import transfer
 from famlab.experiments.config import ConfigInputError
+from famlab.experiments.yardsticks import read_metrics
 from famlab.experiments.zeroshot_table import zero_shot_section
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
-
-
-def read_metrics(path: Path) -> list[dict[str, float]]:
-    """``metrics.csv`` rows as dicts of floats (empty cells dropped)."""
-    if not path.is_file():
-        return []
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
-    return rows
 
 
 def _load(run_dir: Path) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from famlab.experiments.compose import flatten, to_plain, to_yaml
 from famlab.experiments.config import Config, ConfigInputError
-from famlab.experiments.prepare_once import wait_for_rank_zero
+from famlab.experiments.prepare_once import env_rank, wait_for_rank_zero
 from famlab.experiments.wandb_artifacts import (
     log_model_mode,
     log_pretrain_artifacts,
@@ -100,19 +100,6 @@ def make_run_dir(cfg: Config, name: str) -> Path:
         raise ConfigInputError(f"run_dir={path} is not writable ({e.strerror})") from None
     os.environ["FAMLAB_RUN_DIR"] = str(path.resolve())  # inherited by the DDP ranks Lightning launches
     return path
-
-
-def env_rank() -> int:
-    """This process's global rank from the launcher's environment (0 when not distributed).
-
-    Known before ``torch.distributed`` starts: Lightning's launcher sets LOCAL_RANK / NODE_RANK for the
-    ranks it starts, torchrun sets RANK, SLURM sets SLURM_PROCID.
-    """
-    for key in ("RANK", "SLURM_PROCID"):
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
-    local, node = os.environ.get("LOCAL_RANK", "0"), os.environ.get("NODE_RANK", "0")
-    return int(local) + int(node) if local.isdigit() and node.isdigit() else 0
 
 
 def _git_commit() -> dict[str, Any]:
@@ -311,6 +298,7 @@ def make_trainer(
 ) -> Any:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
     import lightning as L
+    from famlab.experiments.faults import fault_callbacks
     from famlab.experiments.lightning_check import check_lightning_settings
     from famlab.experiments.reliability import KeepTwoCheckpoint, reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
@@ -328,6 +316,7 @@ def make_trainer(
             save_top_k=1,
             save_last=True,
         ),
+        *fault_callbacks(),  # tests only: empty unless a FAMLAB_FAULT_* variable is set
         *reliability_callbacks(cfg, checkpoint_dir),
     ]
     if t.progress_bar:

@@ -33,6 +33,7 @@ from famlab.experiments import finetune as finetune_command
 from famlab.experiments.baselines import tfidf
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.finetune import Init, compose_finetune, finetune
+from famlab.experiments.probe import print_probe, probe
 from famlab.experiments.reliability import NonFiniteError, Preempted, stop_exit_code
 from famlab.experiments.run import cache_dir, env_rank, make_run_dir, run_name, write_json
 from famlab.experiments.suite_score import TaskResult, reference_suite, render_suite_table, suite_score, task_interval
@@ -143,6 +144,9 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry of ``famlab finetune``: a suite when ``data.task`` names one, else a single fine-tune."""
     cfg, init = compose_finetune(presets, overrides)
     specs = read_suite(cfg.data.task)
+    if specs is None and cfg.finetune.mode.value == "probe":  # finetune.mode=probe: the probe of one task
+        print_probe(probe(cfg, init))
+        return 0
     if specs is None:
         return finetune_command.main(presets, overrides, flags)
     try:

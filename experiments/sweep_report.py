@@ -25,10 +25,9 @@ from typing import Any
 
 import yaml
 from famlab.experiments.config import ConfigInputError
-from famlab.experiments.report import read_metrics
 from famlab.experiments.stats import holm, welch
 from famlab.experiments.sweep_plots import Point, is_numeric, plot_parameter
-from famlab.experiments.yardsticks import YARDSTICKS, Yardstick, dig, read_json
+from famlab.experiments.yardsticks import YARDSTICKS, Yardstick, dig, read_json, read_metrics
 from famlab.families.config import Family
 
 SWEEP_FILE = "sweep.yaml"  # written by `famlab sweep` into its directory: marks a sweep directory

@@ -7,10 +7,22 @@ dotted key in it, so a new measure is one line in :data:`YARDSTICKS`.
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """``metrics.csv`` rows as dicts of floats (empty cells dropped)."""
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            rows.append({k: float(v) for k, v in row.items() if v not in ("", None)})
+    return rows
 
 
 def read_json(path: Path) -> dict[str, Any]:

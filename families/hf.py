@@ -12,6 +12,7 @@ import importlib
 from typing import Any
 
 import torch
+from famlab.families.build import build_network
 from famlab.families.config import ModelConfig
 from famlab.families.hf_settings import HFConversionError, config_from_hf, config_to_hf
 from torch import Tensor, nn
@@ -133,8 +134,6 @@ def from_hf(model: Any) -> nn.Module:
     """Our network carrying the weights of a Hugging Face ``BertForMaskedLM`` (also ``BertForPreTraining`` /
     ``BertModel``, whose MLM head is then left at its init), ``GPT2LMHeadModel`` or ``T5ForConditionalGeneration``
     (v1.0 ReLU or v1.1 gated-GELU; tied or untied head)."""
-    from famlab.families import build_network
-
     cfg = config_from_hf(model)
     net = build_network(cfg)
     hf = model.state_dict()

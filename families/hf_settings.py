@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from famlab.families.config import ModelConfig
+from famlab.families.faithful import family_defaults
 
 # HF activation names (transformers.activations.ACT2FN) that are, numerically, one of famlab's activations.
 # gelu_fast / gelu_accurate / gelu_python_tanh are the tanh approximation written out by hand (same formula,
@@ -68,6 +69,12 @@ def _require_false(cfg: Any, *keys: str) -> None:
             raise _refuse_from(cfg, key, getattr(cfg, key), "has no famlab equivalent (needs False)")
 
 
+def _fixed(family: str) -> dict[str, Any]:
+    """The settings the family's HF class has no config key for, and its init scheme (famlab.families.faithful)."""
+    d = family_defaults(family)
+    return {key: d.model[key] for key in (*d.hf_fixed, "init")}
+
+
 def _tied(model: Any, head: str, embed: str) -> bool:
     """Whether the model's output weight shares storage with its input embedding (what HF actually does)."""
     try:
@@ -92,19 +99,14 @@ def bert_config(model: Any) -> ModelConfig:
         num_heads=c.num_attention_heads,
         ffn_dim=c.intermediate_size,
         max_seq_len=c.max_position_embeddings,
-        pos="learned",  # type: ignore[arg-type]
-        norm="layernorm",  # type: ignore[arg-type]
-        norm_position="post",  # type: ignore[arg-type]
-        ffn="plain",  # type: ignore[arg-type]
         activation=_activation(c, "hidden_act"),  # type: ignore[arg-type]
         dropout=_same_dropout(c, ("hidden_dropout_prob", "attention_probs_dropout_prob")),
-        bias=True,
         tie_embeddings=_tied(model, "cls.predictions.decoder.weight", f"{prefix}embeddings.word_embeddings.weight"),
         type_vocab_size=c.type_vocab_size,
         norm_eps=c.layer_norm_eps,
-        init="bert",  # type: ignore[arg-type]
         init_std=c.initializer_range,
         pad_token_id=c.pad_token_id or 0,
+        **_fixed("bert"),
     )
 
 
@@ -122,19 +124,14 @@ def gpt_config(model: Any) -> ModelConfig:
         num_heads=c.n_head,
         ffn_dim=c.n_inner or 4 * c.n_embd,
         max_seq_len=c.n_positions,
-        pos="learned",  # type: ignore[arg-type]
-        norm="layernorm",  # type: ignore[arg-type]
-        norm_position="pre",  # type: ignore[arg-type]
-        ffn="plain",  # type: ignore[arg-type]
         activation=_activation(c, "activation_function"),  # type: ignore[arg-type]
         dropout=_same_dropout(c, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
-        bias=True,
         tie_embeddings=_tied(model, "lm_head.weight", "transformer.wte.weight"),
         qk_scale=None if c.scale_attn_weights else 1.0,
         norm_eps=c.layer_norm_epsilon,
-        init="gpt2",  # type: ignore[arg-type]
         init_std=c.initializer_range,
         pad_token_id=c.pad_token_id or 0,
+        **_fixed("gpt"),
     )
 
 
@@ -156,22 +153,18 @@ def t5_config(model: Any) -> ModelConfig:
         num_heads=c.num_heads,
         head_dim=c.d_kv,
         ffn_dim=c.d_ff,
-        pos="t5_bias",  # type: ignore[arg-type]
-        norm="rmsnorm",  # type: ignore[arg-type]
-        norm_position="pre",  # type: ignore[arg-type]
         ffn="gated" if c.is_gated_act else "plain",  # type: ignore[arg-type]
         activation=_activation(c, "dense_act_fn"),  # type: ignore[arg-type]
         dropout=float(c.dropout_rate),
-        bias=False,
         tie_embeddings=_tied(model, "lm_head.weight", "shared.weight"),
-        qk_scale=1.0,
+        qk_scale=family_defaults("t5").model["qk_scale"],  # HF T5 has no attention scale setting
         head_scale=c.d_model**-0.5 if scaled else 1.0,
         rel_pos_buckets=c.relative_attention_num_buckets,
         rel_pos_max_distance=c.relative_attention_max_distance,
         norm_eps=c.layer_norm_epsilon,
-        init="t5",  # type: ignore[arg-type]
         init_std=0.02 * c.initializer_factor,
         pad_token_id=c.pad_token_id or 0,
+        **_fixed("t5"),
     )
 
 
@@ -210,12 +203,9 @@ def _refuse_to(cfg: ModelConfig, key: str, why: str) -> HFConversionError:
 def check_expressible(cfg: ModelConfig) -> None:
     """Raise HFConversionError naming the first ``model.*`` setting the family's HF class cannot express."""
     fam = cfg.family.value
-    want: dict[str, object] = {
-        "bert": dict(pos="learned", norm="layernorm", norm_position="post", ffn="plain", bias=True),
-        "gpt": dict(pos="learned", norm="layernorm", norm_position="pre", ffn="plain", bias=True),
-        "t5": dict(pos="t5_bias", norm="rmsnorm", norm_position="pre", bias=False),
-    }[fam]
-    for key, value in want.items():
+    defaults = family_defaults(fam)
+    for key in defaults.hf_fixed:
+        value = defaults.model[key]
         if _value(getattr(cfg, key)) != value:
             raise _refuse_to(cfg, key, f"is not expressible (needs {value})")
     if cfg.num_kv_heads != cfg.num_heads:
@@ -235,7 +225,7 @@ def check_expressible(cfg: ModelConfig) -> None:
         if fam == "bert" and not cfg.type_vocab_size:
             raise _refuse_to(cfg, "type_vocab_size", "is not expressible (needs >= 1)")
     else:
-        if cfg.qk_scale != 1.0:
+        if cfg.qk_scale != defaults.model["qk_scale"]:
             raise _refuse_to(cfg, "qk_scale", "is not expressible (T5 attention is unscaled: needs 1.0)")
         if not (cfg.head_scale == 1.0 or math.isclose(cfg.head_scale, cfg.dim**-0.5, rel_tol=1e-9)):
             raise _refuse_to(cfg, "head_scale", f"is not expressible (needs 1.0 or dim^-0.5={cfg.dim**-0.5:.6g})")

@@ -1,6 +1,7 @@
 """objectives: what a network is trained to do — corruption, losses, metrics and the LightningModules.
 
-Imports `families` only for types and heads; never `datamodules` or `experiments`.
+Imports `families` only for types, heads and the family defaults; never `datamodules` or `experiments`. The
+objective registry (`objectives/registry.py`) is the one family x objective table. Layers: `docs/architecture.md`.
 """
 
 from typing import Any
@@ -8,16 +9,21 @@ from typing import Any
 from famlab.objectives.collator import ClassificationCollator
 from famlab.objectives.corruption import clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
 from famlab.objectives.errors import ObjectiveError
-from famlab.objectives.objective import LossOutput, Objective, make_objective
+from famlab.objectives.objective import LossOutput, Objective
 from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups, lr_factor
-from famlab.objectives.pairs import OBJECTIVES, check_pair
+from famlab.objectives.registry import REGISTRY, check_pair, default_objective, make_objective, objectives_table
 from famlab.objectives.tokens import TokenIds
+
+# {family: [objective, ...]}, the family's default first (docs/interfaces.md); read from the registry.
+OBJECTIVES = objectives_table()
 
 __all__ = [
     "ClassificationCollator",
     "ClassifierModule",
     "PretrainModule",
     "OBJECTIVES",
+    "REGISTRY",
+    "default_objective",
     "LossOutput",
     "Objective",
     "ObjectiveError",

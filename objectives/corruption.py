@@ -72,7 +72,7 @@ def clm_shift(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return block[:, :-1], block[:, 1:]
 
 
-def _span_counts(length: int, density: float, mean_span: float) -> tuple[int, int]:
+def span_counts(length: int, density: float, mean_span: float) -> tuple[int, int]:
     """`(num_noise_tokens, num_noise_spans)` for a raw row of `length` tokens, as T5's random_spans_noise_mask."""
     num_noise = min(max(round(length * density), 1), length - 1)
     num_spans = max(round(num_noise / mean_span), 1)
@@ -96,7 +96,7 @@ def t5_lengths(inputs_len: int, density: float = 0.15, mean_span: float = 3.0) -
         raise ObjectiveError(f"objective.mean_span={mean_span} must be >= 1")
 
     def inputs_targets(raw: int) -> tuple[int, int]:
-        noise, spans = _span_counts(raw, density, mean_span)
+        noise, spans = span_counts(raw, density, mean_span)
         return raw - noise + spans + 1, noise + spans + 1
 
     raw = inputs_len - 1
@@ -144,7 +144,7 @@ def random_spans_noise_mask(
         `(B, L)` bool, True at noise positions.
     """
     device = torch.device("cpu") if device is None else torch.device(device)
-    num_noise, num_spans = _span_counts(length, density, mean_span)
+    num_noise, num_spans = span_counts(length, density, mean_span)
     noise_lengths = _random_segmentation(batch, num_noise, num_spans, generator, device)  # (B, S)
     keep_lengths = _random_segmentation(batch, length - num_noise, num_spans, generator, device)  # (B, S)
     interleaved = torch.stack([keep_lengths, noise_lengths], dim=2).reshape(batch, 2 * num_spans)  # (B, 2S)
@@ -185,7 +185,7 @@ def span_corrupt(
         `(inputs, targets)`: `(B, L - noise + spans + 1)` and `(B, noise + spans + 1)`.
     """
     batch, length = tokens.shape
-    num_spans = _span_counts(length, density, mean_span)[1]
+    num_spans = span_counts(length, density, mean_span)[1]
     if num_spans > len(ids.sentinel_ids):
         raise ObjectiveError(
             f"span corruption of {length} tokens makes {num_spans} spans but the tokenizer has "

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from famlab.objectives.corruption import _span_counts, span_corrupt
+from famlab.objectives.corruption import span_corrupt, span_counts
 from famlab.objectives.errors import ObjectiveError
-from famlab.objectives.objective import Batch, LossOutput, MaskedLM, Objective, _dense_lm_loss, _stack
+from famlab.objectives.objective import Batch, LossOutput, MaskedLM, Objective, dense_lm_loss, stack_samples
 from famlab.objectives.prefix import (
     decoder_batch,
     encoder_decoder_batch,
@@ -54,7 +54,7 @@ class Denoiser:
 def _span_lengths(raw: int, d: Denoiser) -> tuple[int, int]:
     """(corrupted input length incl. [EOS], target length incl. [EOS]) of span corruption on `raw` tokens."""
     assert d.density is not None
-    noise, spans = _span_counts(raw, d.density, d.mean_span)
+    noise, spans = span_counts(raw, d.density, d.mean_span)
     return raw - noise + spans + 1, noise + spans + 1
 
 
@@ -75,7 +75,7 @@ class _DecoderOnly(Objective):
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
         mask = prefix_lm_mask(batch["prefix_len"], batch["input_ids"].shape[1])  # (B, 1, T, T)
         hidden = net(batch["input_ids"], attention_mask=mask, compute_logits=False).hidden  # (B, T, C)
-        return _dense_lm_loss(net, hidden, batch["labels"])
+        return dense_lm_loss(net, hidden, batch["labels"])
 
 
 class _EncoderDecoder(Objective):
@@ -88,7 +88,7 @@ class _EncoderDecoder(Objective):
             decoder_input_ids=batch["decoder_input_ids"],
             compute_logits=False,
         ).hidden  # (B, Q, C)
-        return _dense_lm_loss(net, hidden, batch["labels"])
+        return dense_lm_loss(net, hidden, batch["labels"])
 
     def tokens_in(self, batch: Batch) -> int:
         """Real (non-padding) encoder tokens plus decoder tokens up to each row's last label."""
@@ -108,7 +108,7 @@ class GPTPrefixLM(_DecoderOnly):
         self.separator_id = ids.eos
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        z = _stack(samples, self.raw_block_len)  # (B, T + 1)
+        z = stack_samples(samples, self.raw_block_len)  # (B, T + 1)
         batch = z.shape[0]
         prefix = sample_prefix_len(batch, 1, self.seq_len - 1, self.prefix_fraction, self.generator)
         return decoder_batch(z, prefix, torch.full((batch,), z.shape[1]))
@@ -130,7 +130,7 @@ class GPTSpan(_DecoderOnly):
         self.separator_id = ids.eos
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        block = _stack(samples, self.raw_block_len)
+        block = stack_samples(samples, self.raw_block_len)
         z, prefix, length = _decoder_span(block, self.ids, self.denoiser, None, self.generator)
         return decoder_batch(pad_right(z, self.seq_len + 1, self.ids.pad), prefix, length)
 
@@ -162,7 +162,7 @@ class T5PrefixLM(_EncoderDecoder):
         self.separator_id = ids.eos
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        block = _stack(samples, self.raw_block_len)
+        block = stack_samples(samples, self.raw_block_len)
         raw = self.raw_block_len
         prefix = sample_prefix_len(block.shape[0], 1, raw - 1, self.prefix_fraction, self.generator)
         enc, enc_len, tgt, tgt_len = split_prefix(block, prefix, eos=self.ids.eos, pad=self.ids.pad)
@@ -220,7 +220,7 @@ class UL2(Objective):
         return torch.multinomial(self.rates, batch, replacement=True, generator=self.generator)
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        block = _stack(samples, self.raw_block_len)
+        block = stack_samples(samples, self.raw_block_len)
         modes = self.sample_modes(block.shape[0])
         # Corrupt each mode's rows together (span_corrupt needs equal counts per row), pad, then restore order.
         order = torch.cat([torch.nonzero(modes == m).flatten() for m in range(3)])
@@ -298,7 +298,7 @@ class SpanMaskedLM(MaskedLM):
         span_mlm_mask(torch.full((1, self.raw_block_len), ids.unk), ids, rate=mask_rate, p=p, max_span=max_span)
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        block = _stack(samples, self.raw_block_len)  # (B, T - 1)
+        block = stack_samples(samples, self.raw_block_len)  # (B, T - 1)
         inputs, labels = span_mlm_mask(
             block, self.ids, rate=self.mask_rate, p=self.p, max_span=self.max_span, generator=self.generator
         )

@@ -35,8 +35,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from famlab.objectives.errors import ObjectiveError
-from famlab.objectives.objective import Objective, make_objective
+from famlab.objectives.objective import Objective
 from famlab.objectives.prefix import prefix_lm_mask
+from famlab.objectives.registry import make_objective
 from famlab.objectives.tokens import TokenIds
 from torch import nn
 

@@ -1,6 +1,6 @@
 """Pretraining objectives: how a packed block becomes a batch, and how a batch becomes a loss.
 
-`make_objective` returns one of three small classes sharing the `Objective` interface
+Each family's own objective, as one of three small classes sharing the `Objective` interface
 (docs/interfaces.md): `raw_block_len` (tokens per sample the data module must cut), `separator_id`
 (joined after every document), `collate(samples)`, `loss(net, batch)` and `tokens_in(batch)`.
 
@@ -51,7 +51,7 @@ def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     return total, count
 
 
-def _dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> LossOutput:
+def dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> LossOutput:
     """Mean cross-entropy of the network's LM head on `hidden` `(B, T, C)` against `labels` `(B, T)`, `-100` skipped.
 
     `net.lm_loss` fuses the vocabulary projection with the loss (`famlab.families.heads.linear_cross_entropy`), so
@@ -61,7 +61,7 @@ def _dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -
     return LossOutput(mean, (labels != IGNORE).sum(), None, labels)
 
 
-def _stack(samples: Sequence[torch.Tensor], length: int) -> torch.Tensor:
+def stack_samples(samples: Sequence[torch.Tensor], length: int) -> torch.Tensor:
     """`(B, length)` long tensor from 1-D samples, checking the data module cut them as asked."""
     block = torch.stack([torch.as_tensor(s, dtype=torch.long) for s in samples])
     if block.ndim != 2 or block.shape[1] != length:
@@ -108,7 +108,7 @@ class MaskedLM(Objective):
         self.num_select = max(1, round(mask_rate * self.raw_block_len))  # K, as mlm_mask selects
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        block = _stack(samples, self.raw_block_len)  # (B, T - 1)
+        block = stack_samples(samples, self.raw_block_len)  # (B, T - 1)
         inputs, labels = mlm_mask(block, self.ids, rate=self.mask_rate, generator=self.generator)
         cls = torch.full((block.shape[0], 1), self.ids.cls, dtype=torch.long)
         ignore = torch.full_like(cls, IGNORE)
@@ -141,12 +141,12 @@ class CausalLM(Objective):
         self.separator_id = ids.eos
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        inputs, labels = clm_shift(_stack(samples, self.raw_block_len))  # (B, T) each
+        inputs, labels = clm_shift(stack_samples(samples, self.raw_block_len))  # (B, T) each
         return {"input_ids": inputs, "labels": labels}
 
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
         hidden = net(batch["input_ids"], compute_logits=False).hidden  # (B, T, C)
-        return _dense_lm_loss(net, hidden, batch["labels"])
+        return dense_lm_loss(net, hidden, batch["labels"])
 
 
 class SpanCorruption(Objective):
@@ -164,7 +164,7 @@ class SpanCorruption(Objective):
         self.separator_id = ids.eos
 
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
-        block = _stack(samples, self.raw_block_len)
+        block = stack_samples(samples, self.raw_block_len)
         inputs, targets = span_corrupt(
             block, self.ids, density=self.density, mean_span=self.mean_span, generator=self.generator
         )  # (B, T'), (B, Tt)
@@ -175,87 +175,12 @@ class SpanCorruption(Objective):
 
     def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
         hidden = net(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"], compute_logits=False).hidden
-        return _dense_lm_loss(net, hidden, batch["labels"])  # over the (B, Tt) targets
+        return dense_lm_loss(net, hidden, batch["labels"])  # over the (B, Tt) targets
 
     def tokens_in(self, batch: Batch) -> int:
         return int(batch["input_ids"].numel() + batch["decoder_input_ids"].numel())
 
 
-def make_objective(
-    name: str,
-    ids: TokenIds,
-    *,
-    seq_len: int,
-    mask_rate: float = 0.15,
-    noise_density: float = 0.15,
-    mean_span: float = 3.0,
-    generator: torch.Generator | None = None,
-    family: str | None = None,
-    prefix_fraction: float | None = None,
-    ul2_rates: Sequence[float] = (0.4, 0.4, 0.2),
-    ul2_x_density: float = 0.5,
-    ul2_x_mean_span: float = 8.0,
-    span_p: float = 0.2,
-    max_span: int = 10,
-) -> Objective:
-    """Build the objective `name` for `family` and sequences of `seq_len` tokens.
-
-    `span`, `prefix_lm` and `ul2` differ by family (decoder-only vs encoder-decoder), so pass `family`;
-    without it `span` means T5's and the others need it. See `famlab.objectives.denoisers` for the new pairs.
-
-    Args:
-        name: objective name (`objective.name`): mlm | span_mlm | clm | span | prefix_lm | ul2.
-        ids: the tokenizer's special ids.
-        seq_len: tokens the network reads per sequence (encoder side for T5).
-        mask_rate: MLM / span-MLM masking rate.
-        noise_density, mean_span: span corruption settings (also UL2's R denoiser).
-        generator: randomness for the corruption; `None` uses torch's global generator.
-        family: `bert` | `gpt` | `t5`.
-        prefix_fraction: prefix LM split point as a fraction of the sequence; None = uniform per row.
-        ul2_rates: UL2 mixing rates of the R, X and S denoisers.
-        ul2_x_density, ul2_x_mean_span: UL2's X (extreme) denoiser.
-        span_p, max_span: SpanBERT's geometric span-length parameter and cap.
-    """
-    from famlab.objectives import denoisers as dn  # the new pairs build on this module's classes
-
-    if seq_len < 4:
-        raise ObjectiveError(f"sequence length {seq_len} is too short to train on (need at least 4)")
-    if prefix_fraction is not None and not 0.0 < prefix_fraction < 1.0:
-        raise ObjectiveError(f"objective.prefix_fraction={prefix_fraction} must be in (0, 1) or None")
-    if name in ("prefix_lm", "ul2") and family not in ("gpt", "t5"):
-        raise ObjectiveError(f"objective.name={name} needs model.family gpt or t5, got {family}")
-    if name == "mlm":
-        return MaskedLM(ids, seq_len, mask_rate, generator)
-    if name == "span_mlm":
-        return dn.SpanMaskedLM(ids, seq_len, mask_rate, span_p, max_span, generator)
-    if name == "clm":
-        return CausalLM(ids, seq_len, generator)
-    if name == "span" and family == "gpt":
-        t5_lengths(seq_len, noise_density, mean_span)  # same setting checks as T5's
-        return dn.GPTSpan(ids, seq_len, noise_density, mean_span, generator)
-    if name == "span":
-        return SpanCorruption(ids, seq_len, noise_density, mean_span, generator)
-    if name == "prefix_lm":
-        cls = dn.GPTPrefixLM if family == "gpt" else dn.T5PrefixLM
-        return cls(ids, seq_len, prefix_fraction, generator)
-    if name == "ul2":
-        t5_lengths(seq_len, noise_density, mean_span)
-        if not 0.0 < ul2_x_density <= 0.5 or ul2_x_mean_span < 1:
-            raise ObjectiveError(
-                f"objective.ul2_x_density={ul2_x_density} must be in (0, 0.5] and "
-                f"objective.ul2_x_mean_span={ul2_x_mean_span} >= 1"
-            )
-        return dn.UL2(
-            ids,
-            seq_len,
-            decoder_only=family == "gpt",
-            rates=ul2_rates,
-            r=(noise_density, mean_span),
-            x=(ul2_x_density, ul2_x_mean_span),
-            prefix_fraction=prefix_fraction,
-            generator=generator,
-        )
-    raise ObjectiveError(f"objective.name={name} is not one of ['clm', 'mlm', 'prefix_lm', 'span', 'span_mlm', 'ul2']")
-
-
-__all__ = ["LossOutput", "Objective", "MaskedLM", "CausalLM", "SpanCorruption", "make_objective"]
+__all__ = [
+    "Batch", "LossOutput", "Objective", "MaskedLM", "CausalLM", "SpanCorruption", "dense_lm_loss", "stack_samples",
+]

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.prefix import prefix_lm_mask
+from famlab.objectives.registry import default_objective
 from famlab.objectives.tokens import TokenIds
 from torch import Tensor, nn
 
@@ -178,7 +179,7 @@ class Scorer:
         if family not in ("bert", "gpt", "t5", "bigram"):
             raise ObjectiveError(f"expected a famlab network or BigramLM, got {type(net).__name__}")
         self.net, self.encode, self.ids, self.rule, self.family = net, encode, ids, rule, str(family)
-        default = {"bert": "mlm", "gpt": "clm", "t5": "span", "bigram": "clm"}[self.family]
+        default = "clm" if self.family == "bigram" else default_objective(self.family)  # the bigram is causal
         self.objective = objective or default
         self.device = next(iter(net.buffers() if family == "bigram" else net.parameters())).device
 

@@ -1,4 +1,4 @@
-"""Dependency rules of DESIGN.md, enforced by reading every module's imports with `ast`.
+"""Dependency rules of docs/architecture.md, enforced by reading every module's imports with `ast`.
 
 experiments -> objectives -> families(.blocks); experiments -> datamodules; experiments -> families.
 Nothing imports experiments; datamodules imports neither families nor objectives; families imports only

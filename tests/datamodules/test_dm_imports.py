@@ -1,4 +1,4 @@
-"""datamodules knows nothing about families, objectives or experiments (DESIGN.md dependency rule)."""
+"""datamodules knows nothing about families, objectives or experiments (the layering rule of docs/architecture.md)."""
 
 import ast
 from pathlib import Path

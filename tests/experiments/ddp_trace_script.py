@@ -104,6 +104,6 @@ def main() -> int:
     return famlab()
 
 
-# Guarded: Lightning re-executes this module for rank 1 (REFERENCE.md, DDP).
+# Guarded: Lightning re-executes this module for rank 1 (Lightning's DDP launcher).
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,7 @@ import torch
 from famlab.experiments.bench import BenchSettings, make_batch, model_config, token_ids
 from famlab.families import build_network
 from famlab.families.compile import compile_network, is_compiled
-from famlab.objectives import make_objective
+from famlab.objectives import default_objective, make_objective
 
 TINY = BenchSettings(dim=32, layers=2, heads=4, ffn=64, vocab=300, batch=2, seq=16)
 
@@ -16,7 +16,7 @@ def _net_and_batch(family: str):
     torch.manual_seed(0)
     s = BenchSettings(**{**TINY.__dict__, "families": family})
     net = build_network(model_config(family, s))
-    objective = make_objective({"bert": "mlm", "gpt": "clm", "t5": "span"}[family], token_ids(s.vocab),
+    objective = make_objective(default_objective(family), token_ids(s.vocab),
                                seq_len=s.seq, family=family, generator=torch.Generator().manual_seed(0))
     return net, objective, make_batch(objective, s, torch.Generator().manual_seed(1))
 

@@ -14,6 +14,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from famlab.experiments import cli
+from famlab.experiments.faults import fault_callbacks
 from famlab.experiments.reliability import PREEMPTED_EXIT, PREV_NAME, NonFiniteCallback, resolve_resume
 
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus
@@ -117,7 +118,7 @@ def test_nan_step_is_skipped_without_touching_weights_or_optimizer(tmp_path, mon
     torch.manual_seed(0)
     module, callback = _Linear(), NonFiniteCallback(max_bad_steps=3, checkpoint_dir=tmp_path)
     trainer = pl.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu", callbacks=[callback])
+                         enable_model_summary=False, accelerator="cpu", callbacks=[*fault_callbacks(), callback])
     trainer.fit(module)
     s = module.snapshots
     torch.testing.assert_close(s[1], s[0], rtol=0, atol=0)  # step 2 skipped

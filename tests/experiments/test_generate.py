@@ -121,7 +121,7 @@ def test_cli_errors_exit_2_with_one_line(make_run, capsys):
 
 @pytest.mark.parametrize("sweep", ["objectives_x_family", "ul2_rates"])
 def test_example_sweep_trials_compose(sweep):
-    """Every grid point of the issue-8 sweep files composes with its command's presets (valid pairs, known keys)."""
+    """Every grid point of the objective sweep files composes with its command's presets (valid pairs, known keys)."""
     import itertools
     from pathlib import Path
 

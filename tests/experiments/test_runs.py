@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from famlab.experiments import cli
+from famlab.families import family_defaults
 
 FAMILIES = ("bert", "gpt", "t5")
 FAST = ["trainer.max_steps=6", "trainer.log_every_n_steps=2", "trainer.val_check_interval=3",
@@ -96,8 +97,7 @@ def test_pretrain_writes_a_real_offline_wandb_run(pretrained, family):
     records = wandb_records(pretrained[family])
     run = next(r["run"] for r in records if r["type"] == "run")
     assert run["run_group"] == "e2e" and run["job_type"] == "pretrain"
-    objective = {"bert": "mlm", "gpt": "clm", "t5": "span"}[family]
-    pos = {"bert": "learned", "gpt": "learned", "t5": "t5_bias"}[family]
+    objective, pos = family_defaults(family).objective, family_defaults(family).model["pos"]
     assert {family, objective, pos} <= set(run["tags"])
     config = run["config"]["update"]
     assert config["model.family"] == family and config["trainer.max_steps"] == 6

@@ -10,14 +10,13 @@ from famlab.experiments import cli
 from famlab.experiments.stats import holm, welch
 from famlab.experiments.sweep_plots import figure
 from famlab.experiments.sweep_report import figure_args, load_trial, summarize, write_report
-
-OBJECTIVE = {"bert": "mlm", "gpt": "clm", "t5": "span"}
+from famlab.objectives import default_objective
 
 
 def fake_run(run_dir: Path, params: dict, *, loss: float, floor: float | None, eval_json: dict | None = None) -> None:
     """A pretraining run directory as `famlab pretrain` leaves it: config.yaml, metrics.csv, results.json."""
     family = params.get("model.family", "gpt")
-    cfg: dict = {"model": {"family": family, "pos": "rope"}, "objective": {"name": OBJECTIVE[family]},
+    cfg: dict = {"model": {"family": family, "pos": "rope"}, "objective": {"name": default_objective(family)},
                  "seed": 0, "wandb": {"group": "synthetic"}}
     for key, value in params.items():
         section, _, leaf = key.rpartition(".")

@@ -8,7 +8,7 @@ import lightning as L
 import pytest
 import torch
 from famlab.experiments import cli
-from famlab.experiments.bench import precision_dtype
+from famlab.experiments.hardware import precision_dtype
 from famlab.experiments.lightning_check import accelerator_choices, precision_choices, strategy_choices
 
 # (override, fragment of the one-line error): the key, the value and the valid range or choices

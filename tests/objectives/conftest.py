@@ -41,8 +41,8 @@ def ids() -> TokenIds:
 
 @pytest.fixture
 def tiny_net() -> Callable[..., torch.nn.Module]:
-    """A real tiny network of a family from `families` (dim 32, 2 layers, dropout 0), with the block choices of
-    the family's preset (experiments/configs/<family>.yaml)."""
+    """A real tiny network of a family from `families` (dim 32, 2 layers, dropout 0), with the family's faithful
+    block choices (famlab.families.faithful, as `famlab pretrain <family>` composes them; test_fixtures.py)."""
 
     def build(family: str, vocab_size: int = 1000, seed: int = 0, **overrides) -> torch.nn.Module:
         torch.manual_seed(seed)

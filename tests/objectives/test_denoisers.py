@@ -1,4 +1,6 @@
-"""The issue-8 pairs: prefix-LM masks, which positions carry loss, UL2 modes and rates, SpanBERT spans, training."""
+"""The pairs beyond each family's own objective.
+
+Prefix-LM masks, which positions carry loss, UL2 modes and rates, SpanBERT spans, training."""
 
 import math
 

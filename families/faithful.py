@@ -1,0 +1,84 @@
+"""Each family's defaults, in one place: the block choices that make it compute what its Hugging Face original
+computes, its default pretraining objective and its default fine-tuning pooling.
+
+Everything that needs these reads :func:`family_defaults`: the config composer (the family presets in
+``experiments/configs/`` hold only the optimiser and objective rates), the Hugging Face conversion
+(``famlab.families.hf_settings``), the objective registry, ``famlab bench``, ``famlab generate``, fine-tuning and the
+tests. ``tests/test_one_source.py`` fails if another module writes a copy. Pure Python, so every layer may read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FamilyDefaults:
+    """A family's defaults (see the module docstring); ``model`` holds ``ModelConfig`` keys as plain values."""
+
+    model: MappingProxyType[str, Any] = field(repr=False)
+    objective: str  # the pretraining objective when ``objective.name`` is unset (objectives/registry.py)
+    pooling: str  # the fine-tuning pooling when ``finetune.pooling`` is unset (families/heads.py ``pool``)
+    # The ``model`` keys the family's Hugging Face class has no setting for: ``from_hf`` takes them (and ``init``)
+    # from ``model`` and ``to_hf`` refuses any other value. The other keys are HF config values ``from_hf`` reads.
+    hf_fixed: tuple[str, ...] = ()
+
+
+_DEFAULTS = {
+    # Devlin et al. 2019 / HF BertForMaskedLM: post-norm LayerNorm (on the embeddings too, no final norm), learned
+    # positions, erf GELU, MLM decoder tied to the word embeddings (with its own bias), BERT init normal(0, 0.02).
+    "bert": FamilyDefaults(
+        model=MappingProxyType(dict(
+            pos="learned", norm="layernorm", norm_position="post", ffn="plain", activation="gelu", bias=True,
+            tie_embeddings=True, qk_scale=None, norm_eps=1e-12, init="bert", dropout=0.1,
+        )),
+        objective="mlm",
+        # mean of the final states: famlab's MLM pretraining has no next-sentence task, so [CLS] and BERT's pooler
+        # are untrained; at the tiny scale a linear probe of the MLM-pretrained body read 0.27 with mean pooling and
+        # 0.15 with [CLS] (random-init body: 0.25 / 0.23). `cls` (BertForSequenceClassification's) stays available.
+        pooling="mean",
+        hf_fixed=("pos", "norm", "norm_position", "ffn", "bias"),
+    ),
+    # Radford et al. 2019 / HF GPT2LMHeadModel: pre-norm LayerNorm with a final LayerNorm, learned positions,
+    # tanh GELU (HF's gelu_new), tied head, GPT-2 init (residual projections scaled by 1/sqrt(2 * layers)).
+    "gpt": FamilyDefaults(
+        model=MappingProxyType(dict(
+            pos="learned", norm="layernorm", norm_position="pre", ffn="plain", activation="gelu_tanh", bias=True,
+            tie_embeddings=True, qk_scale=None, norm_eps=1e-5, init="gpt2", dropout=0.1,
+        )),
+        objective="clm",
+        # mean of the causal states: at the tiny scale a linear probe of the CLM-pretrained body read 0.38 with mean
+        # pooling and 0.27 with the last token (random-init body: 0.25 / 0.14), and full fine-tuning agrees (Radford
+        # et al. 2018 read the last token of a much larger model). `last` (GPT2ForSequenceClassification's) stays.
+        pooling="mean",
+        hf_fixed=("pos", "norm", "norm_position", "ffn", "bias"),
+    ),
+    # Raffel et al. 2020 (T5 v1.0) / HF T5ForConditionalGeneration: pre-norm RMSNorm, T5 relative bias, ReLU, no
+    # biases, no 1/sqrt(d) in attention (folded into the init), tied head scaled by dim^-0.5 (derived), T5 init.
+    "t5": FamilyDefaults(
+        model=MappingProxyType(dict(
+            pos="t5_bias", norm="rmsnorm", norm_position="pre", ffn="plain", activation="relu", bias=False,
+            tie_embeddings=True, qk_scale=1.0, norm_eps=1e-6, init="t5", dropout=0.1,
+        )),
+        objective="span",
+        pooling="mean",  # mean-pooled encoder states
+        hf_fixed=("pos", "norm", "norm_position", "bias"),  # ffn: T5 v1.1 is gated; qk_scale: hf_settings
+    ),
+}
+
+
+def family_defaults(family: str) -> FamilyDefaults:
+    """The defaults of ``family`` (``bert | gpt | t5``); a ValueError naming ``model.family`` for another name."""
+    if family not in _DEFAULTS:
+        raise ValueError(f"model.family={family!r} is not one of: {', '.join(_DEFAULTS)}")
+    return _DEFAULTS[family]
+
+
+def family_model_settings(family: str) -> dict[str, Any]:
+    """``model.family`` and the ``model`` keys of its defaults, a new dict (``ModelConfig(**settings, dim=...)``)."""
+    return {"family": family, **family_defaults(family).model}
+
+
+__all__ = ["FamilyDefaults", "family_defaults", "family_model_settings"]

@@ -1,0 +1,184 @@
+"""The objective registry: family -> objective name -> the class that builds it and the settings it reads.
+
+``make_objective``, the family x objective pairs (``OBJECTIVES``, ``check_pair``), the CLI's ``famlab presets``
+listing, ``famlab compare``'s objective arms and the config checks all read :data:`REGISTRY`; each family's default
+objective comes from ``famlab.families.faithful``. Adding an objective is one module (its ``Objective`` subclass),
+one line per family below and its tests (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from famlab.families.faithful import family_defaults
+from famlab.objectives.corruption import t5_lengths
+from famlab.objectives.denoisers import UL2, GPTPrefixLM, GPTSpan, SpanMaskedLM, T5PrefixLM
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.objective import CausalLM, MaskedLM, Objective, SpanCorruption
+from famlab.objectives.tokens import TokenIds
+
+# Every ``objective.*`` setting and its default (experiments' ``ObjectiveConfig`` takes its defaults from here).
+SETTINGS: Mapping[str, Any] = MappingProxyType({
+    "mask_rate": 0.15,  # MLM / span-MLM masking rate
+    "noise_density": 0.15,  # span corruption (also UL2's R denoiser)
+    "mean_span": 3.0,
+    "prefix_fraction": None,  # prefix LM split as a fraction of the sequence; None = uniform per row
+    "ul2_rates": (0.4, 0.4, 0.2),  # UL2 mixing rates of the R, X and S denoisers
+    "ul2_x_density": 0.5,  # UL2's X (extreme) denoiser
+    "ul2_x_mean_span": 8.0,
+    "span_p": 0.2,  # SpanBERT's geometric span-length parameter
+    "max_span": 10,  # and its cap
+})
+
+Builder = Callable[[TokenIds, int, "torch.Generator | None", Mapping[str, Any]], Objective]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One family x objective pair: its class, the ``objective.*`` settings it reads and how it is built."""
+
+    cls: type[Objective]
+    settings: tuple[str, ...]
+    build: Builder
+
+    def defaults(self) -> dict[str, Any]:
+        """The settings this pair reads, with their defaults."""
+        return {key: SETTINGS[key] for key in self.settings}
+
+
+def _ul2(decoder_only: bool) -> Builder:
+    def build(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s: Mapping[str, Any]) -> Objective:
+        t5_lengths(seq_len, s["noise_density"], s["mean_span"])
+        if not 0.0 < s["ul2_x_density"] <= 0.5 or s["ul2_x_mean_span"] < 1:
+            raise ObjectiveError(
+                f"objective.ul2_x_density={s['ul2_x_density']} must be in (0, 0.5] and "
+                f"objective.ul2_x_mean_span={s['ul2_x_mean_span']} >= 1"
+            )
+        return UL2(ids, seq_len, decoder_only=decoder_only, rates=s["ul2_rates"],
+                   r=(s["noise_density"], s["mean_span"]), x=(s["ul2_x_density"], s["ul2_x_mean_span"]),
+                   prefix_fraction=s["prefix_fraction"], generator=generator)
+
+    return build
+
+
+def _gpt_span(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s: Mapping[str, Any]) -> Objective:
+    t5_lengths(seq_len, s["noise_density"], s["mean_span"])  # same setting checks as T5's
+    return GPTSpan(ids, seq_len, s["noise_density"], s["mean_span"], generator)
+
+
+_UL2 = ("noise_density", "mean_span", "prefix_fraction", "ul2_rates", "ul2_x_density", "ul2_x_mean_span")
+
+# The registry. Order within a family is the listing order (`famlab presets`); the default comes first in
+# OBJECTIVES whatever its place here. The pairs beyond each family's own objective: objectives/denoisers.py.
+REGISTRY: Mapping[str, Mapping[str, Entry]] = MappingProxyType({
+    "bert": MappingProxyType({
+        "mlm": Entry(MaskedLM, ("mask_rate",), lambda ids, n, g, s: MaskedLM(ids, n, s["mask_rate"], g)),
+        "span_mlm": Entry(SpanMaskedLM, ("mask_rate", "span_p", "max_span"),
+                          lambda ids, n, g, s: SpanMaskedLM(ids, n, s["mask_rate"], s["span_p"], s["max_span"], g)),
+    }),
+    "gpt": MappingProxyType({
+        "clm": Entry(CausalLM, (), lambda ids, n, g, s: CausalLM(ids, n, g)),
+        "prefix_lm": Entry(GPTPrefixLM, ("prefix_fraction",),
+                           lambda ids, n, g, s: GPTPrefixLM(ids, n, s["prefix_fraction"], g)),
+        "span": Entry(GPTSpan, ("noise_density", "mean_span"), _gpt_span),
+        "ul2": Entry(UL2, _UL2, _ul2(decoder_only=True)),
+    }),
+    "t5": MappingProxyType({
+        "span": Entry(SpanCorruption, ("noise_density", "mean_span"),
+                      lambda ids, n, g, s: SpanCorruption(ids, n, s["noise_density"], s["mean_span"], g)),
+        "prefix_lm": Entry(T5PrefixLM, ("prefix_fraction",),
+                           lambda ids, n, g, s: T5PrefixLM(ids, n, s["prefix_fraction"], g)),
+        "ul2": Entry(UL2, _UL2, _ul2(decoder_only=False)),
+    }),
+})
+
+
+def default_objective(family: str) -> str:
+    """The objective that trains ``family`` when ``objective.name`` is unset (``famlab.families.faithful``)."""
+    return family_defaults(family).objective
+
+
+def objectives_of(family: str) -> list[str]:
+    """The objectives that can train ``family``, its default first."""
+    default = default_objective(family)
+    return [default] + [name for name in REGISTRY[family] if name != default]
+
+
+def families_of(name: str) -> list[str]:
+    """The families objective ``name`` can train, in registry order."""
+    return [family for family, entries in REGISTRY.items() if name in entries]
+
+
+def valid_pairs() -> str:
+    """The valid family x objective pairs as one readable string, e.g. `bert x mlm, gpt x clm, t5 x span`."""
+    return ", ".join(f"{family} x {objective}" for family in REGISTRY for objective in objectives_of(family))
+
+
+def check_pair(family: str, objective: str) -> None:
+    """Raise `ObjectiveError` (one line, listing the valid pairs) unless `objective` can train `family`."""
+    if family not in REGISTRY:
+        raise ObjectiveError(f"model.family={family} is not one of {sorted(REGISTRY)}; valid pairs: {valid_pairs()}")
+    if objective not in REGISTRY[family]:
+        raise ObjectiveError(
+            f"objective.name={objective} cannot train model.family={family}; valid pairs: {valid_pairs()}"
+        )
+
+
+def entry(name: str, family: str | None) -> Entry:
+    """The registry entry of ``name`` for ``family``; without a family, the one family that registers ``name``
+    or the family whose default it is (``span`` is T5's)."""
+    families = families_of(name)
+    if not families:
+        known = sorted({n for entries in REGISTRY.values() for n in entries})
+        raise ObjectiveError(f"objective.name={name} is not one of {known}")
+    if family is None:
+        owners = [f for f in families if default_objective(f) == name] if len(families) > 1 else families
+        if len(owners) != 1:
+            raise ObjectiveError(f"objective.name={name} needs model.family {' or '.join(families)}, got {family}")
+        family = owners[0]
+    if family not in families:
+        raise ObjectiveError(f"objective.name={name} needs model.family {' or '.join(families)}, got {family}")
+    return REGISTRY[family][name]
+
+
+def make_objective(
+    name: str,
+    ids: TokenIds,
+    *,
+    seq_len: int,
+    generator: torch.Generator | None = None,
+    family: str | None = None,
+    **settings: Any,
+) -> Objective:
+    """Build the objective `name` for `family` and sequences of `seq_len` tokens.
+
+    `span`, `prefix_lm` and `ul2` differ by family (decoder-only vs encoder-decoder), so pass `family`;
+    without it `span` means T5's and the others need it. See `famlab.objectives.denoisers` for the new pairs.
+
+    Args:
+        name: objective name (`objective.name`), one of the registry's.
+        ids: the tokenizer's special ids.
+        seq_len: tokens the network reads per sequence (encoder side for T5).
+        generator: randomness for the corruption; `None` uses torch's global generator.
+        family: `bert` | `gpt` | `t5`.
+        settings: `objective.*` settings (:data:`SETTINGS` names them with their defaults); each pair reads its own.
+    """
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ObjectiveError(f"objective.{unknown[0]} is not an objective setting (known: {', '.join(SETTINGS)})")
+    if seq_len < 4:
+        raise ObjectiveError(f"sequence length {seq_len} is too short to train on (need at least 4)")
+    values = {**SETTINGS, **settings}
+    if values["prefix_fraction"] is not None and not 0.0 < values["prefix_fraction"] < 1.0:
+        raise ObjectiveError(f"objective.prefix_fraction={values['prefix_fraction']} must be in (0, 1) or None")
+    return entry(name, family).build(ids, seq_len, generator, values)
+
+
+def objectives_table() -> dict[str, list[str]]:
+    """``{family: [objective, ...]}``, each family's default first (``OBJECTIVES``)."""
+    return {family: objectives_of(family) for family in REGISTRY}
+

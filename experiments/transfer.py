@@ -211,6 +211,10 @@ def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any
             lines.append(f"Every arm, pretrained or scratch, gets the same grid of (body lr, head lr): {points}; "
                          f"selection: {res.get('selection', 'best mean validation score over seeds')}, applied to "
                          "each arm separately; the test split is read once, by the selected setting's models.")
+        edge = grid_edges(ft)
+        if edge:
+            lines.append("Selected at an edge of the body-lr grid (a wider `finetune.lr_grid` might score higher): "
+                         + ", ".join(edge) + ".")
         pooling = {r["results"]["family"]: r["results"].get("pooling") for r in ft}
         lines.append("Pooling: " + ", ".join(f"{k} `{v}`" for k, v in pooling.items()) + ".")
     seeds = {row["family"]: row.get("pretrain_seeds") for row in families.values() if row.get("pretrain_seeds")}
@@ -221,6 +225,20 @@ def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any
         lines.append("Pretraining seeds per arm: " + ", ".join(f"{k} {v}" for k, v in seeds.items())
                      + " (fine-tuning seeds of every pretraining run pooled).")
     return lines
+
+
+def grid_edges(ft: list[dict[str, Any]]) -> list[str]:
+    """``"<family> <arm> (body lr X, the largest)"`` for each fine-tune whose selected body lr ends its grid."""
+    out = []
+    for r in ft:
+        res = r["results"]
+        lrs = sorted({g["lr"] for g in res.get("grid") or []})
+        chosen = (res.get("selected") or {}).get("lr")
+        if len(lrs) < 2 or chosen not in (lrs[0], lrs[-1]):
+            continue
+        arm = "scratch" if str(res.get("init")) == "scratch" else "pretrained"
+        out.append(f"{res['family']} {arm} (body lr {chosen:g}, the {'largest' if chosen == lrs[-1] else 'smallest'})")
+    return out
 
 
 def wall_split(dirs: list[Path]) -> dict[str, Any] | None:

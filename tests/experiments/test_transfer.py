@@ -146,3 +146,15 @@ def test_a_task_with_one_class_is_refused(capsys, tmp_path, monkeypatch):
     err = _one_line_error(capsys, ["finetune", "gpt", "tiny", "init=scratch", f"data.task={task}",
                                    "wandb.mode=disabled"])
     assert "one.csv" in err and "class" in err
+
+
+def test_grid_edges_names_arms_selected_at_the_ends_of_their_grid():
+    from famlab.experiments.transfer import grid_edges
+
+    def run(family, init, chosen, lrs=(3e-4, 1e-3, 3e-3)):
+        grid = [{"lr": lr, "head_lr": 10 * lr} for lr in lrs]
+        return {"results": {"family": family, "init": init, "grid": grid, "selected": {"lr": chosen}}}
+
+    ft = [run("bert", "runs/x/bert-pretrain-s0", 1e-3), run("bert", "scratch", 3e-3), run("gpt", "scratch", 3e-4),
+          run("t5", "scratch", 1e-3, lrs=(1e-3,))]
+    assert grid_edges(ft) == ["bert scratch (body lr 0.003, the largest)", "gpt scratch (body lr 0.0003, the smallest)"]

@@ -11,24 +11,42 @@ One fine-tune per ``finetune.seeds`` entry: the best checkpoint by ``finetune.mo
 ``results.json`` holds each seed's ``test/acc``, ``test/f1``, ``test/mcc``, their mean and std, and the
 majority-class baseline on the same test split. With one seed the run directory holds ``metrics.csv``
 and ``checkpoints/``; with several, each seed has its own ``seed-<k>/`` below it.
+
+Resume (``resume=auto``): every job (grid point x seed) records its outcome in ``job.json`` beside its
+``metrics.csv`` when it finishes. A resumed fine-tune skips recorded jobs, continues an interrupted one
+from its ``checkpoints/last.ckpt`` exactly as a resumed pretraining does (``experiments.reliability``),
+and starts the others afresh; selection and the test read then run as in an uninterrupted fine-tune.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import os
 import statistics
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
-from famlab.experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass
+from famlab.experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass, to_plain
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.reliability import (
+    Preempted,
+    PreemptionCallback,
+    SignalLatch,
+    check_checkpoint_matches,
+    check_resumed_config,
+    resolve_resume,
+    save_last,
+)
 from famlab.experiments.run import (
     close_wandb,
+    env_rank,
     get_bundle,
     make_loggers,
     make_run_dir,
@@ -46,6 +64,7 @@ from omegaconf import OmegaConf
 
 log = logging.getLogger("famlab")
 METRICS = ("test/acc", "test/f1", "test/mcc")
+JOB_FILE = "job.json"  # a finished job's outcome, beside its metrics.csv; a resumed fine-tune skips the job
 
 
 @dataclasses.dataclass
@@ -311,6 +330,9 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     evaluated on the test split. Returns the results written to ``results.json``.
     """
     started = time.time()
+    if cfg.resume not in ("never", "auto"):
+        raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
+                               "last.ckpt; use resume=auto with run_dir=<the fine-tune's run directory>")
     d = cfg.data
     hf_pooler = None
     if init.kind == "hf":
@@ -336,6 +358,11 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         )
     family = cfg.model.family.value
     pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
+    if cfg.resume == "auto":
+        check_resumed_config(run_dir, to_plain(cfg))  # skipping recorded jobs under other settings would mix results
+        if (run_dir / "results.json").is_file():
+            print(f"famlab: {run_dir} is done (results.json); nothing to resume", file=sys.stderr)
+            return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
     job = _Job(cfg, init, task, bundle, pooling, written)
 
@@ -345,20 +372,38 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     val: dict[GridPoint, dict[str, float]] = {}
     best: dict[tuple[GridPoint, int], str] = {}
     per_seed: dict[str, dict[str, float]] = {}
-    for point in points:
-        val[point] = {}
-        for seed in ft.seeds:
-            grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
-            seed_dir = _seed_dir(run_dir, grid_name, seed_name)
-            name = "-".join([run_dir.name, *([point.name] if grid_name else []), *([f"s{seed}"] if seed_name else [])])
-            score, path, scores = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1)
-            val[point][str(seed)], best[point, seed] = score, path
-            if scores is not None:
-                per_seed[str(seed)] = scores
-    chosen = select_point(val, mode)
-    if len(points) > 1:  # the test split is read once, after selection, by the selected point's models only
-        for seed in ft.seeds:
-            per_seed[str(seed)] = job.test(chosen, seed, best[chosen, seed])
+    last: tuple[int, Path] | None = None  # the latest finished job's step and last.ckpt (named if stopped next)
+    try:
+        with SignalLatch() as latch:  # a stop signal outside the jobs' training steps stops at the next boundary
+            for point in points:
+                val[point] = {}
+                for seed in ft.seeds:
+                    if latch.requested():
+                        raise Preempted(*(last or (0, None)), signum=latch.signum)
+                    grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
+                    seed_dir = _seed_dir(run_dir, grid_name, seed_name)
+                    name = "-".join([run_dir.name, *([point.name] if grid_name else []),
+                                     *([f"s{seed}"] if seed_name is not None else [])])
+                    record = _read_job(seed_dir) if cfg.resume == "auto" else None
+                    if record is not None:
+                        print(f"famlab: fine-tuning job {name} is done ({seed_dir / JOB_FILE}); skipped",
+                              file=sys.stderr)
+                    else:
+                        record = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1, latch=latch)
+                    val[point][str(seed)], best[point, seed] = record["val"], record["best"]
+                    last = (record["steps"], seed_dir / "checkpoints" / "last.ckpt")
+                    if record["test"] is not None:
+                        per_seed[str(seed)] = record["test"]
+            chosen = select_point(val, mode)
+            if len(points) > 1:  # the test split is read once, after selection, by the selected point's models only
+                for seed in ft.seeds:
+                    if latch.requested():
+                        raise Preempted(*(last or (0, None)), signum=latch.signum)
+                    per_seed[str(seed)] = job.test(chosen, seed, best[chosen, seed])
+    except Preempted as e:
+        e.run_dir = run_dir  # the fine-tune resumes as a whole; the checkpoint is one job's
+        raise
+    if len(points) > 1:
         for point in points:
             if point != chosen:
                 for seed in ft.seeds:
@@ -395,6 +440,22 @@ def _seed_dir(run_dir: Path, point: GridPoint | None, seed: int | None) -> Path:
     path = path if seed is None else path / f"seed-{seed}"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _read_job(seed_dir: Path) -> dict[str, Any] | None:
+    """The outcome a finished job recorded in ``job.json``, or None (not started, interrupted, or unreadable)."""
+    try:
+        record = json.loads((seed_dir / JOB_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and {"val", "best", "steps", "test"} <= set(record) else None
+
+
+def _write_job(seed_dir: Path, record: dict[str, Any]) -> None:
+    """Write ``job.json`` whole or not at all (a stop mid-write must not leave a record a resume would trust)."""
+    tmp = seed_dir / f"{JOB_FILE}.tmp"
+    write_json(tmp, record)
+    os.replace(tmp, seed_dir / JOB_FILE)
 
 
 def _drop_checkpoints(checkpoint_dir: Path) -> None:
@@ -441,14 +502,19 @@ class _Job:
                                         seed=seed, num_workers=self.cfg.data.num_workers)
 
     def fit(
-        self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool
-    ) -> tuple[float, str, dict | None]:
-        """Train one (grid point, seed); returns (best validation score, its checkpoint, test scores if test_now)."""
+        self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool, latch: SignalLatch
+    ) -> dict[str, Any]:
+        """Train one (grid point, seed), or continue it from its ``last.ckpt`` under ``resume=auto``; record and
+        return its outcome: best validation score, its checkpoint, the steps, and the test scores if ``test_now``."""
         import lightning as L
 
         cfg, ft = self.cfg, self.cfg.finetune
         L.seed_everything(seed, workers=True, verbose=False)
         module, dm = self.module(point), self.datamodule(seed)
+        ckpt_path = resolve_resume(cfg, seed_dir / "checkpoints")
+        if ckpt_path is not None:
+            check_checkpoint_matches(ckpt_path, module)
+            print(f"famlab: fine-tuning job {name} resumes from {ckpt_path}", file=sys.stderr)
         config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
         loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config=config)
         wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # W&B lineage: pretraining -> fine-tune
@@ -457,16 +523,31 @@ class _Job:
             max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
             val_check_interval=self.val_every, limit_val_batches=None,
         )
-        trainer.fit(module, datamodule=dm)
+        try:
+            trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+        except BaseException:
+            close_wandb(loggers)  # a stopped job's W&B files are complete; it resumes from its last.ckpt
+            raise
+        # a signal after the last step boundary let the job finish: the fine-tune stops before the next one
+        preemption = next(c for c in trainer.callbacks if isinstance(c, PreemptionCallback))
+        latch.note(preemption.signal)
+        if preemption.saved is None or preemption.saved[0] != trainer.global_step:
+            # last.ckpt is only rewritten with a new best one: make it the final step, so a job stopped before
+            # its job.json is written resumes without training again
+            save_last(trainer, seed_dir / "checkpoints")
         callback = trainer.checkpoint_callback
-        score = float(callback.best_model_score) if callback.best_model_score is not None else math.nan
-        path = str(callback.best_model_path)
-        scores = None
+        record: dict[str, Any] = {
+            "lr": point.lr, "head_lr": point.head_lr, "seed": seed,
+            "val": float(callback.best_model_score) if callback.best_model_score is not None else math.nan,
+            "best": str(callback.best_model_path), "steps": int(trainer.global_step), "test": None,
+        }
         if test_now:  # a one-point grid: selection is trivial, so test with this run's loggers (W&B included)
             result = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
-            scores = {k: float(result[k]) for k in METRICS if k in result}
+            record["test"] = {k: float(result[k]) for k in METRICS if k in result}
         close_wandb(loggers)
-        return score, path, scores
+        if env_rank() == 0:
+            _write_job(seed_dir, record)
+        return record
 
     def test(self, point: GridPoint, seed: int, checkpoint: str) -> dict[str, float]:
         """Test the selected point's best checkpoint of ``seed``; the scores are appended to its metrics.csv."""

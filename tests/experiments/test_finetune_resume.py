@@ -4,6 +4,7 @@ last.ckpt with the same per-step losses, and results.json equals an uninterrupte
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -81,6 +82,13 @@ def _files(path: Path) -> dict[str, tuple[int, str] | str]:
     return out
 
 
+def _training_rows(run_dir: Path) -> list[dict[str, str]]:
+    """metrics.csv's training and validation rows (their non-empty values; testing may add columns)."""
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = [{k: v for k, v in row.items() if v} for row in csv.DictReader(f)]
+    return [row for row in rows if "train/loss" in row or "val/acc" in row]
+
+
 def _results(run_dir: Path) -> dict:
     results = json.loads((run_dir / "results.json").read_text())
     results.pop("wall_s")
@@ -116,7 +124,7 @@ def test_sigterm_in_the_second_job_then_resume_skips_the_first_and_matches(env, 
     (command,) = re.findall(r"Resume with: famlab (.*)$", stopped.stderr, flags=re.M)
     resume_args = shlex.split(command)
     assert resume_args[-2:] == [f"run_dir={run_dir}", "resume=auto"]
-    before = _files(run_dir / first)
+    before, metrics_before = _files(run_dir / first), _training_rows(run_dir / first)
 
     done = _famlab(resume_args)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -124,9 +132,14 @@ def test_sigterm_in_the_second_job_then_resume_skips_the_first_and_matches(env, 
     assert f"fine-tuning job {name} is done ({run_dir / first / 'job.json'}); skipped" in done.stderr
     assert f"resumes from {ckpt}" in done.stderr
     after = _files(run_dir / first)
-    dropped = {k for k in before if k not in after}  # the grid drops an unselected point's checkpoints at the end
-    assert all(k.endswith(".ckpt") for k in dropped)
-    assert {k: v for k, v in before.items() if k not in dropped} == after  # not retrained, not rewritten
+    # not retrained, not rewritten. The grid tests the selected point after every job (its metrics.csv gets the test
+    # scores appended, hparams.yaml is written again) and drops the other point's checkpoints.
+    tested = {"metrics.csv", "hparams.yaml"} if case == "grid" else set()
+    dropped = {k for k in before if k not in after}
+    assert all(k.endswith(".ckpt") for k in dropped) and (case == "grid" or not dropped)
+    assert {k: v for k, v in before.items() if k not in dropped | tested} == {
+        k: v for k, v in after.items() if k not in tested}
+    assert _training_rows(run_dir / first) == metrics_before
 
     for job in (first, second):  # every step's training loss, the resumed job's included, equals the reference's
         expected, got = losses(references[case] / job), losses(run_dir / job)

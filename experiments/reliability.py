@@ -495,7 +495,7 @@ class SignalLatch:
         if signum == signal.SIGINT and self.signum is not None:
             raise KeyboardInterrupt
         self.note(signum)
-        print(f"famlab: got {signal.Signals(signum).name}; stopping before the next fine-tuning job", file=sys.stderr)
+        print(f"famlab: got {signal.Signals(signum).name}; stopping at the next job boundary", file=sys.stderr)
 
     def note(self, signum: int | None) -> None:
         """Record a stop signal (the first one is kept)."""
@@ -532,7 +532,7 @@ def check_resumed_config(run_dir: Path, config: dict[str, Any]) -> None:
     old, new = flatten(stored), flatten(config)
 
     def free(key: str) -> bool:
-        return any(key == k or key.startswith(k + ".") for k in (f.rstrip(".") for f in RESUME_FREE_KEYS))
+        return any(key == k or key.startswith(k + ".") for k in RESUME_FREE_KEYS)
 
     changed = sorted(k for k in set(old) | set(new) if not free(k) and old.get(k, "<unset>") != new.get(k, "<unset>"))
     if changed:

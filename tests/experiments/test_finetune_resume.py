@@ -207,3 +207,20 @@ def test_iterating_the_train_loader_leaves_the_global_rng_alone():
     loader = PositionTrackingLoader(list(range(8)), batch_size=2, sampler=ResumableSampler(8, shuffle=True, seed=0))
     assert [len(list(loader)) for _ in range(2)] == [4, 4]
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_resumed_config_may_change_where_it_runs_and_reports_only(tmp_path):
+    from famlab.experiments.compose import to_plain, to_yaml
+    from famlab.experiments.config import Config, ConfigInputError, WandbMode
+    from famlab.experiments.reliability import check_resumed_config
+
+    (tmp_path / "config.yaml").write_text(to_yaml(Config(run_dir="a", provenance={"command": "famlab finetune"})))
+    check_resumed_config(tmp_path / "fresh", to_plain(Config()))  # no config.yaml yet: nothing to compare
+    free = Config(run_dir="b", resume="auto")
+    free.wandb.mode, free.trainer.progress_bar, free.data.cache_dir = WandbMode.disabled, False, "/elsewhere"
+    check_resumed_config(tmp_path, to_plain(free))
+    changed = Config(resume="auto")
+    changed.finetune.seeds, changed.optim.lr = [0, 1], 0.5
+    with pytest.raises(ConfigInputError, match=r"finetune\.seeds=\[0, 1\] \(stored \[0\]\), optim\.lr=0\.5 "
+                                               r"\(stored 0\.001\); resume with the original settings"):
+        check_resumed_config(tmp_path, to_plain(changed))

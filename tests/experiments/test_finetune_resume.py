@@ -224,3 +224,34 @@ def test_resumed_config_may_change_where_it_runs_and_reports_only(tmp_path):
     with pytest.raises(ConfigInputError, match=r"finetune\.seeds=\[0, 1\] \(stored \[0\]\), optim\.lr=0\.5 "
                                                r"\(stored 0\.001\); resume with the original settings"):
         check_resumed_config(tmp_path, to_plain(changed))
+
+
+@pytest.mark.slow
+def test_a_suite_resumes_task_by_task(env, monkeypatch, capsys):
+    """A suite of the same task twice, stopped in the second: resumed, the first is not redone and the second
+    continues, ending with the first one's scores and per-step losses (same task, same settings)."""
+    import yaml
+    from famlab.experiments import reliability
+
+    root, _, task = env
+    suite = root / "twice.yaml"
+    entry = {"task": str(task), "text_column": "sentence", "label_column": "topic"}
+    suite.write_text(yaml.safe_dump({"tasks": [{"name": "a", **entry}, {"name": "b", **entry}]}))
+    run_dir = root / "suite"
+    args = [a if not a.startswith("data.task=") else f"data.task={suite}" for a in _args(env, run_dir, "seeds")]
+    args = [a for a in args if not a.startswith("finetune.seeds=")]
+    monkeypatch.setattr(reliability, "_FITS_STARTED", [0])  # count this command's fits only
+    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_STEP", str(CUT))
+    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_FIT", "2")
+    assert cli.main(args) == PREEMPTED_EXIT
+    monkeypatch.delenv("FAMLAB_FAULT_SIGTERM_STEP")
+    assert f"run_dir={run_dir} resume=auto" in capsys.readouterr().err  # the suite's directory, not the task's
+    first = _files(run_dir / "a")
+    assert cli.main([*args, "resume=auto"]) == 0
+    assert f"{run_dir / 'a'} is done (results.json); nothing to resume" in capsys.readouterr().err
+    assert _files(run_dir / "a") == first
+    a, b = _results(run_dir / "a"), _results(run_dir / "b")
+    assert a["seeds"] == b["seeds"] and a["grid"] == b["grid"]
+    assert losses(run_dir / "a") == losses(run_dir / "b") and len(losses(run_dir / "b")) == STEPS
+    results = json.loads((run_dir / "results.json").read_text())
+    assert [t["name"] for t in results["tasks"]] == ["a", "b"]

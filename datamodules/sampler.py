@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
@@ -126,6 +127,15 @@ class PositionTrackingLoader(DataLoader):
     With workers, the sampler runs ahead of the training loop (prefetching); the position saved in
     a checkpoint must be what the loop consumed, so it is set here as each batch is handed out.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Every new iterator draws a base seed for worker processes from ``generator``, the global torch RNG when
+        # none is given. Main-process loading never uses that seed, but the draw moves the global RNG (dropout):
+        # a resumed run creates its iterator after its RNG states are restored, where an uninterrupted run
+        # creates one only at epoch starts, so the two would part from the first resumed step on.
+        if not kwargs.get("num_workers") and kwargs.get("generator") is None:
+            kwargs["generator"] = torch.Generator()
+        super().__init__(*args, **kwargs)
 
     def __iter__(self) -> Iterator[Any]:
         sampler: ResumableSampler = self.sampler  # type: ignore[assignment]

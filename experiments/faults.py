@@ -7,7 +7,9 @@ when one of these environment variables is set (the tests set them; ``tests/expe
   taken, i.e. ``trainer.global_step + 1``) with NaN, to exercise non-finite skipping.
 - ``FAMLAB_FAULT_SIGTERM_STEP=5`` sends this process SIGTERM after that many optimizer steps, to
   exercise preemption from inside a process (a test may also just ``kill -TERM`` the process);
-  ``FAMLAB_FAULT_SIGNAL=USR1`` makes that signal SIGUSR1 (SLURM's ``--signal=USR1@<seconds>`` warning).
+  ``FAMLAB_FAULT_SIGNAL=USR1`` makes that signal SIGUSR1 (SLURM's ``--signal=USR1@<seconds>`` warning);
+  ``FAMLAB_FAULT_SIGTERM_FIT=2`` limits it to the second ``fit`` this process starts (a fine-tune runs one
+  fit per grid point x seed), where by default every fit gets it.
 - ``FAMLAB_FAULT_STEP_SLEEP=0.2`` sleeps that many seconds after every training step, so a signal sent
   from outside reliably lands while training runs, however fast the machine is.
 
@@ -24,7 +26,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-KNOBS = ("FAMLAB_FAULT_NAN_STEPS", "FAMLAB_FAULT_SIGTERM_STEP", "FAMLAB_FAULT_SIGNAL", "FAMLAB_FAULT_STEP_SLEEP")
+KNOBS = ("FAMLAB_FAULT_NAN_STEPS", "FAMLAB_FAULT_SIGTERM_STEP", "FAMLAB_FAULT_SIGTERM_FIT", "FAMLAB_FAULT_SIGNAL",
+         "FAMLAB_FAULT_STEP_SLEEP")
+FITS_STARTED = [0]  # fits this process has started (FAMLAB_FAULT_SIGTERM_FIT picks one of them)
 
 
 class FaultInjection(pl.Callback):
@@ -37,6 +41,13 @@ class FaultInjection(pl.Callback):
         self.signal_step = int(knob) if knob else None
         self.signal_name = "SIG" + os.environ.get("FAMLAB_FAULT_SIGNAL", "TERM")
         self.step_sleep = float(os.environ.get("FAMLAB_FAULT_STEP_SLEEP") or 0)
+        fit = os.environ.get("FAMLAB_FAULT_SIGTERM_FIT")
+        self.signal_fit = int(fit) if fit else None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        FITS_STARTED[0] += 1
+        if self.signal_fit is not None and self.signal_fit != FITS_STARTED[0]:
+            self.signal_step = None
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         if trainer.global_step + 1 in self.nan_steps:

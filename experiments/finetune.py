@@ -11,24 +11,42 @@ One fine-tune per ``finetune.seeds`` entry: the best checkpoint by ``finetune.mo
 ``results.json`` holds each seed's ``test/acc``, ``test/f1``, ``test/mcc``, their mean and std, and the
 majority-class baseline on the same test split. With one seed the run directory holds ``metrics.csv``
 and ``checkpoints/``; with several, each seed has its own ``seed-<k>/`` below it.
+
+Resume (``resume=auto``): every job (grid point x seed) records its outcome in ``job.json`` beside its
+``metrics.csv`` when it finishes. A resumed fine-tune skips recorded jobs, continues an interrupted one
+from its ``checkpoints/last.ckpt`` exactly as a resumed pretraining does (``experiments.reliability``),
+and starts the others afresh; selection and the test read then run as in an uninterrupted fine-tune.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import os
 import statistics
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
-from famlab.experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass
+from famlab.experiments.compose import PRESET_DIR, compose, cross_checks, to_dataclass, to_plain
 from famlab.experiments.config import Config, ConfigInputError
+from famlab.experiments.reliability import (
+    Preempted,
+    PreemptionCallback,
+    SignalLatch,
+    check_checkpoint_matches,
+    check_resumed_config,
+    resolve_resume,
+    save_last,
+)
 from famlab.experiments.run import (
     close_wandb,
+    env_rank,
     get_bundle,
     make_loggers,
     make_run_dir,
@@ -49,6 +67,7 @@ from omegaconf import OmegaConf
 
 log = logging.getLogger("famlab")
 METRICS = ("test/acc", "test/f1", "test/mcc")
+JOB_FILE = "job.json"  # a finished job's outcome, beside its metrics.csv; a resumed fine-tune skips the job
 
 
 @dataclasses.dataclass
@@ -314,6 +333,9 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     evaluated on the test split. Returns the results written to ``results.json``.
     """
     started = time.time()
+    if cfg.resume not in ("never", "auto"):
+        raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
+                               "last.ckpt; use resume=auto with run_dir=<the fine-tune's run directory>")
     d = cfg.data
     hf_pooler = None
     if init.kind == "hf":
@@ -339,6 +361,11 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         )
     family = cfg.model.family.value
     pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
+    if cfg.resume == "auto":
+        check_resumed_config(run_dir, to_plain(cfg))  # skipping recorded jobs under other settings would mix results
+        if (run_dir / "results.json").is_file():
+            print(f"famlab: {run_dir} is done (results.json); nothing to resume", file=sys.stderr)
+            return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
     job = _Job(cfg, init, task, bundle, pooling, written)
 
@@ -348,37 +375,60 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     val: dict[GridPoint, dict[str, float]] = {}
     best: dict[tuple[GridPoint, int], str] = {}
     per_seed: dict[str, dict[str, float]] = {}
+    last: tuple[int, Path] | None = None  # the latest finished job's step and last.ckpt (named if stopped next)
     # with a grid, each run's W&B run stays open until selection, so the selected point's test scores land in
-    # the run that trained the model (one id, one .wandb file, one `wandb sync`) and the others say they lost
+    # the run that trained the model (one id, one .wandb file, one `wandb sync`) and the others say they lost.
+    # Jobs skipped on resume finished in an earlier process: their W&B runs are closed and get no selection.
     held: dict[tuple[GridPoint, int], tuple[list[Any], int]] = {}
     try:
-        for point in points:
-            val[point] = {}
-            for seed in ft.seeds:
-                grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
-                seed_dir = _seed_dir(run_dir, grid_name, seed_name)
-                name = "-".join([run_dir.name, *([point.name] if grid_name else []),
-                                 *([f"s{seed}"] if seed_name is not None else [])])  # seed 0 named too
-                fit = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1)
-                val[point][str(seed)], best[point, seed] = fit.score, fit.checkpoint
-                held[point, seed] = fit.loggers, fit.step
-                if fit.scores is not None:  # a one-point grid: tested already, nothing left to wait for
-                    per_seed[str(seed)] = fit.scores
-                    held.pop((point, seed))
-                    try:
-                        record_selection(fit.loggers, selected=True, point=point.name)
-                    finally:
-                        close_wandb(fit.loggers)
-        chosen = select_point(val, mode)
-        for point, seed in list(held):
-            loggers, step = held.pop((point, seed))
-            try:
-                test = None
-                if point == chosen:  # the test split is read once, by the selected point's models only
+        with SignalLatch() as latch:  # a stop signal outside the jobs' training steps stops at the next boundary
+            for point in points:
+                val[point] = {}
+                for seed in ft.seeds:
+                    if latch.requested():
+                        raise Preempted(*(last or (0, None)), signum=latch.signum)
+                    grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
+                    seed_dir = _seed_dir(run_dir, grid_name, seed_name)
+                    name = "-".join([run_dir.name, *([point.name] if grid_name else []),
+                                     *([f"s{seed}"] if seed_name is not None else [])])  # seed 0 named too
+                    record = _read_job(seed_dir) if cfg.resume == "auto" else None
+                    if record is not None:
+                        print(f"famlab: fine-tuning job {name} is done ({seed_dir / JOB_FILE}); skipped",
+                              file=sys.stderr)
+                    else:
+                        record, loggers = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1, latch=latch)
+                        if record["test"] is None:
+                            held[point, seed] = loggers, record["steps"]
+                        else:  # a one-point grid: tested already, nothing left to wait for
+                            try:
+                                record_selection(loggers, selected=True, point=point.name)
+                            finally:
+                                close_wandb(loggers)
+                    val[point][str(seed)], best[point, seed] = record["val"], record["best"]
+                    last = (record["steps"], seed_dir / "checkpoints" / "last.ckpt")
+                    if record["test"] is not None:
+                        per_seed[str(seed)] = record["test"]
+            chosen = select_point(val, mode)
+            if len(points) > 1:  # the test split is read once, after selection, by the selected point's models only
+                for seed in ft.seeds:
+                    if latch.requested():
+                        raise Preempted(*(last or (0, None)), signum=latch.signum)
                     per_seed[str(seed)] = test = job.test(chosen, seed, best[chosen, seed])
-                record_selection(loggers, selected=point == chosen, point=chosen.name, test=test, step=step)
-            finally:
-                close_wandb(loggers)
+                    if (chosen, seed) in held:
+                        loggers, step = held.pop((chosen, seed))
+                        try:
+                            record_selection(loggers, selected=True, point=chosen.name, test=test, step=step)
+                        finally:
+                            close_wandb(loggers)
+                for key in list(held):
+                    loggers, step = held.pop(key)
+                    try:
+                        record_selection(loggers, selected=False, point=chosen.name, step=step)
+                    finally:
+                        close_wandb(loggers)
+    except Preempted as e:
+        e.run_dir = run_dir  # the fine-tune resumes as a whole; the checkpoint is one job's
+        raise
     finally:  # a run stopped part-way (preemption, non-finite loss) leaves no W&B run open
         for loggers, _ in held.values():
             close_wandb(loggers)
@@ -421,22 +471,26 @@ def _seed_dir(run_dir: Path, point: GridPoint | None, seed: int | None) -> Path:
     return path
 
 
+def _read_job(seed_dir: Path) -> dict[str, Any] | None:
+    """The outcome a finished job recorded in ``job.json``, or None (not started, interrupted, or unreadable)."""
+    try:
+        record = json.loads((seed_dir / JOB_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and {"val", "best", "steps", "test"} <= set(record) else None
+
+
+def _write_job(seed_dir: Path, record: dict[str, Any]) -> None:
+    """Write ``job.json`` whole or not at all (a stop mid-write must not leave a record a resume would trust)."""
+    tmp = seed_dir / f"{JOB_FILE}.tmp"
+    write_json(tmp, record)
+    os.replace(tmp, seed_dir / JOB_FILE)
+
+
 def _drop_checkpoints(checkpoint_dir: Path) -> None:
     """Checkpoints of a grid point that was not selected are never read again (their metrics.csv stays)."""
     for ckpt in checkpoint_dir.glob("*.ckpt"):
         ckpt.unlink()
-
-
-@dataclasses.dataclass
-class Fit:
-    """One trained (grid point, seed): best validation score and checkpoint, test scores if tested right away,
-    and its loggers with the W&B run still open (the test scores of a selected point go there later)."""
-
-    score: float
-    checkpoint: str
-    scores: dict[str, float] | None
-    loggers: list[Any]
-    step: int
 
 
 class _Job:
@@ -476,13 +530,21 @@ class _Job:
         return ClassificationDataModule(self.task, self.bundle, batch_size=self.batch_size, collate_fn=collate,
                                         seed=seed, num_workers=self.cfg.data.num_workers)
 
-    def fit(self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool) -> Fit:
-        """Train one (grid point, seed) with its own W&B run, left open for :func:`finetune` to finish."""
+    def fit(
+        self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool, latch: SignalLatch
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """Train one (grid point, seed), or continue it from its ``last.ckpt`` under ``resume=auto``; record its
+        outcome (best validation score, its checkpoint, the steps, the test scores if ``test_now``) and return it
+        with the job's loggers, whose W&B run is left open for :func:`finetune` to finish."""
         import lightning as L
 
         cfg, ft = self.cfg, self.cfg.finetune
         L.seed_everything(seed, workers=True, verbose=False)
         module, dm = self.module(point), self.datamodule(seed)
+        ckpt_path = resolve_resume(cfg, seed_dir / "checkpoints")
+        if ckpt_path is not None:
+            check_checkpoint_matches(ckpt_path, module)
+            print(f"famlab: fine-tuning job {name} resumes from {ckpt_path}", file=sys.stderr)
         config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
         loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config=config)
         try:
@@ -492,18 +554,30 @@ class _Job:
                 max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
                 val_check_interval=self.val_every, limit_val_batches=None,
             )
-            trainer.fit(module, datamodule=dm)
+            trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+            # a signal after the last step boundary let the job finish: the fine-tune stops before the next one
+            preemption = next(c for c in trainer.callbacks if isinstance(c, PreemptionCallback))
+            latch.note(preemption.signal)
+            if preemption.saved is None or preemption.saved[0] != trainer.global_step:
+                # last.ckpt is only rewritten with a new best one: make it the final step, so a job stopped before
+                # its job.json is written resumes without training again
+                save_last(trainer, seed_dir / "checkpoints")
             callback = trainer.checkpoint_callback
-            score = float(callback.best_model_score) if callback.best_model_score is not None else math.nan
-            scores = None
+            record: dict[str, Any] = {
+                "lr": point.lr, "head_lr": point.head_lr, "seed": seed,
+                "val": float(callback.best_model_score) if callback.best_model_score is not None else math.nan,
+                "best": str(callback.best_model_path), "steps": int(trainer.global_step), "test": None,
+            }
             if test_now:  # a one-point grid: selection is trivial, so test with this run's loggers (W&B included)
                 result = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
-                scores = {k: float(result[k]) for k in METRICS if k in result}
+                record["test"] = {k: float(result[k]) for k in METRICS if k in result}
         except BaseException:
-            close_wandb(loggers)
+            close_wandb(loggers)  # a stopped job's W&B files are complete; it resumes from its last.ckpt
             raise
         stop_console_capture(loggers)  # the run stays open: the next runs' console output is not its own
-        return Fit(score, str(callback.best_model_path), scores, loggers, int(trainer.global_step))
+        if env_rank() == 0:
+            _write_job(seed_dir, record)
+        return record, loggers
 
     def test(self, point: GridPoint, seed: int, checkpoint: str) -> dict[str, float]:
         """Test the selected point's best checkpoint of ``seed``; the scores are appended to its metrics.csv."""

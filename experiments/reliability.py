@@ -38,9 +38,14 @@ PREEMPTED_EXIT = 3  # exit status of a preempted (checkpointed, resumable) run
 class Preempted(Exception):  # noqa: N818 - a control-flow signal, not an error
     """Raised out of ``fit`` after SIGTERM/SIGINT/SIGUSR1 once the checkpoint is written."""
 
-    def __init__(self, step: int, checkpoint: Path, signum: int | None = None) -> None:
+    def __init__(
+        self, step: int, checkpoint: Path | None, signum: int | None = None, run_dir: Path | None = None
+    ) -> None:
         super().__init__(f"preempted at step {step}; checkpoint {checkpoint}")
         self.step, self.checkpoint, self.signum = step, checkpoint, signum
+        # the directory the resume command names; a fine-tune's checkpoints sit deeper (one per grid point x seed).
+        # checkpoint None: stopped between a fine-tune's jobs before any of them trained in this process
+        self.run_dir = run_dir if run_dir is not None else checkpoint.parent.parent if checkpoint else Path(".")
 
 
 # Signals that checkpoint and stop: SIGTERM (preemption), SIGINT (Ctrl-C), and SIGUSR1, which SLURM sends
@@ -199,7 +204,9 @@ class PreemptionCallback(pl.Callback):
     """SIGTERM / SIGINT / SIGUSR1: finish the current step, write ``last.ckpt``, stop with ``Preempted``.
 
     The flag is reduced over ranks (MAX) at every step boundary so all ranks stop at the same step
-    even if only one got the signal. A second SIGINT interrupts at once (no checkpoint).
+    even if only one got the signal. A second SIGINT interrupts at once (no checkpoint). A signal that
+    arrives after the last step boundary leaves the fit to finish; ``signal`` still says it came, so a
+    command that runs several fits (fine-tuning) stops before the next one.
     """
 
     def __init__(self, checkpoint_dir: Path) -> None:
@@ -408,7 +415,7 @@ def check_checkpoint_matches(path: str, module: Any, key: str = "resume") -> Non
 def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
     """Report a preempted or non-finite stop on stderr and return the CLI's exit status for it.
 
-    Preempted: `PREEMPTED_EXIT` on rank 0 with the command that resumes (fine-tuning reruns from its init);
+    Preempted: `PREEMPTED_EXIT` on rank 0 with the command that resumes (``run_dir=<e.run_dir> resume=auto``);
     other DDP ranks return 0, since a non-zero exit would make Lightning's launcher kill rank 0 mid-message.
     Non-finite stop: 1.
     """
@@ -418,12 +425,89 @@ def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
     assert isinstance(e, Preempted)
     if env_rank() != 0:
         return 0
-    how = "Resume with" if job == "pretrain" else "Fine-tuning restarts from its init; rerun with"
     if e.signum == getattr(signal, "SIGUSR1", None):
         print(f"famlab: {request_requeue()}", file=sys.stderr)
-    print(f"famlab: preempted at step {e.step}; checkpoint {e.checkpoint}. "
-          f"{how}: {resume_hint(cfg, e.checkpoint.parent.parent, job)}", file=sys.stderr)
+    where = f"at step {e.step}; checkpoint {e.checkpoint}" if e.checkpoint is not None else "before training"
+    print(f"famlab: preempted {where}. Resume with: {resume_hint(cfg, e.run_dir, job)}", file=sys.stderr)
     return PREEMPTED_EXIT
+
+
+class SignalLatch:
+    """While a command runs several fits (fine-tuning: one per grid point x seed), remember a stop signal that
+    arrives outside a fit's training steps (setup, testing, between fits), so the command stops at the next
+    fit boundary with ``Preempted`` instead of dying half-way through writing a fit's results.
+
+    Inside a fit ``PreemptionCallback`` installs its own handlers over these; a signal it saw too late to
+    stop the fit (after the last step boundary) is handed back with ``note``. A second SIGINT interrupts at once.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> SignalLatch:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # signals install only in the main thread
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self.signum is not None:
+            raise KeyboardInterrupt
+        self.note(signum)
+        print(f"famlab: got {signal.Signals(signum).name}; stopping at the next job boundary", file=sys.stderr)
+
+    def note(self, signum: int | None) -> None:
+        """Record a stop signal (the first one is kept)."""
+        if self.signum is None:
+            self.signum = signum
+
+    def requested(self) -> bool:
+        """Whether any rank got a stop signal (MAX over ranks, so all ranks stop at the same boundary)."""
+        return _all_reduce(1.0 if self.signum is not None else 0.0, "max") > 0
+
+
+# keys a resumed run may change: where it runs and how it reports, not what it computes
+RESUME_FREE_KEYS = ("resume", "run_dir", "provenance", "wandb", "trainer.progress_bar", "data.cache_dir")
+
+
+def check_resumed_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """Refuse to resume ``run_dir`` under a config that differs from its stored ``config.yaml``.
+
+    ``config`` is the resolved config as ``run.write_config`` would write it. Only the keys of
+    ``RESUME_FREE_KEYS`` may differ; any other changed key would mix results of two configurations.
+    """
+    import yaml
+    from famlab.experiments.compose import flatten
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return  # nothing ran yet: a fresh start
+    try:
+        stored = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigInputError(f"resume=auto: {path} is not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(stored, dict):
+        raise ConfigInputError(f"resume=auto: {path} is not a famlab config")
+    old, new = flatten(stored), flatten(config)
+
+    def free(key: str) -> bool:
+        return any(key == k or key.startswith(k + ".") for k in RESUME_FREE_KEYS)
+
+    changed = sorted(k for k in set(old) | set(new) if not free(k) and old.get(k, "<unset>") != new.get(k, "<unset>"))
+    if changed:
+        shown = ", ".join(f"{k}={new.get(k, '<unset>')} (stored {old.get(k, '<unset>')})" for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise ConfigInputError(f"resume=auto: {path} was written with other settings: {shown}{more}; "
+                               "resume with the original settings, or start a new run_dir")
 
 
 def request_requeue() -> str:

@@ -111,7 +111,11 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, 
     rows, results = [], []
     for spec in specs:
         log.info("suite task %s (%s)", spec.name, spec.task)
-        ft = finetune(_task_config(cfg, spec, suite_dir / spec.name), init)
+        try:  # resume=auto: finished tasks return their results.json, an interrupted one continues its jobs
+            ft = finetune(_task_config(cfg, spec, suite_dir / spec.name), init)
+        except Preempted as e:
+            e.run_dir = suite_dir  # the suite resumes as a whole
+            raise
         result = TaskResult(spec.name, spec.metric, {s: v[spec.headline] for s, v in ft["seeds"].items()})
         interval = task_interval(result)
         results.append(result)

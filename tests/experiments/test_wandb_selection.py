@@ -9,29 +9,13 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from famlab.experiments import cli
 
-FAST = ["trainer.max_steps=6", "trainer.log_every_n_steps=2", "trainer.val_check_interval=3",
-        "trainer.limit_val_batches=2", "data.batch_size=8", "trainer.progress_bar=false", "model.dim=32",
-        "model.num_layers=2", "model.num_heads=2", "data.seq_len=32", "wandb.mode=offline"]
+from tests.experiments.test_wandb_dashboards import FAST, inspect, summary
+
 GRID = ["finetune.lr_grid=[1e-4,3e-3]", "finetune.seeds=[0,1]", "finetune.max_steps=4", "finetune.val_every=2"]
-
-
-def inspect(run_dir: Path) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_dir)],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-def summary(recs: list[dict]) -> dict:
-    merged: dict = {}
-    for r in recs:
-        if r["type"] == "summary":
-            merged.update(r["summary"].get("update", {}))
-    return merged
 
 
 def run_info(recs: list[dict]) -> dict:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import collections
-import importlib.util
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 from famlab.datamodules.bundled import (
@@ -19,16 +17,9 @@ from famlab.datamodules.bundled import (
 )
 from famlab.datamodules.tasks import load_task
 
-ROOT = Path(__file__).resolve().parents[2]
-WORDNET_DIR = Path("/usr/share/wordnet")
+from tests.datamodules.test_dm_wordnet_data import WORDNET_DIR, build_module
+
 needs_wordnet = pytest.mark.skipif(not WORDNET_DIR.exists(), reason="wordnet-base not installed")
-
-
-def _build_module():
-    spec = importlib.util.spec_from_file_location("build_wordnet", ROOT / "scripts" / "build_wordnet.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +60,7 @@ def test_every_anchor_appears_once_in_each_class(pairs):
 def test_pair_labels_match_the_wordnet_relations(pairs):
     """hypernym: b is a direct hypernym of a; sibling: a and b share one; unrelated: no hypernym in common
     within two levels."""
-    build = _build_module()
+    build = build_module()
     pointers = build.read_pointers(WORDNET_DIR)
     parents = {s: {t for sym, t in p if sym == "@"} for s, p in pointers.items()}
     for r in pairs[:: 7]:
@@ -107,7 +98,7 @@ def test_bundled_tasks_load_by_name():
 def test_suite_tasks_build_byte_reproducibly(tmp_path):
     """Rebuilding the suite tasks from wordnet-base gives the committed files byte for byte."""
     shutil.copy(WORDNET_TASK, tmp_path / WORDNET_TASK.name)
-    stats = _build_module().build_suite_tasks(WORDNET_DIR, tmp_path, seed=0)
+    stats = build_module().build_suite_tasks(WORDNET_DIR, tmp_path, seed=0)
     assert stats["domain_classes"] == 14
     for name in ("wordnet-pairs.jsonl.gz", "wordnet-domain.jsonl.gz"):
         assert (tmp_path / name).read_bytes() == (DATA_DIR / name).read_bytes(), name

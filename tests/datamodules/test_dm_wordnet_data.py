@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORDNET_DIR = Path("/usr/share/wordnet")
 
 
-def _build_module():
+def build_module():
     spec = importlib.util.spec_from_file_location("build_wordnet", ROOT / "scripts" / "build_wordnet.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -45,7 +45,7 @@ def test_bundled_files_are_small_and_licensed():
 
 def test_task_has_45_supersenses_split_80_10_10_per_label(task_rows):
     """Every one of the 45 lexicographer files is a class, and each is split about 80/10/10."""
-    build = _build_module()
+    build = build_module()
     labels = collections.Counter(r["label"] for r in task_rows)
     assert set(labels) == set(build.LEXNAMES) and len(labels) == 45
     per_label = collections.defaultdict(collections.Counter)
@@ -82,7 +82,7 @@ def test_val_and_test_synsets_are_not_in_the_corpus(task_rows):
 
 def test_definitions_hide_lemmas_and_examples():
     """Parsing a real wndb line: lemmas masked as whole words, quoted examples dropped, adj markers removed."""
-    build = _build_module()
+    build = build_module()
     line = ("00001740 29 v 04 breathe 0 take_a_breath 0 respire 0 suspire 3 021 * 00005041 v 0000 | draw air into, "
             'and expel out of, the lungs; "I can breathe better when the air is clean"; "The patient is respiring"  ')
     s = build.parse_data_line(line)
@@ -99,7 +99,7 @@ def test_no_task_text_contains_its_own_lemma(task_rows):
     """Spot check against the source: single-word lemmas never survive in their synset's definition."""
     if not WORDNET_DIR.exists():
         pytest.skip("wordnet-base not installed")
-    build = _build_module()
+    build = build_module()
     synsets = {}
     with open(WORDNET_DIR / "data.verb", encoding="utf-8") as f:
         for line in f:
@@ -122,7 +122,7 @@ def test_build_is_byte_reproducible(tmp_path):
     """Rebuilding from wordnet-base gives the committed files byte for byte."""
     if not WORDNET_DIR.exists():
         pytest.skip("wordnet-base not installed")
-    build = _build_module()
+    build = build_module()
     stats = build.build(WORDNET_DIR, tmp_path, Path("/usr/share/doc/wordnet-base/copyright"), seed=0)
     assert stats["synsets"] == 117659
     zeroshot = build.build_zeroshot(WORDNET_DIR, tmp_path, seed=0)

@@ -48,8 +48,8 @@ SIZES = ("tiny", "small", "base")
 # (T5 5845 steps, 1.4e13 FLOPs) and the others match its FLOPs. Fine-tuning is low-resource (1,000 labelled
 # definitions; 500 each for validation and test), where what pretraining put into the body shows, and every arm,
 # pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based selection
-# (at every scale the grid is the preset's finetune.lr and a tenth of it, each with a 10x head lr: a pretrained body
-# usually wants the gentler step, a random one the larger; validation chooses per arm).
+# (at every scale the grid is the preset's finetune.lr and three times it, each with a 10x head lr; validation
+# chooses per arm).
 TINY_DEFAULTS = [
     "trainer.max_steps=5845",
     "trainer.val_check_interval=500",

@@ -175,6 +175,17 @@ def load_network(cfg: Config, init: Init) -> tuple[Any, Any]:
     return net, None
 
 
+def with_dropout(net: Any, dropout: float) -> Any:
+    """``net`` with its dropout rate set to ``dropout``: the same weights in a network built with that rate."""
+    if net.config.dropout == dropout:
+        return net
+    from famlab.families import build_network
+
+    rebuilt = build_network(dataclasses.replace(net.config, dropout=dropout))
+    rebuilt.load_state_dict(net.state_dict())
+    return rebuilt.train(net.training)
+
+
 def _hf_model(src: str) -> tuple[Any, bool]:
     """Load a BERT / GPT-2 / T5 Hugging Face model; returns ``(model, has_pooler)``."""
     try:
@@ -342,6 +353,8 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         # the family (and so the run name) is only known once the model is loaded; fail early if it cannot be
         net0, hf_pooler = _hf_network(init.hf or "")
         cfg.model = net0.config
+    if cfg.finetune.dropout is not None:  # the fine-tune's model: config.yaml records the dropout it trains with
+        cfg.model = dataclasses.replace(cfg.model, dropout=cfg.finetune.dropout)
     has_pooler = init.kind == "hf" and hf_pooler is not None
     task = load_task_for(d)
     run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
@@ -512,6 +525,7 @@ class _Job:
 
         cfg, ft = self.cfg, self.cfg.finetune
         net, pooler = load_network(cfg, self.init)
+        net = with_dropout(net, cfg.model.dropout)  # an hf: model arrives with its own config's dropout
         optim = OptimSettings(
             lr=point.lr, betas=(cfg.optim.betas[0], cfg.optim.betas[1]), eps=cfg.optim.eps,
             weight_decay=ft.weight_decay, warmup_steps=int(ft.warmup_ratio * self.total), max_steps=self.total,

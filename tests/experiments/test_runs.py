@@ -116,7 +116,8 @@ def test_finetune_from_the_pretraining_run(pretrained, env, task_csv, family):
     run_dir = env / f"ft-{family}"
     args = ["finetune", f"init={pretrained[family]}", "finetune.max_steps=4", "finetune.val_every=2",
             "data.batch_size=16", f"data.task={task_csv}", "data.text_column=sentence", "data.label_column=topic",
-            "trainer.progress_bar=false", "wandb.mode=offline", f"run_dir={run_dir}", "finetune.seeds=[0,1]"]
+            "trainer.progress_bar=false", "wandb.mode=offline", f"run_dir={run_dir}", "finetune.seeds=[0,1]",
+            "finetune.dropout=0.2"]
     assert cli.main(args) == 0
     results = json.loads((run_dir / "results.json").read_text())
     assert results["family"] == family and results["num_classes"] == 3
@@ -129,7 +130,8 @@ def test_finetune_from_the_pretraining_run(pretrained, env, task_csv, family):
     assert results["mean"]["test/acc"] == pytest.approx(sum(accs) / 2)
     assert results["majority"]["test/mcc"] == 0.0 and 0.2 < results["majority"]["test/acc"] < 0.5
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert cfg["model"] == yaml.safe_load((pretrained[family] / "config.yaml").read_text())["model"]
+    # the run's model, fine-tuned with finetune.dropout in place of its pretraining dropout
+    assert cfg["model"] == {**yaml.safe_load((pretrained[family] / "config.yaml").read_text())["model"], "dropout": 0.2}
     run = next(r["run"] for r in wandb_records(run_dir / "seed-0") if r["type"] == "run")
     assert run["job_type"] == "finetune" and run["config"]["update"]["init"] == str(pretrained[family])
 

@@ -85,6 +85,33 @@ def test_probe_separates_separable_features_and_not_shuffled_labels():
     assert abs(bad.test["test/acc"] - 0.25) < 0.08
 
 
+def test_probe_fit_is_the_l2_logistic_optimum(monkeypatch):
+    """The chosen classifier is the minimiser of the L2-penalised multinomial loss: its gradient vanishes there."""
+    from sklearn import linear_model
+
+    fitted = []
+
+    class Recording(linear_model.LogisticRegression):
+        def fit(self, x, y):
+            fitted.append((self, x, y))
+            return super().fit(x, y)
+
+    monkeypatch.setattr(linear_model, "LogisticRegression", Recording)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 8)) @ rng.normal(size=(8, 8))  # correlated features, as pooled states are
+    y = (x[:, :4].argmax(1) + (rng.random(300) < 0.3)) % 4
+    fit_probe((x, y), (x[:50], y[:50]), (x[:50], y[:50]), [0.5], 4)
+    clf, xs, ys = fitted[0]
+    logits = xs @ clf.coef_.T + clf.intercept_
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    onehot = np.eye(4)[ys]
+    grad_w = (p - onehot).T @ xs + clf.coef_ / 0.5  # sum of losses times C plus |W|^2 / 2, scaled by 1 / C
+    grad_b = (p - onehot).sum(0)
+    np.testing.assert_allclose(grad_w, 0, atol=1e-3 * len(xs))
+    np.testing.assert_allclose(grad_b, 0, atol=1e-3 * len(xs))
+
+
 def test_probe_refuses_a_single_class():
     x = np.zeros((10, 3))
     with pytest.raises(ConfigInputError, match="fewer than 2 classes"):

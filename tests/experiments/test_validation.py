@@ -20,6 +20,7 @@ CASES = [
     ("optim.name=sgd", "optim.name=sgd is not one of: adamw, adafactor"),
     ("optim.betas=[0.9,1.5]", "optim.betas=1.5 must be in [0, 1)"),
     ("model.dropout=1", "model.dropout=1.0 must be in [0, 1)"),
+    ("finetune.dropout=-0.1", "finetune.dropout=-0.1 must be in [0, 1)"),
     ("model.norm_eps=inf", "model.norm_eps=inf must be in (0, 1)"),
     ("data.tokenizer.vocab_size=99999999999", "data.tokenizer.vocab_size=99999999999 must be in [1, 16777216]"),
     ("data.tokenizer.vocab_size=100", "data.tokenizer.vocab_size=100 is below 366"),

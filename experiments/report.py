@@ -465,7 +465,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
         diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
         md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
-    bought = transfer.section(runs, probes, families, out_dir, dirs, scale)
+    bought = transfer.section(runs, probes, families, out_dir, dirs, transfer.smoke_scale(scale, plan))
     md += ["", *bought["markdown"]]
     md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", "", f"![fine-tune scores]({scores.name})", ""]
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")

@@ -104,22 +104,34 @@ def probe_table(gains: list[Gain]) -> str:
     return gain_table(gains, baseline="random-init body").replace("| pretrained |", "| pretrained body |", 1)
 
 
-def verdict(gains: list[Gain], scale: str | None = None) -> str:
-    """Does pretraining pay off for every arm, beyond seed variation? At the tiny scale a miss is stated as what it
-    is: a smoke-scale run whose pretrained-vs-scratch result for those arms is not expected to be significant."""
+SMOKE = ("This is a smoke-scale run: the tiny shape below the pretraining budget at which every family was measured "
+         "to pay off (`famlab compare cpu`, twice the default's), so its pretrained-vs-scratch result is not expected "
+         "to be significant for every family (see the README's 'What the default comparison measures'). Rank families "
+         "with `famlab compare cpu` on a CPU or `famlab compare small` on one GPU.")
+
+
+def smoke_scale(scale: str | None, plan: dict[str, Any] | None) -> bool:
+    """A tiny comparison whose reference pretraining steps fall short of the ``cpu`` preset's."""
+    from famlab.experiments.compose import load_yaml, preset_path
+
+    steps = (plan or {}).get("reference_steps")
+    if scale != "tiny" or steps is None:
+        return False
+    return int(steps) < int(load_yaml(preset_path("cpu")).trainer.max_steps)
+
+
+def verdict(gains: list[Gain], smoke: bool = False) -> str:
+    """Does pretraining pay off for every arm, beyond seed variation? A smoke-scale run says so first."""
+    lead = f"{SMOKE} " if smoke else ""
     if not gains:
-        return "No arm has at least 2 seeds on both sides, so no gain was tested."
+        return f"{lead}No arm has at least 2 seeds on both sides, so no gain was tested."
     bad = [g.arm for g in gains if not g.significant]
     if not bad:
-        return (f"Pretraining pays off for every arm: each pretrained arm beats its own baseline "
+        return (f"{lead}Pretraining pays off for every arm: each pretrained arm beats its own baseline "
                 f"(one-sided Welch, Holm-corrected p < {ALPHA} across {len(gains)} arms).")
-    line = (f"Pretraining does not pay off beyond seed variation for {', '.join(bad)} (Holm-corrected p >= {ALPHA}): "
-            "a ranking that includes them measures what this budget's pretraining did to a random initialisation, not "
-            "what pretraining can teach.")
-    if scale == "tiny":
-        line += (" At the tiny scale this is a smoke-scale result for those arms (see the README's 'What the default "
-                 "comparison measures'); a larger budget (`famlab compare small`) is the setting to rank them.")
-    return line
+    return (f"{lead}Pretraining does not pay off beyond seed variation for {', '.join(bad)} (Holm-corrected "
+            f"p >= {ALPHA}): a ranking that includes them measures what this budget's pretraining did to a random "
+            "initialisation, not what pretraining can teach.")
 
 
 def plot_gains(finetune: list[Gain], probe: list[Gain], path: Path) -> Path:
@@ -155,7 +167,7 @@ def plot_gains(finetune: list[Gain], probe: list[Gain], path: Path) -> Path:
 
 def section(
     runs: list[dict[str, Any]], probes: list[dict[str, Any]], families: dict[str, dict[str, Any]], out_dir: Path,
-    dirs: list[Path], scale: str | None = None,
+    dirs: list[Path], smoke: bool = False,
 ) -> dict[str, Any]:
     """The "what pretraining bought" section: gains, probe table, plot, protocol and wall-time split."""
     ft_gains = finetune_gains(families)
@@ -172,7 +184,7 @@ def section(
         tables["gains"] = gain_table(ft_gains)
         md += ["Fine-tuned test accuracy of each pretrained arm minus its family's from-scratch baseline "
                "(same recipe, grid and selection; one-sided Welch test, Holm-corrected across arms).", "",
-               tables["gains"], "", verdict(ft_gains, scale), ""]
+               tables["gains"], "", verdict(ft_gains, smoke), ""]
     if pr_gains:
         tables["probe"] = probe_table(pr_gains)
         md += ["### Linear probe (frozen body)", "",

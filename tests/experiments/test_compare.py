@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+import famlab.experiments
 from famlab.experiments import cli
 from famlab.experiments.report import TIME_COLUMNS
 
@@ -176,6 +177,20 @@ def test_bad_compare_objectives_fail_with_one_line_naming_the_key(tmp_path, caps
     assert len(err.splitlines()) == 1 and err.startswith("famlab: error: compare.objectives: "), err
     assert problem in err and "valid pairs: bert x mlm" in err, err
     assert not (tmp_path / "runs").exists()  # refused before anything ran
+
+
+def test_a_named_preset_keeps_its_keys_over_the_tiny_comparisons_defaults():
+    """``famlab compare cpu``: cpu.yaml's trainer.max_steps wins over the tiny default; the other defaults stay."""
+    from famlab.experiments.compare import TINY_DEFAULTS, compose_all
+
+    default = dict(d.split("=", 1) for d in TINY_DEFAULTS)
+    base, cfgs = compose_all(["cpu"], [])
+    cpu = yaml.safe_load((Path(famlab.experiments.__file__).parent / "configs" / "cpu.yaml").read_text())
+    assert base.trainer.max_steps == cpu["trainer"]["max_steps"] != int(default["trainer.max_steps"])
+    assert base.finetune.max_steps == int(default["finetune.max_steps"]) and base.size == "tiny"
+    assert all(c.trainer.max_steps == cpu["trainer"]["max_steps"] for c in cfgs.values())
+    over, _ = compose_all(["cpu"], ["trainer.max_steps=7"])  # the command line still wins over both
+    assert over.trainer.max_steps == 7
 
 
 def test_compose_all_builds_one_config_per_arm(capsys):

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from famlab.experiments import transfer
+from famlab.experiments.compose import compose
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.finetune import GridPoint, grid_points, select_point
 from famlab.experiments.probe import fit_probe
@@ -37,6 +38,17 @@ def test_finetune_gains_match_scipy_and_holm_by_hand():
     assert [a for a, g in gains.items() if g.significant] == ["bert"]
     assert gains["bert"].ci_low > 0 > gains["t5"].ci_high
     assert "gpt, t5" in transfer.verdict(list(gains.values()))
+
+
+def test_a_tiny_run_below_the_cpu_presets_budget_calls_itself_smoke_scale():
+    """The smoke-scale statement follows the budget, not the outcome: it leads the verdict even when all pay off."""
+    cpu_steps = compose(["tiny", "cpu"], []).cfg.trainer.max_steps
+    assert transfer.smoke_scale("tiny", {"reference_steps": cpu_steps - 1})
+    assert not transfer.smoke_scale("tiny", {"reference_steps": cpu_steps})
+    assert not transfer.smoke_scale("small", {"reference_steps": 10}) and not transfer.smoke_scale("tiny", None)
+    paid = [transfer.Gain("gpt", "gpt", [0.5, 0.51, 0.52], [0.4, 0.41, 0.42], 0.1, 0.08, 0.12, 0.001, 0.001)]
+    assert transfer.verdict(paid, smoke=True).startswith(transfer.SMOKE + " Pretraining pays off for every arm")
+    assert transfer.verdict(paid).startswith("Pretraining pays off for every arm")
 
 
 def test_gain_table_has_one_row_per_arm_and_the_verdict_column():

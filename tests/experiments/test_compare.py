@@ -4,9 +4,9 @@ import json
 import random
 from pathlib import Path
 
+import famlab.experiments
 import pytest
 import yaml
-import famlab.experiments
 from famlab.experiments import cli
 from famlab.experiments.report import TIME_COLUMNS
 

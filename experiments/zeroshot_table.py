@@ -5,7 +5,10 @@ each family's rule).
 - :func:`zero_shot_scores` evaluates one pretraining run directory (``compare`` stores the result in the run's
   ``eval.json`` under ``zero_shot``);
 - :func:`zero_shot_rows` averages them over an arm's pretraining seeds;
-- :func:`zero_shot_section` renders the report section (markdown lines).
+- :func:`zero_shot_section` renders the report section (markdown lines);
+- :func:`zero_shot_summary` flattens the rows into scalar keys ``zero_shot/<task>/<arm>``, which the report
+  writes to ``results.json`` (``wandb_summary``) and the comparison's W&B report run puts in its summary (the
+  table itself reaches that run as ``tables/zero_shot_multiple_choice_family_agnostic``, as every report table does).
 """
 
 from __future__ import annotations
@@ -76,6 +79,12 @@ def zero_shot_markdown(rows: dict[str, dict[str, Any]]) -> str:
         name = {"chance": "chance", "bigram": "add-k bigram"}.get(arm, arm)
         lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" if c in row else "-" for c in columns) + " |")
     return "\n".join(lines)
+
+
+def zero_shot_summary(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """``{"zero_shot/<task>/<arm>": accuracy}`` for every cell of the table (arms, ``chance``, ``bigram``)."""
+    return {f"zero_shot/{column}/{arm}": float(value) for arm, row in rows.items()
+            for column, value in row.items() if column != "seeds"}
 
 
 def zero_shot_section(arm_runs: dict[str, list[dict[str, Any]]]) -> list[str]:

@@ -6,15 +6,21 @@ candidate with its family's own likelihood (``famlab.objectives.zeroshot``); an 
 on the run's pretraining corpus with the run's tokenizer is scored the same way as a floor.
 
 Accuracy is reported for the raw summed log-probability, per token and per byte, each with a 95 % percentile
-bootstrap interval over items and the chance level (mean of 1/K). The headline is **per byte**: it does not
-favour short candidates as the raw sum does, and, unlike per token, it does not depend on the tokenizer.
-A tie is never correct.
+bootstrap interval over items, next to chance (mean of 1/K) and ``length_only`` (the right candidate is the
+shortest in bytes: what length alone gets). A tie is never correct. The headline (:func:`headline`) is
+**per byte** for cloze items whose candidates are different words (the reverse dictionary, any ``.jsonl``): the raw
+sum favours short candidates and per token depends on the tokenizer (byte-length normalisation is the
+``acc_norm`` of EleutherAI's lm-evaluation-harness). It is **raw** for ``wordnet-minimal-pairs``, as in BLiMP
+(Warstadt et al. 2020, total log-probability of each member of a pair): the two fillers differ by a suffix or an
+order, and per byte divides by what each family scores, the whole text for GPT (~100 bytes: nearly raw) but the
+3-10 byte span for T5 and BERT, so it turns the ``-s`` of a plural into a family difference (determiner-noun
+agreement on the default comparison, first 300 pairs: per byte BERT 0.66, T5 0.68, GPT 0.89; raw 0.98, 0.96, 0.98).
 
 Options: ``data.eval`` (required: ``wordnet-reverse-dictionary``, ``wordnet-minimal-pairs``, ``wordnet``
 for both, or a ``.jsonl`` file), ``rule=full|span`` (GPT: the whole text, or the span given the prefix),
-``limit=N`` (first N items), ``bigram=true|false``, ``wandb.mode=auto|online|offline|disabled``,
-``wandb.project=``. Each run gets ``<run_dir>/eval/<task>/results.json`` and a W&B run (``job_type=eval``,
-config ``model_run_dir``, in the run's group).
+``limit=N`` (first N items), ``headline=raw|per_token|per_byte`` (instead of the task's), ``bigram=true|false``,
+``wandb.mode=auto|online|offline|disabled``, ``wandb.project=``. Each run gets ``<run_dir>/eval/<task>/results.json``
+and a W&B run (``job_type=eval``, config ``model_run_dir``, in the run's group).
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ import yaml
 from famlab.datamodules.bundled import WORDNET_MINIMAL_PAIRS, WORDNET_REVERSE_DICTIONARY
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.stats import bootstrap_ci
-from famlab.objectives.zeroshot import BLANK, NORMS, BigramLM, Item, Scorer, chance, correct
+from famlab.objectives.zeroshot import BLANK, NORMS, BigramLM, Item, Scorer, chance, correct, length_only
 
-HEADLINE = "per_byte"
+HEADLINE = "per_byte"  # the default headline (module docstring)
+HEADLINES = {"wordnet-minimal-pairs": "raw"}  # tasks of minimal pairs: raw, as BLiMP (module docstring)
 BUNDLED = {
     "wordnet-reverse-dictionary": WORDNET_REVERSE_DICTIONARY,
     "wordnet-minimal-pairs": WORDNET_MINIMAL_PAIRS,
@@ -82,6 +89,11 @@ def _parse(line: str, where: str) -> Item:
     return Item(text, tuple(choices), label, None if group is None else str(group))
 
 
+def headline(task: str) -> str:
+    """The normalisation whose accuracy is ``task``'s headline: ``raw`` for minimal pairs, else ``per_byte``."""
+    return HEADLINES.get(task, HEADLINE)
+
+
 def task_paths(spec: str) -> dict[str, Path]:
     """``data.eval`` -> {task name: file}."""
     if spec == "wordnet":
@@ -99,7 +111,8 @@ def summarise(items: list[Item], scores: list[Any], *, seed: int = 0) -> dict[st
     def block(sel: list[int]) -> dict[str, Any]:
         sub_items = [items[i] for i in sel]
         sub_scores = [scores[i] for i in sel]
-        out: dict[str, Any] = {"num_items": len(sel), "chance": chance(sub_items)}
+        out: dict[str, Any] = {"num_items": len(sel), "chance": chance(sub_items),
+                               "length_only": statistics.fmean(length_only(sub_items)) if sel else math.nan}
         for norm in NORMS:
             acc, low, high = bootstrap_ci(correct(sub_items, sub_scores, norm), seed=seed)
             out[norm] = {"acc": acc, "low": low, "high": high}
@@ -128,9 +141,10 @@ def load_bigram(run: Any, saved: dict[str, Any]) -> BigramLM:
     return min((lm.with_k(k) for k in BIGRAM_KS), key=lambda m: m.nll(val, run.ids.eos) if val else m.k)
 
 
-def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full", bigram: bool = True
-                 ) -> dict[str, dict[str, Any]]:
-    """Score every task with the run's network (and the bigram floor); {task: results} (no files written)."""
+def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full", bigram: bool = True,
+                 norm: str | None = None) -> dict[str, dict[str, Any]]:
+    """Score every task with the run's network (and the bigram floor); {task: results} (no files written).
+    ``norm``: the headline normalisation (None: each task's :func:`headline`)."""
     from famlab.experiments.generate import load_run
 
     run = load_run(str(run_dir))
@@ -141,7 +155,7 @@ def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "fu
     for name, items in tasks.items():
         started = time.time()
         result: dict[str, Any] = {"task": name, "family": run.family, "objective": run.objective, "rule": rule,
-                                  "headline": HEADLINE, "model_run_dir": str(run_dir.resolve())}
+                                  "headline": norm or headline(name), "model_run_dir": str(run_dir.resolve())}
         result.update(summarise(items, [_score(scorer, it, name, n) for n, it in enumerate(items, 1)]))
         result["wall_s"] = round(time.time() - started, 2)
         if floor is not None:
@@ -159,18 +173,25 @@ def _score(scorer: Scorer, item: Item, task: str, n: int) -> Any:
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
-    """Markdown table: one row per model (and the bigram floor, chance), accuracy per normalisation."""
-    head = "| model | family | items | chance | raw | per token | **per byte** |"
+    """Markdown table: one row per model, then the bigram floor and length alone; accuracy per normalisation
+    (the headline's column in bold)."""
+    best = next(iter(results.values()))["headline"]
+    names = {"raw": "raw", "per_token": "per token", "per_byte": "per byte"}
+    head = "| model | family | items | chance | " + " | ".join(
+        f"**{names[n]}**" if n == best else names[n] for n in NORMS) + " |"
     lines = [head, "|---|---|---|---|---|---|---|"]
-    bigram = None
+    bigram, last = None, None
     for model, r in results.items():
         cells = [f"{r[n]['acc']:.3f} [{r[n]['low']:.3f}, {r[n]['high']:.3f}]" for n in NORMS]
         lines.append(f"| {model} | {r['family']} | {r['num_items']} | {r['chance']:.3f} | " + " | ".join(cells) + " |")
-        bigram = bigram or r.get("bigram")
+        bigram, last = bigram or r.get("bigram"), r
     if bigram:
         cells = [f"{bigram[n]['acc']:.3f} [{bigram[n]['low']:.3f}, {bigram[n]['high']:.3f}]" for n in NORMS]
         lines.append(f"| add-k bigram (k={bigram['k']:g}) | - | {bigram['num_items']} | {bigram['chance']:.3f} | "
                      + " | ".join(cells) + " |")
+    if last is not None and "length_only" in last:
+        lines.append(f"| shortest candidate (length alone) | - | {last['num_items']} | {last['chance']:.3f} | "
+                     + " | ".join(f"{last['length_only']:.3f}" for _ in NORMS) + " |")
     return "\n".join(lines)
 
 
@@ -191,19 +212,21 @@ def _log_wandb(run_dir: Path, out_dir: Path, result: dict[str, Any], mode: str, 
     if logger is None:
         return
     exp = logger.experiment
-    summary = {"eval/chance": result["chance"], "eval/num_items": result["num_items"]}
+    best = result["headline"]
+    summary = {"eval/chance": result["chance"], "eval/num_items": result["num_items"], "eval/headline": best,
+               "eval/acc": result[best]["acc"], "eval/length_only": result["length_only"]}
     for norm in NORMS:
         summary[f"eval/acc_{norm}"] = result[norm]["acc"]
         if "bigram" in result:
             summary[f"eval/bigram_acc_{norm}"] = result["bigram"][norm]["acc"]
     for group, g in (result.get("groups") or {}).items():
-        summary[f"eval/{group}/acc_{HEADLINE}"] = g[HEADLINE]["acc"]
+        summary[f"eval/{group}/acc_{best}"] = g[best]["acc"]
     exp.summary.update(summary)
     exp.finish()
 
 
 def _options(overrides: list[str]) -> dict[str, Any]:
-    opts: dict[str, Any] = {"data.eval": None, "rule": "full", "limit": None, "bigram": True,
+    opts: dict[str, Any] = {"data.eval": None, "rule": "full", "limit": None, "headline": None, "bigram": True,
                             "wandb.mode": "auto", "wandb.project": "famlab"}
     for token in overrides:
         key, _, value = (token[2:] if token.startswith("--") else token).partition("=")
@@ -221,6 +244,8 @@ def _options(overrides: list[str]) -> dict[str, Any]:
             opts[key] = value
     if not opts["data.eval"]:
         raise EvalInputError("data.eval= is required (wordnet, a bundled task name, or a .jsonl file)")
+    if opts["headline"] is not None and opts["headline"] not in NORMS:
+        raise EvalInputError(f"headline={opts['headline']} must be one of {', '.join(NORMS)}")
     if opts["rule"] not in ("full", "span"):
         raise EvalInputError(f"rule={opts['rule']} must be full or span")
     if opts["wandb.mode"] not in ("auto", "online", "offline", "disabled"):
@@ -246,7 +271,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     mode = wandb_mode(cfg)
     by_task: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in tasks}
     for run_dir in run_dirs:
-        for name, result in evaluate_run(run_dir, tasks, rule=opts["rule"], bigram=opts["bigram"]).items():
+        for name, result in evaluate_run(run_dir, tasks, rule=opts["rule"], bigram=opts["bigram"],
+                                         norm=opts["headline"]).items():
             out_dir = run_dir / "eval" / name
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -254,13 +280,15 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
                 _log_wandb(run_dir, out_dir, result, mode, opts["wandb.project"])
             by_task[name][run_dir.name] = result
     for name, results in by_task.items():
-        print(f"## {name} (accuracy [95 % bootstrap CI]; headline: per byte; rule {opts['rule']})\n")
+        best = next(iter(results.values()))["headline"]
+        print(f"## {name} (accuracy [95 % bootstrap CI]; headline: {best.replace('_', ' ')}, see `famlab eval` in "
+              f"README.md; rule {opts['rule']})\n")
         print(table(results) + "\n")
         groups = sorted({g for r in results.values() for g in r.get("groups", {})})
         if groups:
             print("| model | " + " | ".join(groups) + " |\n|---|" + "---|" * len(groups))
             for model, r in results.items():
-                print(f"| {model} | " + " | ".join(f"{r['groups'][g][HEADLINE]['acc']:.3f}" for g in groups) + " |")
+                print(f"| {model} | " + " | ".join(f"{r['groups'][g][best]['acc']:.3f}" for g in groups) + " |")
             print()
     return 0
 

@@ -24,7 +24,7 @@ import yaml
 from famlab.experiments import transfer
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.yardsticks import read_metrics
-from famlab.experiments.zeroshot_table import zero_shot_section
+from famlab.experiments.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
@@ -450,7 +450,9 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
                 "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan["match"]]
         md.append(f"Budget matched on **{what}**: largest relative difference between {between} "
                   f"{spread:.2%} (tolerance {plan['tolerance']:.0%}); reference: {plan['reference']}.")
-    md += ["", *zero_shot_section({arm: pretrain_runs(runs, arm, plan) for arm in families})]  # headline table
+    zero_shot_runs = {arm: pretrain_runs(runs, arm, plan) for arm in families}
+    md += ["", *zero_shot_section(zero_shot_runs)]  # headline table
+    zero_shot = zero_shot_rows(zero_shot_runs)
     md += ["", "## Pretraining", "", pre_table, "",
            "Validation losses of different objectives are not comparable with each other (different targets); "
            "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
@@ -476,6 +478,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         "tables": {"pretrain": pre_table, "finetune": ft_table, **bought["tables"]},
         "gains": bought["gains"], "probe_gains": bought["probe_gains"], "protocol": bought["protocol"],
         "wall": bought["wall"],
+        "zero_shot": zero_shot, "wandb_summary": zero_shot_summary(zero_shot),  # scalars for the W&B report run
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results

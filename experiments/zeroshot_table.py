@@ -5,7 +5,10 @@ each family's rule).
 - :func:`zero_shot_scores` evaluates one pretraining run directory (``compare`` stores the result in the run's
   ``eval.json`` under ``zero_shot``);
 - :func:`zero_shot_rows` averages them over an arm's pretraining seeds;
-- :func:`zero_shot_section` renders the report section (markdown lines).
+- :func:`zero_shot_section` renders the report section (markdown lines);
+- :func:`zero_shot_summary` flattens the rows into scalar keys ``zero_shot/<task>/<arm>``, which the report
+  writes to ``results.json`` (``wandb_summary``) and the comparison's W&B report run puts in its summary (the
+  table itself reaches that run as ``tables/zero_shot_multiple_choice_family_agnostic``, as every report table does).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from famlab.experiments.evaluate import BUNDLED, HEADLINE, evaluate_run, read_items
+from famlab.experiments.evaluate import BUNDLED, evaluate_run, headline, read_items
 
 COMPARE_ITEMS = 300  # items per bundled task in ``famlab compare`` (the first 300 hold every group)
 
@@ -35,32 +38,39 @@ def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, Any]:
     return evaluate_run(run_dir, tasks)
 
 
-def _headline(result: dict[str, Any]) -> float:
-    return float(result[HEADLINE]["acc"])
+def _headline(result: dict[str, Any], task: str) -> float:
+    return float(result[headline(task)]["acc"])
 
 
 def zero_shot_rows(arm_runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """{arm: {task: mean headline accuracy over seeds, task/groups...}} plus ``chance`` and ``bigram`` rows.
+    """{arm: {task: mean headline accuracy over seeds, task/groups...}} plus ``chance``, ``bigram`` and ``length``
+    (the shortest candidate wins) rows.
 
     ``arm_runs`` maps an arm to its pretraining run records (``report.collect``'s dicts with ``eval``).
     """
     rows: dict[str, dict[str, Any]] = {}
-    reference: dict[str, dict[str, Any]] = {"chance": {}, "bigram": {}}
+    reference: dict[str, dict[str, Any]] = {"chance": {}, "bigram": {}, "length": {}}
     for arm, runs in arm_runs.items():
         evals = [r["eval"]["zero_shot"] for r in runs if "zero_shot" in (r.get("eval") or {})]
         if not evals:
             continue
         row: dict[str, Any] = {"seeds": len(evals)}
         for task in evals[0]:
-            row[task] = statistics.fmean(_headline(e[task]) for e in evals)
-            reference["chance"][task] = evals[0][task]["chance"]
-            if "bigram" in evals[0][task]:
-                reference["bigram"][task] = _headline(evals[0][task]["bigram"])
-            for group in evals[0][task].get("groups", {}):
-                row[f"{task}/{group}"] = statistics.fmean(_headline(e[task]["groups"][group]) for e in evals)
-                reference["chance"][f"{task}/{group}"] = evals[0][task]["groups"][group]["chance"]
-                if "bigram" in evals[0][task]:
-                    reference["bigram"][f"{task}/{group}"] = _headline(evals[0][task]["bigram"]["groups"][group])
+            first = evals[0][task]
+            row[task] = statistics.fmean(_headline(e[task], task) for e in evals)
+            reference["chance"][task] = first["chance"]
+            if "length_only" in first:
+                reference["length"][task] = first["length_only"]
+            if "bigram" in first:
+                reference["bigram"][task] = _headline(first["bigram"], task)
+            for group in first.get("groups", {}):
+                key = f"{task}/{group}"
+                row[key] = statistics.fmean(_headline(e[task]["groups"][group], task) for e in evals)
+                reference["chance"][key] = first["groups"][group]["chance"]
+                if "length_only" in first["groups"][group]:
+                    reference["length"][key] = first["groups"][group]["length_only"]
+                if "bigram" in first:
+                    reference["bigram"][key] = _headline(first["bigram"]["groups"][group], task)
         rows[arm] = row
     if rows:
         rows.update({k: v for k, v in reference.items() if v})
@@ -68,14 +78,21 @@ def zero_shot_rows(arm_runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[
 
 
 def zero_shot_markdown(rows: dict[str, dict[str, Any]]) -> str:
-    """A markdown table: arms, then chance and the bigram floor; one column per task (and minimal-pair group)."""
+    """A markdown table: arms, then chance, the bigram floor and length alone; one column per task (and
+    minimal-pair group)."""
     columns = sorted({k for r in rows.values() for k in r if k != "seeds"})
     lines = ["| arm | " + " | ".join(c.replace("wordnet-", "") for c in columns) + " |",
              "|---|" + "---|" * len(columns)]
     for arm, row in rows.items():
-        name = {"chance": "chance", "bigram": "add-k bigram"}.get(arm, arm)
+        name = {"chance": "chance", "bigram": "add-k bigram", "length": "length only (shortest)"}.get(arm, arm)
         lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" if c in row else "-" for c in columns) + " |")
     return "\n".join(lines)
+
+
+def zero_shot_summary(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """``{"zero_shot/<task>/<arm>": accuracy}`` for every cell of the table (arms, ``chance``, ``bigram``)."""
+    return {f"zero_shot/{column}/{arm}": float(value) for arm, row in rows.items()
+            for column, value in row.items() if column != "seeds"}
 
 
 def zero_shot_section(arm_runs: dict[str, list[dict[str, Any]]]) -> list[str]:

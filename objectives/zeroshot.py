@@ -323,10 +323,19 @@ def correct(items: Sequence[Item], scores: Sequence[ChoiceScores], norm: str) ->
     return [float(is_correct(s.normalised(norm), it.label)) for it, s in zip(items, scores, strict=True)]
 
 
+def length_only(items: Sequence[Item]) -> list[float]:
+    """Per item 1.0 when the right candidate is strictly the shortest in UTF-8 bytes (ties lose), else 0.0.
+
+    What candidate length alone gets: a score with a length bias (the raw sum favours fewer tokens, a
+    normalisation can favour more) drifts towards this, or towards its mirror image, without reading the text.
+    """
+    return [float(is_correct([-len(c.encode("utf-8")) for c in it.choices], it.label)) for it in items]
+
+
 def chance(items: Sequence[Item]) -> float:
     """Expected accuracy of a uniform random guess: the mean of 1 / K."""
     return math.fsum(1.0 / len(it.choices) for it in items) / max(len(items), 1)
 
 
 __all__ = ["BLANK", "NORMS", "BigramLM", "ChoiceScores", "Item", "Scorer", "chance", "correct", "is_correct",
-           "score_items", "split_blank"]
+           "length_only", "score_items", "split_blank"]

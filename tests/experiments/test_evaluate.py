@@ -4,8 +4,8 @@ import json
 
 import pytest
 from famlab.experiments.cli import main
-from famlab.experiments.evaluate import BUNDLED, read_items, summarise
-from famlab.objectives.zeroshot import ChoiceScores, Item, chance
+from famlab.experiments.evaluate import BUNDLED, headline, read_items, summarise, table
+from famlab.objectives.zeroshot import ChoiceScores, Item, chance, length_only
 
 GOOD = {"text": "a ___ sat", "choices": ["cat", "dog"], "label": 0}
 
@@ -54,6 +54,8 @@ def test_bad_options_exit_2(tmp_path, capsys):
     assert "unknown option rules=" in capsys.readouterr().err
     assert main(["eval", str(tmp_path), "data.eval=wordnet"]) == 2
     assert "not a run directory" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path), "data.eval=wordnet", "headline=per_word"]) == 2
+    assert "headline=per_word must be one of raw, per_token, per_byte" in capsys.readouterr().err
 
 
 def test_summary_counts_ties_as_wrong_and_reports_chance_per_group(tmp_path):
@@ -89,3 +91,20 @@ def test_bundled_tasks_parse():
             assert good[:2] == bad[:2] or (good, bad) in {("is", "are"), ("has", "have"), ("was", "were")}, it
     assert groups == {"determiner_noun_agreement": 400, "determiner_noun_order": 400, "subject_verb_agreement": 400}
     assert {it.label for it in pairs} == {0, 1} and chance(pairs) == pytest.approx(0.5)
+
+
+def test_length_alone_and_the_headline_of_each_task():
+    """length_only: the right candidate strictly shortest in bytes (ties lose); minimal pairs are headlined raw, other
+    tasks per byte, and the table bolds the headline's column and adds the length-only row."""
+    items = [Item("a ___", ("cat", "cats"), 0, "g"), Item("a ___", ("cat", "cats"), 1, "g"),
+             Item("a ___", ("cat", "dog"), 0, "h"), Item("a ___", ("é", "ab", "abc"), 1, "h")]  # é is two bytes
+    assert length_only(items) == [1.0, 0.0, 0.0, 0.0]
+    scores = [ChoiceScores([-1.0, -2.0], [1, 1], [4, 5])] * 2 + [ChoiceScores([-1.0, -2.0], [1, 1], [4, 4]),
+                                                                 ChoiceScores([-3.0, -2.0, -1.0], [1, 1, 1], [2, 3, 4])]
+    r = summarise(items, scores)
+    assert r["length_only"] == 0.25 and r["groups"]["g"]["length_only"] == 0.5
+    assert headline("wordnet-minimal-pairs") == "raw" and headline("wordnet-reverse-dictionary") == "per_byte"
+    assert headline("my-items") == "per_byte"
+    md = table({"run": {**r, "family": "gpt", "headline": "raw"}}).splitlines()
+    assert md[0] == "| model | family | items | chance | **raw** | per token | per byte |"
+    assert md[-1] == f"| shortest candidate (length alone) | - | 4 | {r['chance']:.3f} | 0.250 | 0.250 | 0.250 |"

@@ -220,3 +220,42 @@ def test_eval_scores_every_family_on_the_bundled_tasks(pretrained, capsys):
             assert run["config"]["update"]["model_run_dir"] == r["model_run_dir"]
         assert out.count(f"| pre-{family} | {family} | 30 |") == 2
     assert out.count("| add-k bigram") == 2
+
+
+@pytest.mark.slow
+def test_compare_zero_shot_step_fills_the_report_table_and_the_wandb_report_run(pretrained, tmp_path):
+    """compare's zero-shot step on the tiny GPT and BERT runs scores the items (no skip for learned positions); the
+    report's table holds the headline accuracies, and the W&B report run logs that table and
+    `zero_shot/<task>/<arm>` summary scalars. (test_eval_scores_every_family_on_the_bundled_tasks scores T5.)"""
+    arms = ("bert", "gpt")  # each run costs a bigram fit on the corpus: two arms keep the test cheap
+    from famlab.experiments.compose import compose
+    from famlab.experiments.evaluate import BUNDLED, headline
+    from famlab.experiments.wandb_report import log_report_run
+    from famlab.experiments.zeroshot_table import zero_shot_rows, zero_shot_scores, zero_shot_section, zero_shot_summary
+
+    scores = {f: zero_shot_scores(pretrained[f], limit=8) for f in arms}
+    rows = zero_shot_rows({f: [{"eval": {"zero_shot": z}}] for f, z in scores.items()})
+    assert set(rows) == {*arms, "chance", "bigram", "length"}
+    for f in arms:
+        for task in BUNDLED:
+            assert rows[f][task] == scores[f][task][headline(task)]["acc"] and scores[f][task]["num_items"] == 8
+    assert rows["chance"]["wordnet-reverse-dictionary"] == pytest.approx(0.2)
+    assert rows["chance"]["wordnet-minimal-pairs"] == pytest.approx(0.5)
+    section = zero_shot_section({f: [{"eval": {"zero_shot": z}}] for f, z in scores.items()})
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "report.md").write_text("# comparison\n\n" + "\n".join(section))
+    (out / "results.json").write_text(json.dumps({"zero_shot": rows, "wandb_summary": zero_shot_summary(rows)}))
+    run_id = log_report_run(compose([], ["wandb.mode=offline"]).cfg, out, group="zs", name="zs-report")
+    recs = [json.loads(line) for line in subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(next((out / "wandb").glob(f"*{run_id}")))],
+        capture_output=True, text=True, timeout=120, check=True).stdout.splitlines() if line.strip()]
+    summary = {k: v for r in recs if r["type"] == "summary" for k, v in r["summary"].get("update", {}).items()}
+    for arm, row in rows.items():
+        for column, value in row.items():
+            if column != "seeds":
+                assert summary[f"zero_shot/{column}/{arm}"] == pytest.approx(value)
+    table = next((out / "wandb").glob("offline-run-*/files/media/table/tables/zero_shot_*.table.json"))
+    logged = {r[0]: r[1:] for r in json.loads(table.read_text())["data"]}
+    assert logged["gpt"][0] == round(rows["gpt"][sorted(c for c in rows["gpt"] if c != "seeds")[0]], 3)
+    assert set(logged) == {*arms, "chance", "add-k bigram", "length only (shortest)"}

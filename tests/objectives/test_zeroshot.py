@@ -164,7 +164,7 @@ def test_t5_scores_equal_hf_t5_loss(make_ids):
 # --- memorisation toy ---------------------------------------------------------------------------------------------
 
 SENTENCES = ["the red fox jumps over a lazy dog", "my old cat sleeps on the warm mat",
-             "a tall man reads his long book", "our new car needs some cheap oil"]
+             "a tall man reads his long blue book", "our new car needs some cheap black oil"]  # eight words each
 WORDS = sorted({w for s in SENTENCES for w in s.split()})
 
 
@@ -172,8 +172,21 @@ def _word_encode(text: str) -> list[int]:
     return [10 + WORDS.index(w) for w in text.split()]
 
 
-@pytest.mark.parametrize("family,objective,rate", [("gpt", "clm", {})])
-def test_each_family_memorises_sentences_and_picks_the_memorised_filler(make_ids, tiny_net, family, objective, rate):
+# Every block is one sentence laid out as the family's scoring input reads it (GPT: `[EOS] sentence [EOS]`; BERT:
+# `[CLS] sentence [SEP]`; T5: the sentence, `[EOS]` appended by the corruption). T5 needs several one-token spans
+# per block: T5's noise mask always ends with a noise span (random_spans_noise_mask interleaves non-noise, noise),
+# so with one span per block only the last word is ever masked, and a network that memorised its blocks (loss
+# 0.002) still scored the memorised filler of a middle blank at chance (4 of 12) and decoded the last word.
+MEMORISE = [  # family, objective, seq_len, objective settings, lr, steps
+    ("gpt", "clm", 9, {}, 1e-2, 150),
+    ("bert", "mlm", 10, {"mask_rate": 0.3}, 3e-3, 200),
+    ("t5", "span", 9, {"noise_density": 0.25, "mean_span": 1.0}, 3e-3, 200),
+]
+
+
+@pytest.mark.parametrize("family,objective,seq_len,settings,lr,steps", MEMORISE, ids=[m[0] for m in MEMORISE])
+def test_each_family_memorises_sentences_and_picks_the_memorised_filler(make_ids, tiny_net, family, objective,
+                                                                        seq_len, settings, lr, steps):
     """Trained with its objective on four sentences, the network scores the memorised filler highest."""
     ids = make_ids(vocab_size=64, num_sentinels=8)
     threads = torch.get_num_threads()
@@ -182,17 +195,14 @@ def test_each_family_memorises_sentences_and_picks_the_memorised_filler(make_ids
         torch.manual_seed(0)
         net = tiny_net(family, vocab_size=64)
         gen = torch.Generator().manual_seed(0)
-        obj = make_objective(objective, ids, seq_len=24, family=family, generator=gen, **rate)
-        stream = []
-        for _ in range(6):
-            for s in SENTENCES:
-                stream += _word_encode(s) + [ids.eos]
-        raw = obj.raw_block_len
-        blocks = [torch.tensor(stream[i : i + raw]) for i in range(0, len(stream) - raw)]
-        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+        obj = make_objective(objective, ids, seq_len=seq_len, family=family, generator=gen, **settings)
+        sep = obj.separator_id
+        lead = [sep] if family == "gpt" else []
+        blocks = [torch.tensor((lead + _word_encode(s) + [sep])[: obj.raw_block_len]) for s in SENTENCES]
+        opt = torch.optim.Adam(net.parameters(), lr=lr)
         net.train()
-        for step in range(150):
-            batch = obj.collate([blocks[(step * 8 + j) % len(blocks)] for j in range(8)])
+        for _ in range(steps):
+            batch = obj.collate(blocks * 2)  # each sentence twice per batch, corrupted afresh every step
             loss = obj.loss(net, batch).loss
             opt.zero_grad()
             loss.backward()

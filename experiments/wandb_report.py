@@ -3,6 +3,8 @@
 The report run reads what the local report wrote, generically: every markdown table of ``report.md``
 becomes a ``wandb.Table`` (titled by the heading above it), every image ``report.md`` links becomes a
 ``wandb.Image``, and ``report.md`` + ``results.json`` (+ the images) are logged as one ``report`` artifact.
+Numbers the report wants sortable across runs (``results.json``'s ``summary``, e.g. a suite comparison's
+``suite/<row>`` scores) become the run's summary keys.
 New tables or plots in the local report therefore reach W&B with no change here. The run declares the
 pretraining checkpoints it reports on, so W&B's lineage graph ends at the report.
 
@@ -12,6 +14,7 @@ shows them side by side and ``wandb sync <dir>/wandb`` uploads them all.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -128,6 +131,9 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
         for path in images:
             logged[f"plots/{_slug(path.stem)}"] = wandb.Image(str(path), caption=path.stem)
         run.log(logged)
+        results = out_dir / "results.json"
+        if results.is_file():
+            run.summary.update(json.loads(results.read_text(encoding="utf-8")).get("summary") or {})
         art = wandb.Artifact(f"report-{group}", type="report")
         for path in [report, out_dir / "results.json", *images]:
             if path.is_file():

@@ -457,9 +457,9 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     sig = significance(families)
     pre_table, ft_table = tables(families, majority, tfidf)
     tasks = suite_tasks(dirs, runs, plan, out_dir)
-    suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}) if tasks else None
     first_cfg = runs[0]["config"]
     scale = first_cfg.get("size") or "custom"
+    suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, scale) if tasks else None
     curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
     scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png") if suite is None else None
     crossed = any(a != r["family"] for a, r in families.items())  # arms: families x compare.objectives
@@ -497,6 +497,8 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
         md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
     bought = transfer.section(runs, probes, families, out_dir, dirs, scale)
+    if suite is not None:  # the suite score's gains open "What pretraining bought"
+        bought["markdown"][2:2] = suite["gains_markdown"]
     md += ["", *bought["markdown"]]
     md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", ""]
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []

@@ -149,15 +149,17 @@ def _protocol(tasks: list[TaskRuns]) -> list[str]:
     return lines
 
 
-def section(tasks: list[TaskRuns], arms: dict[str, str]) -> dict[str, Any]:
+def section(tasks: list[TaskRuns], arms: dict[str, str], scale: str | None = None) -> dict[str, Any]:
     """The report's suite section.
 
     Args:
         tasks: the suite's tasks in order, their runs labelled with arms.
         arms: arm -> family, in report order.
+        scale: the size preset (``tiny`` words the verdict as a smoke-scale result, :func:`transfer.verdict`).
 
     Returns:
-        ``markdown`` (lines), ``tables`` (``suite``, and ``suite_gains`` where arms have 2 seeds a side),
+        ``markdown`` (lines), ``gains_markdown`` (lines for the "what pretraining bought" section), ``tables``
+        (``suite``, and ``suite_gains`` where arms have 2 seeds a side),
         ``results`` (per task and row: seeds, mean, interval; the suite score per row; references) and
         ``summary`` (W&B summary keys, :func:`summary_keys`).
     """
@@ -182,15 +184,17 @@ def section(tasks: list[TaskRuns], arms: dict[str, str]) -> dict[str, Any]:
     else:
         md += [f"No arm has results on every task ({', '.join(names)}).", ""]
     gains = suite_gains(rows, arms)
+    gains_md: list[str] = []
     if gains:
         tables["suite_gains"] = transfer.gain_table(gains)
-        md += ["### Suite score: what pretraining bought", "",
-               "Suite score of each pretrained arm minus its family's scratch baseline (per-seed suite scores; "
-               "one-sided Welch test, Holm-corrected across arms).", "", tables["suite_gains"], "",
-               transfer.verdict(gains), ""]
+        gains_md = ["### Suite score", "",
+                    "Suite score of each pretrained arm minus its family's scratch baseline (per-seed suite scores; "
+                    "one-sided Welch test, Holm-corrected across arms).", "", tables["suite_gains"], "",
+                    transfer.verdict(gains, scale), ""]
     protocol = _protocol(tasks)
     if protocol:
         md += ["### Suite protocol", "", *[f"- {line}" for line in protocol], ""]
     results["gains"] = [{"arm": g.arm, "diff": g.diff, "ci": [g.ci_low, g.ci_high], "p": g.p, "p_holm": g.p_holm}
                         for g in gains]
-    return {"markdown": md, "tables": tables, "results": results, "summary": summary_keys(rows, references)}
+    return {"markdown": md, "gains_markdown": gains_md, "tables": tables, "results": results,
+            "summary": summary_keys(rows, references)}

@@ -32,7 +32,8 @@ def _suite_inputs(root, tasks) -> list[str]:
                                 "second": " ".join(rng.choices(TOPICS[b], k=3)), "label": "same" if a == b else "no"}))
     (root / "pairs.jsonl").write_text("\n".join(rows) + "\n")
     (root / "one.csv").write_text("text,label\n" + "".join(f"t{i},x\n" for i in range(30)))
-    args = [a for a in tiny_inputs(root) if a.split("=")[0] not in ("data.task", "data.text_column", "data.label_column")]
+    replaced = ("data.task", "data.text_column", "data.label_column")
+    args = [a for a in tiny_inputs(root) if a.split("=")[0] not in replaced]
     (root / "suite.yaml").write_text(yaml.safe_dump({"tasks": tasks}, sort_keys=False))
     return [*args, f"data.task={root / 'suite.yaml'}"]
 
@@ -83,10 +84,11 @@ def test_suite_compare_reports_every_task_and_the_suite_score(suite_compare):
         assert suite["mean"] == pytest.approx(statistics.fmean(per_seed)) and suite["seeds"] == 2
         assert suite["low"] < suite["mean"] < suite["high"]
         assert results["summary"][f"suite/{row.replace(' ', '_')}"] == pytest.approx(suite["mean"])
-    majority = [json.loads((comp / t / "gpt-ft-s0" / "results.json").read_text())["majority"][m] for t, m in keys.items()]
+    majority = [json.loads((comp / t / "gpt-ft-s0" / "results.json").read_text())["majority"][m]
+                for t, m in keys.items()]
     assert results["summary"]["suite/majority_class"] == pytest.approx(statistics.fmean(majority))
     md = (comp / "report.md").read_text()
-    assert "## Task suite (test split)" in md and "### Suite score: what pretraining bought" in md
+    assert "## Task suite (test split)" in md and "## What pretraining bought\n\n### Suite score\n" in md
     assert "## Fine-tuning (test split)" not in md and "same (f1): Fine-tuning:" in md
 
 

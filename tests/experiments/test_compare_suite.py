@@ -161,3 +161,15 @@ def test_suite_rows_key_seeds_by_pretraining_run_and_gains_test_the_suite_scores
     w = welch(pre, scratch, alternative="greater")
     assert gain.diff == pytest.approx(w.diff) and gain.p == pytest.approx(w.p) and gain.p_holm == pytest.approx(w.p)
     assert sorted(gain.pretrained) == pytest.approx(sorted(pre))
+
+
+@pytest.mark.parametrize("task", ["suite", "wordnet-pairs,wordnet-domain"])
+def test_bundled_tasks_and_suites_pass_the_config_checks(task):
+    """Names that are no file (``suite``, a list of bundled tasks) compose; their tasks are read later."""
+    assert compose([], [f"data.task={task}"]).cfg.data.task == task
+
+
+def test_a_missing_suite_file_exits_2_naming_it(tmp_path, capsys):
+    assert cli.main(["compare", f"data.task={tmp_path / 'nope.yaml'}", "compare.families=[gpt]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"data.task={tmp_path / 'nope.yaml'}: no such task file" in err[0], err

@@ -36,7 +36,7 @@ from famlab.experiments.budget import (
     solve_params,
     step_cost,
 )
-from famlab.experiments.compare_suite import SuiteTask, check_tasks, prepare_tasks, task_config
+from famlab.experiments.compare_suite import Subsample, SuiteTask, check_tasks, prepare_tasks, task_config
 from famlab.experiments.compose import compose, parse_overrides
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
@@ -470,7 +470,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     return comp_dir
 
 
-def _subsampler(cmp: Any) -> Any:
+def _subsampler(cmp: Any) -> Subsample:
     """Writes one suite task's subsample as :func:`subsample_task` does the single task's; returns its ``data.*``."""
 
     def subsample(cfg: Config, path: Path) -> dict[str, str | None]:

@@ -513,7 +513,9 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         "wall": bought["wall"],
     }
     if suite is not None:
-        results["suite"], results["summary"] = suite["results"], suite["summary"]  # summary: W&B summary keys
+        results["suite"] = suite["results"]
+        # scalars for the W&B report run's summary (wandb_report.report_summary)
+        results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite["summary"]}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results
 

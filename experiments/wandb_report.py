@@ -2,9 +2,8 @@
 
 The report run reads what the local report wrote, generically: every markdown table of ``report.md``
 becomes a ``wandb.Table`` (titled by the heading above it), every image ``report.md`` links becomes a
-``wandb.Image``, and ``report.md`` + ``results.json`` (+ the images) are logged as one ``report`` artifact.
-Numbers the report wants sortable across runs (``results.json``'s ``summary``, e.g. a suite comparison's
-``suite/<row>`` scores) become the run's summary keys.
+``wandb.Image``, the scalars under ``results.json``'s ``wandb_summary`` (e.g. ``zero_shot/<task>/<arm>``) go into
+the run's summary, and ``report.md`` + ``results.json`` (+ the images) are logged as one ``report`` artifact.
 New tables or plots in the local report therefore reach W&B with no change here. The run declares the
 pretraining checkpoints it reports on, so W&B's lineage graph ends at the report.
 
@@ -95,6 +94,13 @@ def report_images(out_dir: Path, md: str) -> list[Path]:
     return list(dict.fromkeys(p for p in paths if p.is_file()))
 
 
+def report_summary(results: Path) -> dict[str, Any]:
+    """The scalars ``results.json`` lists under ``wandb_summary`` (empty when it has none)."""
+    data = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
+    summary = data.get("wandb_summary") if isinstance(data, dict) else None
+    return dict(summary) if isinstance(summary, dict) else {}
+
+
 def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources: list[Path] = ()) -> str | None:
     """Log the report in ``out_dir`` as a ``job_type=report`` run in ``group``; returns its run id or None.
 
@@ -131,9 +137,7 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
         for path in images:
             logged[f"plots/{_slug(path.stem)}"] = wandb.Image(str(path), caption=path.stem)
         run.log(logged)
-        results = out_dir / "results.json"
-        if results.is_file():
-            run.summary.update(json.loads(results.read_text(encoding="utf-8")).get("summary") or {})
+        run.summary.update(report_summary(out_dir / "results.json"))
         art = wandb.Artifact(f"report-{group}", type="report")
         for path in [report, out_dir / "results.json", *images]:
             if path.is_file():

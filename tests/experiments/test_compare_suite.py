@@ -83,10 +83,10 @@ def test_suite_compare_reports_every_task_and_the_suite_score(suite_compare):
         suite = results["suite"]["rows"][row]["suite"]
         assert suite["mean"] == pytest.approx(statistics.fmean(per_seed)) and suite["seeds"] == 2
         assert suite["low"] < suite["mean"] < suite["high"]
-        assert results["summary"][f"suite/{row.replace(' ', '_')}"] == pytest.approx(suite["mean"])
+        assert results["wandb_summary"][f"suite/{row.replace(' ', '_')}"] == pytest.approx(suite["mean"])
     majority = [json.loads((comp / t / "gpt-ft-s0" / "results.json").read_text())["majority"][m]
                 for t, m in keys.items()]
-    assert results["summary"]["suite/majority_class"] == pytest.approx(statistics.fmean(majority))
+    assert results["wandb_summary"]["suite/majority_class"] == pytest.approx(statistics.fmean(majority))
     md = (comp / "report.md").read_text()
     assert "## Task suite (test split)" in md and "## What pretraining bought\n\n### Suite score\n" in md
     assert "## Fine-tuning (test split)" not in md and "same (f1): Fine-tuning:" in md
@@ -97,7 +97,7 @@ def test_report_rebuilds_the_same_suite_tables(suite_compare, tmp_path):
     assert cli.main(["report", str(suite_compare), f"--out={tmp_path}"]) == 0
     first, again = (json.loads((d / "results.json").read_text()) for d in (suite_compare, tmp_path))
     assert again["tables"] == first["tables"] and again["suite"] == first["suite"]
-    assert again["summary"] == first["summary"]
+    assert again["wandb_summary"] == first["wandb_summary"]
 
 
 @pytest.mark.slow
@@ -109,7 +109,7 @@ def test_the_wandb_report_run_carries_the_suite_table_and_summary(suite_compare,
     results = json.loads((suite_compare / "results.json").read_text())
     s = summary(recs)
     assert s["tables/task_suite_test_split._type"] == "table-file"
-    for key, value in results["summary"].items():
+    for key, value in results["wandb_summary"].items():
         assert s[key] == pytest.approx(value), key
     table = next((suite_compare / "wandb").glob("offline-run-*/files/media/table/tables/task_suite_test_split_*.json"))
     rows = json.loads(table.read_text())["data"]

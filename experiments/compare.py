@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from famlab.experiments import compare_suite
 from famlab.experiments.budget import (
     BudgetError,
     count_params,
@@ -36,7 +37,6 @@ from famlab.experiments.budget import (
     solve_params,
     step_cost,
 )
-from famlab.experiments.compare_suite import Subsample, SuiteTask, check_tasks, prepare_tasks, task_config
 from famlab.experiments.compose import compose, parse_overrides
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
@@ -334,7 +334,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     cmp = base.compare
     specs = read_suite(base.data.task)  # None: one task
     if specs is not None:
-        check_tasks(base, specs)  # a bad suite fails before anything runs
+        compare_suite.check_tasks(base, specs)  # a bad suite fails before anything runs
     size = base.size or "custom"
     families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
     name = base.name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
@@ -362,9 +362,9 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
             d = cfg.data
             d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
             d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
-    suite: list[SuiteTask | None] = [None]  # one task: its runs in the compare directory itself
+    suite: list[compare_suite.SuiteTask | None] = [None]  # one task: its runs in the compare directory itself
     if specs is not None:
-        suite = list(prepare_tasks(base, specs, comp_dir, _subsampler(cmp) if cmp.task_limit else None))
+        suite = list(compare_suite.prepare_tasks(base, specs, comp_dir, _subsampler(cmp) if cmp.task_limit else None))
         log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan["tokenizer_hash"] = bundle.hash
@@ -435,7 +435,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
             write_json(run_dir / "eval.json", evaluated)
             log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
             for task in suite:
-                where, on, task_cfg = _task_place(comp_dir, task), _task_tag(task), task_config(run_cfg, task)
+                where, on = _task_place(comp_dir, task), _task_tag(task)
+                task_cfg = compare_suite.task_config(run_cfg, task)
                 if cmp.probe:
                     r = timed("probes", _probe, task_cfg, str(run_dir), where / f"{arm}-probe-s{seed}", group,
                               [*tags, *on])
@@ -451,7 +452,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
             # the objective tag only where it is the family's single (preset) objective, as before arms existed
             objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
             for task in suite:
-                r = timed("fine-tuning", _finetune, task_config(cfg, task), "scratch",
+                r = timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
                           _task_place(comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds), group,
                           [family, *objective_tag, budget_tag, "compare", "scratch", *_task_tag(task)])
                 progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds)}: "
@@ -470,7 +471,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     return comp_dir
 
 
-def _subsampler(cmp: Any) -> Subsample:
+def _subsampler(cmp: Any) -> compare_suite.Subsample:
     """Writes one suite task's subsample as :func:`subsample_task` does the single task's; returns its ``data.*``."""
 
     def subsample(cfg: Config, path: Path) -> dict[str, str | None]:
@@ -481,16 +482,16 @@ def _subsampler(cmp: Any) -> Subsample:
     return subsample
 
 
-def _task_place(comp_dir: Path, task: SuiteTask | None) -> Path:
+def _task_place(comp_dir: Path, task: compare_suite.SuiteTask | None) -> Path:
     """Where a task's fine-tunes and probes go: the compare directory (one task) or the task's folder."""
     return comp_dir if task is None else task.dir
 
 
-def _task_tag(task: SuiteTask | None) -> list[str]:
+def _task_tag(task: compare_suite.SuiteTask | None) -> list[str]:
     return [] if task is None else [f"task-{task.spec.name}"]
 
 
-def _task_note(task: SuiteTask | None) -> str:
+def _task_note(task: compare_suite.SuiteTask | None) -> str:
     return "" if task is None else f" on {task.spec.name}"
 
 

@@ -497,9 +497,10 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
         md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
     bought = transfer.section(runs, probes, families, out_dir, dirs, scale)
-    if suite is not None:  # the suite score's gains open "What pretraining bought"
-        bought["markdown"][2:2] = suite["gains_markdown"]
     md += ["", *bought["markdown"]]
+    if suite is not None:  # the suite score's gains open "What pretraining bought"
+        at = md.index("## What pretraining bought") + 2
+        md[at:at] = suite["gains_markdown"]
     md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", ""]
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from famlab.datamodules.bundled import BUNDLED_TASKS
+from famlab.datamodules.suite import is_suite
 from famlab.experiments.config import Config, ConfigInputError
 
 BYTES_PER_PARAM = 16  # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
@@ -71,6 +73,11 @@ def exists(path: str, *, file: bool = False) -> bool:
         return False
 
 
+def is_suite_file(task: str) -> bool:
+    """Whether ``data.task`` names a suite file (which must exist) rather than ``suite`` or a list of tasks."""
+    return Path(task).suffix in (".yaml", ".yml")
+
+
 def check_inputs(cfg: Config) -> None:
     """Files named by the config exist; the tokenizer's vocabulary holds its special tokens and sentinels."""
     from famlab.datamodules.tokenizer import min_vocab_size
@@ -78,8 +85,10 @@ def check_inputs(cfg: Config) -> None:
     d = cfg.data
     if d.corpus != "wordnet" and not d.corpus.startswith("hf:") and not exists(d.corpus):
         raise ConfigInputError(f"data.corpus={d.corpus}: no such corpus file or directory (or wordnet, hf:<name>)")
-    if d.task != "wordnet-supersense" and not d.task.startswith("hf:") and not exists(d.task, file=True):
-        raise ConfigInputError(f"data.task={d.task}: no such task file (or wordnet-supersense, hf:<name>)")
+    named = d.task in BUNDLED_TASKS or d.task.startswith("hf:") or (is_suite(d.task) and not is_suite_file(d.task))
+    if not named and not exists(d.task, file=True):  # a suite's own tasks are checked when it is read
+        raise ConfigInputError(f"data.task={d.task}: no such task file (or {', '.join(BUNDLED_TASKS)}, suite, "
+                               "hf:<name>)")
     t = d.tokenizer
     if t.path is not None and not exists(t.path, file=True):
         raise ConfigInputError(f"data.tokenizer.path={t.path}: no such file")

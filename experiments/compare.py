@@ -6,7 +6,8 @@ Steps (each run is a run directory inside ``runs/compare-<name>-<ts>/``, all in 
 3. optional ``compare.lr_grid``: the pretraining lr per arm with the lowest final validation loss;
 4. per arm and ``compare.pretrain_seeds``: pretrain, then bits per byte on validation documents;
 5. per pretrained model: fine-tune on ``data.task`` for ``compare.seeds``; per family the scratch baseline
-   for ``compare.scratch_seeds`` (it does not depend on the pretraining objective);
+   for ``compare.scratch_seeds`` (it does not depend on the pretraining objective). When ``data.task`` names a
+   suite, step 5 (and the probe) runs once per task, in ``<task name>/`` (:mod:`famlab.experiments.compare_suite`);
 6. :func:`famlab.experiments.report.build_report` writes ``report.md``, PNG plots and ``results.json``.
 
 An *arm* is one (family, objective) pair. With ``compare.objectives=[]`` there is one arm per family, named
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from famlab.experiments import compare_suite
 from famlab.experiments.budget import (
     BudgetError,
     count_params,
@@ -38,6 +40,7 @@ from famlab.experiments.budget import (
 from famlab.experiments.compose import compose, load_yaml, parse_overrides, preset_path
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
+from famlab.experiments.suite import read_suite
 from famlab.experiments.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from famlab.experiments.zeroshot_table import COMPARE_ITEMS, zero_shot_scores
 
@@ -349,6 +352,9 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     started = time.time()
     base, cfgs = compose_all(presets, overrides)
     cmp = base.compare
+    specs = read_suite(base.data.task)  # None: one task
+    if specs is not None:
+        compare_suite.check_tasks(base, specs)  # a bad suite fails before anything runs
     size = base.size or "custom"
     families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
     name = base.name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
@@ -368,7 +374,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         cfg.data.tokenizer.path = shared
         cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())  # one W&B directory for the whole comparison
         set_vocab(cfg, bundle.vocab_size)
-    if cmp.task_limit:
+    if cmp.task_limit and specs is None:
         task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
         log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
             f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
@@ -376,6 +382,10 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
             d = cfg.data
             d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
             d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
+    suite: list[compare_suite.SuiteTask | None] = [None]  # one task: its runs in the compare directory itself
+    if specs is not None:
+        suite = list(compare_suite.prepare_tasks(base, specs, comp_dir, _subsampler(cmp) if cmp.task_limit else None))
+        log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan["tokenizer_hash"] = bundle.hash
     write_json(comp_dir / "plan.json", plan)
@@ -389,9 +399,9 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     scratch_cfgs = {}  # family -> the config of its first arm (model size as budgeted; objective irrelevant)
     for cfg in cfgs.values():
         scratch_cfgs.setdefault(cfg.model.family.value, cfg)
-    per_seed = 1 + bool(cmp.seeds) + cmp.probe
+    per_seed = 1 + (bool(cmp.seeds) + cmp.probe) * len(suite)
     total_jobs = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))
-    total_jobs += len(scratch_cfgs) * bool(cmp.scratch_seeds)
+    total_jobs += len(scratch_cfgs) * bool(cmp.scratch_seeds) * len(suite)
     done = 0
 
     def progress(what: str) -> None:
@@ -444,22 +454,29 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
                 log(f"{arm} seed {seed}: zero-shot tasks skipped ({e})")
             write_json(run_dir / "eval.json", evaluated)
             log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
-            if cmp.probe:
-                r = timed("probes", _probe, run_cfg, str(run_dir), comp_dir / f"{arm}-probe-s{seed}", group, tags)
-                progress(f"probe {arm} (pretrained seed {seed}): test/acc {r['pretrained']['test']['test/acc']:.3f} "
-                         f"vs random-init {r['random_mean']['test/acc']:.3f}")
-            if cmp.seeds:
-                r = timed("fine-tuning", _finetune, run_cfg, str(run_dir), comp_dir / f"{arm}-ft-s{seed}",
-                          list(cmp.seeds), group, tags)
-                progress(f"fine-tune {arm} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
-                         f"test/acc {r['mean']['test/acc']:.3f}")
+            for task in suite:
+                where, on = _task_place(comp_dir, task), _task_tag(task)
+                task_cfg = compare_suite.task_config(run_cfg, task)
+                if cmp.probe:
+                    r = timed("probes", _probe, task_cfg, str(run_dir), where / f"{arm}-probe-s{seed}", group,
+                              [*tags, *on])
+                    pre_acc, rand_acc = r["pretrained"]["test"]["test/acc"], r["random_mean"]["test/acc"]
+                    progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): test/acc {pre_acc:.3f} "
+                             f"vs random-init {rand_acc:.3f}")
+                if cmp.seeds:
+                    r = timed("fine-tuning", _finetune, task_cfg, str(run_dir), where / f"{arm}-ft-s{seed}",
+                              list(cmp.seeds), group, [*tags, *on])
+                    progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
+                             f"test/acc {r['mean']['test/acc']:.3f}")
         if cmp.scratch_seeds and scratch_cfgs.get(family) is cfg:  # once per family, after its first arm
             # the objective tag only where it is the family's single (preset) objective, as before arms existed
             objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
-            r = timed("fine-tuning", _finetune, cfg, "scratch", comp_dir / f"{family}-scratch",
-                      list(cmp.scratch_seeds), group, [family, *objective_tag, budget_tag, "compare", "scratch"])
-            progress(f"fine-tune {family} from scratch seeds {list(cmp.scratch_seeds)}: "
-                     f"test/acc {r['mean']['test/acc']:.3f}")
+            for task in suite:
+                r = timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
+                          _task_place(comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds), group,
+                          [family, *objective_tag, budget_tag, "compare", "scratch", *_task_tag(task)])
+                progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds)}: "
+                         f"test/acc {r['mean']['test/acc']:.3f}")
 
     from famlab.experiments.report import build_report
 
@@ -472,6 +489,30 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     log_report_run(base, comp_dir, group=group, name=f"{comp_dir.name}-report", sources=pretraining_dirs(comp_dir))
     log(f"done in {time.time() - started:.0f} s: {comp_dir / 'report.md'}")
     return comp_dir
+
+
+def _subsampler(cmp: Any) -> compare_suite.Subsample:
+    """Writes one suite task's subsample as :func:`subsample_task` does the single task's; returns its ``data.*``."""
+
+    def subsample(cfg: Config, path: Path) -> dict[str, str | None]:
+        path = subsample_task(cfg, cmp.task_limit, path, cmp.task_eval_limit).resolve()
+        return {"task": str(path), "text_column": "text", "label_column": "label", "split_column": "split",
+                "text_pair_column": "text_pair" if _has_pairs(path) else None}
+
+    return subsample
+
+
+def _task_place(comp_dir: Path, task: compare_suite.SuiteTask | None) -> Path:
+    """Where a task's fine-tunes and probes go: the compare directory (one task) or the task's folder."""
+    return comp_dir if task is None else task.dir
+
+
+def _task_tag(task: compare_suite.SuiteTask | None) -> list[str]:
+    return [] if task is None else [f"task-{task.spec.name}"]
+
+
+def _task_note(task: compare_suite.SuiteTask | None) -> str:
+    return "" if task is None else f" on {task.spec.name}"
 
 
 def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> dict:

@@ -9,6 +9,8 @@ parameters, corpus tokens, FLOPs, final validation loss / perplexity, the unigra
 (``val/unigram_loss``), bits per byte (GPT, T5) or BERT's pseudo-log-likelihood bits per byte in its own
 column (not a likelihood), fine-tune test acc / F1 / MCC as mean +- std over seeds, the scratch baseline,
 throughput; reference rows on the same test split: majority class and TF-IDF + logistic regression.
+A suite comparison (``suite.json``) reports every task and the suite score instead of the one-task fine-tuning
+table (:mod:`famlab.experiments.suite_table`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from famlab.experiments import transfer
+from famlab.experiments import suite_table, transfer
+from famlab.experiments.compare_suite import read_tasks
 from famlab.experiments.config import ConfigInputError
 from famlab.experiments.yardsticks import read_metrics
 from famlab.experiments.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
@@ -243,6 +246,28 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
     return result
 
 
+def suite_tasks(
+    dirs: list[Path], runs: list[dict[str, Any]], plan: dict[str, Any] | None, out_dir: Path
+) -> list[suite_table.TaskRuns] | None:
+    """The runs of each task of a suite comparison (its ``suite.json``), labelled with arms; None for one task.
+
+    Each task's TF-IDF reference is cached as ``reference-<task>.json`` in ``out_dir`` (reused from ``dirs``).
+    """
+    found = next((t for d in dirs if (t := read_tasks(d)) is not None), None)
+    if found is None:
+        return None
+    out = []
+    for spec, folder in found:
+        task_runs, _ = collect([folder])
+        label_arms([*runs, *task_runs], plan)
+        ft = [r for r in task_runs if r["results"]["job"] == "finetune"]
+        cached = f"reference-{spec.name}.json"
+        references = {"majority class": majority_reference(ft),
+                      "TF-IDF + LR": tfidf_reference(ft, out_dir / cached, [d / cached for d in dirs])}
+        out.append(suite_table.TaskRuns(spec, task_runs, references))
+    return out
+
+
 def significance(families: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[dict[str, Any]]:
     """Welch's two-sided t-test on fine-tune scores over seeds for every pair of arms, Holm-corrected."""
     from famlab.experiments.stats import holm, welch
@@ -431,10 +456,12 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     tfidf = tfidf_reference(runs, out_dir / "reference.json", [d / "reference.json" for d in dirs])
     sig = significance(families)
     pre_table, ft_table = tables(families, majority, tfidf)
+    tasks = suite_tasks(dirs, runs, plan, out_dir)
     first_cfg = runs[0]["config"]
     scale = first_cfg.get("size") or "custom"
+    suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, scale) if tasks else None
     curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
-    scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png")
+    scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png") if suite is None else None
     crossed = any(a != r["family"] for a, r in families.items())  # arms: families x compare.objectives
     between = "arms (family x objective)" if crossed else "families"
     md = [f"# famlab comparison: {', '.join(families)}", ""]
@@ -458,28 +485,41 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
            "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
            "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not."
            + (" Each arm's bits per byte conditions on its own objective's input format (the scoring rules of "
-              "objectives/evaluation.py)." if crossed else ""), "",
-           "## Fine-tuning (test split)", "", ft_table, "",
-           f"## Do {between} differ by more than seed variation?", "",
-           "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
-           "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
+              "objectives/evaluation.py)." if crossed else ""), ""]
+    if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
+        md += suite["markdown"]
+        sig = []
+    else:
+        md += ["## Fine-tuning (test split)", "", ft_table, "",
+               f"## Do {between} differ by more than seed variation?", "",
+               "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
+               "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
     for s in sig:
         p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
         diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
         md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
     bought = transfer.section(runs, probes, families, out_dir, dirs, transfer.smoke_scale(scale, plan))
     md += ["", *bought["markdown"]]
-    md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", "", f"![fine-tune scores]({scores.name})", ""]
+    if suite is not None:  # the suite score's gains open "What pretraining bought"
+        at = md.index("## What pretraining bought") + 2
+        md[at:at] = suite["gains_markdown"]
+    md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", ""]
+    md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     clean = {f: {k: v for k, v in r.items() if not k.endswith("_values")} for f, r in families.items()}
     results = {
         "scale": scale, "plan": plan, "families": clean, "reference": {"majority": majority, "tfidf": tfidf},
         "significance": sig, "runs": [str(r["dir"]) for r in [*runs, *probes]],
-        "tables": {"pretrain": pre_table, "finetune": ft_table, **bought["tables"]},
+        "tables": {"pretrain": pre_table, **({"finetune": ft_table} if suite is None else suite["tables"]),
+                   **bought["tables"]},
         "gains": bought["gains"], "probe_gains": bought["probe_gains"], "protocol": bought["protocol"],
         "wall": bought["wall"],
         "zero_shot": zero_shot, "wandb_summary": zero_shot_summary(zero_shot),  # scalars for the W&B report run
     }
+    if suite is not None:
+        results["suite"] = suite["results"]
+        # scalars for the W&B report run's summary (wandb_report.report_summary)
+        results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite["summary"]}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results
 

@@ -459,7 +459,8 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     tasks = suite_tasks(dirs, runs, plan, out_dir)
     first_cfg = runs[0]["config"]
     scale = first_cfg.get("size") or "custom"
-    suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, scale) if tasks else None
+    smoke = transfer.smoke_scale(scale, plan)
+    suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, smoke) if tasks else None
     curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
     scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png") if suite is None else None
     crossed = any(a != r["family"] for a, r in families.items())  # arms: families x compare.objectives
@@ -498,7 +499,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
         diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
         md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
-    bought = transfer.section(runs, probes, families, out_dir, dirs, transfer.smoke_scale(scale, plan))
+    bought = transfer.section(runs, probes, families, out_dir, dirs, smoke)
     md += ["", *bought["markdown"]]
     if suite is not None:  # the suite score's gains open "What pretraining bought"
         at = md.index("## What pretraining bought") + 2

@@ -149,13 +149,13 @@ def _protocol(tasks: list[TaskRuns]) -> list[str]:
     return lines
 
 
-def section(tasks: list[TaskRuns], arms: dict[str, str], scale: str | None = None) -> dict[str, Any]:
+def section(tasks: list[TaskRuns], arms: dict[str, str], smoke: bool = False) -> dict[str, Any]:
     """The report's suite section.
 
     Args:
         tasks: the suite's tasks in order, their runs labelled with arms.
         arms: arm -> family, in report order.
-        scale: the size preset (``tiny`` words the verdict as a smoke-scale result, :func:`transfer.verdict`).
+        smoke: a smoke-scale comparison (:func:`transfer.smoke_scale`): the verdict says so first.
 
     Returns:
         ``markdown`` (lines), ``gains_markdown`` (lines for the "what pretraining bought" section), ``tables``
@@ -190,7 +190,7 @@ def section(tasks: list[TaskRuns], arms: dict[str, str], scale: str | None = Non
         gains_md = ["### Suite score", "",
                     "Suite score of each pretrained arm minus its family's scratch baseline (per-seed suite scores; "
                     "one-sided Welch test, Holm-corrected across arms).", "", tables["suite_gains"], "",
-                    transfer.verdict(gains, scale), ""]
+                    transfer.verdict(gains, smoke), ""]
     protocol = _protocol(tasks)
     if protocol:
         md += ["### Suite protocol", "", *[f"- {line}" for line in protocol], ""]

@@ -38,6 +38,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 # lexnames(5WN): lexicographer file number -> name (WordNet 3.0, 45 files).
 LEXNAMES = [
@@ -451,56 +452,147 @@ def build_reverse_dictionary(held: list[dict], corpus: str, counts: collections.
     return items
 
 
-def _pair_sites(text: str, verbs: set[str], noun_only: set[str]) -> list[tuple[str, int, int, str, str]]:
-    """Every (construction, start, end, good, bad) site of the minimal-pair rules in ``text``."""
+# Plural determiners: each wants a plural noun ("several members" / *"several member"); mirror of "a member".
+PLURAL_DETERMINERS = ("these", "those", "many", "several", "various", "numerous", "few", "both", "two", "three", "four",
+                      "five", "six", "seven", "eight", "nine", "ten")
+IRREGULAR_BASE = {base: form for form, base in IRREGULAR_3SG.items()}  # are -> is, have -> has, ...
+# Plural subjects: "they/we V" and "<plural noun> who/that/which V", not after "of" (there the clause could attach to
+# a singular head: "a group of cells that contain(s)"); no verb before an apostrophe ("don't").
+PLURAL_SUBJECT = re.compile(r"(?<![a-z] of )(?<! of the )\b(?:[Tt]hey|[Ww]e|([a-z]+) (?:who|that|which))"
+                            r" ([a-z]+)\b(?!')")
+MODALS = {"can", "could", "may", "might", "must", "shall", "should", "will", "would"}  # verb lemmas with no -s form
+AUXILIARIES = MODALS | {"do", "does", "did"}
+# Items per (construction, plural, sign of len(good) - len(bad)). Agreement: the right filler is the shorter one in
+# half the items, so "the shortest candidate wins" is at chance, and the agreeing word is plural in half, so "the
+# singular (or the -s form) wins" is too; subject-verb agreement needs both splits, as is/has/was are shorter than
+# are/have/were. Order swaps keep the length (sign 0).
+HALF, QUARTER = PAIRS_PER_CONSTRUCTION // 2, PAIRS_PER_CONSTRUCTION // 4
+PAIR_QUOTAS = {("subject_verb_agreement", False, -1): QUARTER, ("subject_verb_agreement", False, 1): QUARTER,
+               ("subject_verb_agreement", True, -1): QUARTER, ("subject_verb_agreement", True, 1): QUARTER,
+               ("determiner_noun_agreement", False, -1): HALF, ("determiner_noun_agreement", True, 1): HALF,
+               ("determiner_noun_order", False, 0): PAIRS_PER_CONSTRUCTION}
+
+
+class Lexicon(NamedTuple):
+    """The WordNet word lists the minimal-pair rules read (lemmas lower-cased, single words)."""
+
+    verbs: set[str]
+    noun_only: set[str]  # noun lemmas that are no other part of speech
+    adverbs: set[str]
+    plural_of: dict[str, str]  # regular plural -> its noun-only singular (3+ letters, not in noun.exc)
+    irregular_plurals: set[str]  # inflected forms of noun.exc (children, men, ...)
+    irregular_plural_bases: set[str]  # their base forms (child, man, ...): no regular plural
+    inflected_verbs: set[str]  # inflected forms of verb.exc (found, saw, ...): no base form to agree
+
+    @classmethod
+    def read(cls, wordnet_dir: Path, pos_lemmas: dict) -> Lexicon:
+        def exc(name: str) -> list[tuple[str, str]]:
+            with open(wordnet_dir / name, encoding="utf-8") as f:
+                return [(p[0], p[1]) for p in (line.split() for line in f) if len(p) > 1]
+
+        verbs = pos_lemmas["verb"]
+        noun_only = pos_lemmas["noun"] - verbs - pos_lemmas["adj"] - pos_lemmas["adv"]
+        irregular = exc("noun.exc")
+        bases = {base for _, base in irregular}
+        plural_of = {_plural(n): n for n in sorted(noun_only) if len(n) >= 3 and not n.endswith("s") and n not in bases}
+        return cls(verbs=verbs, noun_only=noun_only, adverbs=pos_lemmas["adv"], plural_of=plural_of,
+                   irregular_plurals={form for form, _ in irregular}, irregular_plural_bases=bases,
+                   inflected_verbs={f for f, _ in exc("verb.exc")})
+
+
+class PairSite(NamedTuple):
+    construction: str
+    start: int
+    end: int
+    good: str
+    bad: str
+    plural: bool  # the agreeing word is plural (the rarer case in WordNet glosses, preferred within a text)
+
+
+def _third_person(base: str, lexicon: Lexicon) -> str | None:
+    """The 3rd-person-singular form of a base-form verb (``work`` -> ``works``) when it parses back to ``base``."""
+    if base in IRREGULAR_BASE:
+        return IRREGULAR_BASE[base]
+    if base in MODALS or base in lexicon.adverbs or base in lexicon.inflected_verbs or base not in lexicon.verbs:
+        return None
+    form = _plural(base) if not base.endswith("o") else base + "es"  # go -> goes, like box -> boxes
+    return form if _third_person_base(form, lexicon.verbs) == base else None
+
+
+def _pair_sites(text: str, lexicon: Lexicon) -> list[PairSite]:
+    """Every site of the minimal-pair rules in ``text``."""
     sites = []
     for m in re.finditer(r"\b(?:who|that|which) ([a-z]+)\b", text):
-        base = _third_person_base(m.group(1), verbs)
+        base = _third_person_base(m.group(1), lexicon.verbs)
         if base is not None and base != m.group(1):
-            sites.append(("subject_verb_agreement", m.start(1), m.end(1), m.group(1), base))
+            sites.append(PairSite("subject_verb_agreement", m.start(1), m.end(1), m.group(1), base, False))
+    for m in PLURAL_SUBJECT.finditer(text):
+        noun, verb = m.group(1), m.group(2)
+        if noun is not None and noun not in lexicon.plural_of and noun not in lexicon.irregular_plurals:
+            continue
+        previous = text[: m.start()].lower().split()[-1:]
+        if noun is None and previous and previous[0] in AUXILIARIES:
+            continue  # "do we have": the auxiliary, not the subject, asks for the base form
+        form = _third_person(verb, lexicon)
+        if form is not None:
+            sites.append(PairSite("subject_verb_agreement", m.start(2), m.end(2), verb, form, True))
     for m in re.finditer(r"\b(?:a|an) ([a-z]+)\b", text):
         noun = m.group(1)
-        if noun in noun_only and not noun.endswith("s") and noun not in IRREGULAR_PLURAL_BASES:
-            sites.append(("determiner_noun_agreement", m.start(1), m.end(1), noun, _plural(noun)))
+        if noun in lexicon.noun_only and not noun.endswith("s") and noun not in lexicon.irregular_plural_bases:
+            sites.append(PairSite("determiner_noun_agreement", m.start(1), m.end(1), noun, _plural(noun), False))
+    for m in re.finditer(rf"\b(?:{'|'.join(PLURAL_DETERMINERS)}) ([a-z]+)\b", text):
+        if m.group(1) in lexicon.plural_of:
+            sites.append(PairSite("determiner_noun_agreement", m.start(1), m.end(1), m.group(1),
+                                  lexicon.plural_of[m.group(1)], True))
     for m in re.finditer(r"\b(the|a|an) ([a-z]+)\b", text):
-        if m.group(2) in noun_only:
-            sites.append(("determiner_noun_order", m.start(1), m.end(2), m.group(0), f"{m.group(2)} {m.group(1)}"))
+        if m.group(2) in lexicon.noun_only:
+            sites.append(PairSite("determiner_noun_order", m.start(1), m.end(2), m.group(0),
+                                  f"{m.group(2)} {m.group(1)}", False))
     return sites
 
 
-IRREGULAR_PLURAL_BASES: set[str] = set()  # filled from noun.exc by build_zeroshot
-
-
-def build_minimal_pairs(held: list[dict], corpus: str, pos_lemmas: dict, seed: int) -> list[dict]:
+def build_minimal_pairs(held: list[dict], corpus: str, lexicon: Lexicon, seed: int) -> list[dict]:
     """Grammatical vs ungrammatical fillers of one blank in held-out definitions and examples.
 
     Constructions (the difference is syntactic or morphological, never a different word):
     ``subject_verb_agreement``: a 3rd-person-singular verb after who/that/which vs its base form
-    (``a person who works`` / ``*a person who work``); ``determiner_noun_agreement``: a/an + a singular noun vs
-    its regular plural (``a member`` / ``*a members``); ``determiner_noun_order``: the/a/an + noun vs the two
-    words swapped (``the genus`` / ``*genus the``). Nouns are single-word WordNet noun lemmas that are no other
-    part of speech. One site per text; texts that occur in the corpus are skipped. Items in seeded hash order.
+    (``a person who works`` / ``*a person who work``), or a base-form verb after they/we or a plural noun +
+    who/that/which vs its 3rd-person-singular form (``insects that feed`` / ``*insects that feeds``);
+    ``determiner_noun_agreement``: a/an + a singular noun vs its regular plural (``a member`` / ``*a members``), or a
+    plural determiner (these, several, two, ...) + a regular plural vs its singular (``several genes`` /
+    ``*several gene``); ``determiner_noun_order``: the/a/an + noun vs the two words swapped (``the genus`` /
+    ``*genus the``). Nouns are single-word WordNet noun lemmas that are no other part of speech. One site per text
+    (a plural one if the text has any, else the first in seeded hash order); texts that occur in the corpus, in any
+    case, are skipped. Each construction keeps ``PAIR_QUOTAS`` items per (plural or not, sign of the length
+    difference of the two fillers), the first ones in seeded hash order.
     """
-    by_construction: dict[str, list[dict]] = collections.defaultdict(list)
+    pools: dict[tuple[str, bool, int], list[tuple[str, dict]]] = collections.defaultdict(list)
     seen = set()
-    verbs = pos_lemmas["verb"]
-    noun_only = pos_lemmas["noun"] - verbs - pos_lemmas["adj"] - pos_lemmas["adv"]  # once: ~100k-word sets
     for s in sorted(held, key=lambda s: _key(seed, s["id"])):
         for n, text in enumerate([s["definition"], *s["examples"]]):
             if not text or text in seen or BLANK_TEXT in text:
                 continue
             seen.add(text)
-            sites = _pair_sites(text, verbs, noun_only)
+            sites = _pair_sites(text, lexicon)
             if not sites:
                 continue
-            name, start, end, good, bad = min(sites, key=lambda x: _key(seed, f"{text}\0{x[0]}\0{x[1]}"))
-            if len(by_construction[name]) == PAIRS_PER_CONSTRUCTION or text in corpus:
-                continue
-            choices, label = _order(seed, f"{s['id']}/{n}", [good, bad], good)
-            by_construction[name].append({"id": f"{s['id']}/{n}", "text": text[:start] + BLANK_TEXT + text[end:],
-                                          "choices": choices, "label": label, "group": name})
+            site = min(sites, key=lambda x: (not x.plural, _key(seed, f"{text}\0{x.construction}\0{x.start}")))
+            sign = (len(site.good) > len(site.bad)) - (len(site.good) < len(site.bad))
+            choices, label = _order(seed, f"{s['id']}/{n}", [site.good, site.bad], site.good)
+            item = {"id": f"{s['id']}/{n}", "text": text[: site.start] + BLANK_TEXT + text[site.end :],
+                    "choices": choices, "label": label, "group": site.construction}
+            pools[(site.construction, site.plural, sign)].append((text, item))
+    kept, lowered = [], corpus.lower()  # "We have ..." is in the corpus as "we have ..."
+    for bucket, pool in sorted(pools.items()):
+        quota, taken = PAIR_QUOTAS.get(bucket, 0), 0
+        for text, item in pool:
+            if taken == quota:
+                break
+            if text.lower() not in lowered:  # last: the slowest check, run only on items that would be kept
+                kept.append(item)
+                taken += 1
     # One seeded order across constructions, so the first N items (``famlab eval limit=N``) cover all three.
-    return sorted((item for items in by_construction.values() for item in items), key=lambda it: _key(seed, it["id"]))
+    return sorted(kept, key=lambda it: _key(seed, it["id"]))
 
 
 BLANK_TEXT = "___"
@@ -510,11 +602,8 @@ def build_zeroshot(wordnet_dir: Path, out: Path, seed: int) -> dict:
     """Write ``wordnet-reverse-dictionary.jsonl.gz`` and ``wordnet-minimal-pairs.jsonl.gz`` (rows ``{"id", "text",
     "choices", "label", "group"}``) from the task and corpus files already in ``out``."""
     held, corpus, counts, pos_lemmas = _zeroshot_inputs(wordnet_dir, out)
-    IRREGULAR_PLURAL_BASES.clear()
-    with open(wordnet_dir / "noun.exc", encoding="utf-8") as f:
-        IRREGULAR_PLURAL_BASES.update(line.split()[1] for line in f if len(line.split()) > 1)
     cloze = build_reverse_dictionary(held, corpus, counts, seed)
-    pairs = build_minimal_pairs(held, corpus, pos_lemmas, seed)
+    pairs = build_minimal_pairs(held, corpus, Lexicon.read(wordnet_dir, pos_lemmas), seed)
     write_jsonl_gz(out / "wordnet-reverse-dictionary.jsonl.gz", cloze)
     write_jsonl_gz(out / "wordnet-minimal-pairs.jsonl.gz", pairs)
     return {"reverse_dictionary": len(cloze), "minimal_pairs": dict(collections.Counter(p["group"] for p in pairs))}

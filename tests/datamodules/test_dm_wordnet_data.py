@@ -17,6 +17,7 @@ from famlab.datamodules.bundled import (
     WORDNET_TASK,
     read_jsonl_gz,
 )
+from famlab.objectives.zeroshot import Item, length_only
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDNET_DIR = Path("/usr/share/wordnet")
@@ -130,6 +131,40 @@ def test_build_is_byte_reproducible(tmp_path):
     for name in ("wordnet-supersense.jsonl.gz", "wordnet-corpus.jsonl.gz", "LICENSE-WordNet.txt",
                  "wordnet-reverse-dictionary.jsonl.gz", "wordnet-minimal-pairs.jsonl.gz"):
         assert (tmp_path / name).read_bytes() == (DATA_DIR / name).read_bytes(), name
+
+
+def _inflections(word: str) -> set[str]:
+    """The -s forms the minimal-pair rules pair ``word`` with (plural noun or 3rd-person-singular verb)."""
+    irregular = {"are": "is", "have": "has", "do": "does", "were": "was"}
+    return {irregular.get(word, ""), word + "s", word + "es", word[:-1] + "ies"} - {""}
+
+
+def test_minimal_pairs_are_not_solvable_by_length_or_by_the_s_form():
+    """Per construction the right filler is the strictly shorter one, and the one ending in -s, in 35-65 % of the
+    items (order swaps are of equal length), and the two fillers differ only in the construction's way."""
+    items = read_jsonl_gz(WORDNET_MINIMAL_PAIRS)
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    for item in items:
+        groups[item["group"]].append(item)
+    assert {g: len(v) for g, v in groups.items()} == {"subject_verb_agreement": 400,
+                                                       "determiner_noun_agreement": 400, "determiner_noun_order": 400}
+    for group, rows in sorted(groups.items()):
+        rights = [r["choices"][r["label"]] for r in rows]
+        wrongs = [r["choices"][1 - r["label"]] for r in rows]
+        length_acc = sum(length_only([Item(r["text"], tuple(r["choices"]), r["label"]) for r in rows])) / len(rows)
+        print(f"{group}: length-only accuracy {length_acc:.3f}")
+        if group == "determiner_noun_order":
+            for right, wrong in zip(rights, wrongs, strict=True):
+                assert wrong == " ".join(reversed(right.split())) and len(right.split()) == 2, (right, wrong)
+            assert length_acc == 0.0  # equal lengths: a tie, which counts as wrong
+            continue
+        assert 0.35 <= length_acc <= 0.65, group
+        assert 0.35 <= sum(g.endswith("s") for g in rights) / len(rows) <= 0.65, group
+        for r, right, wrong in zip(rows, rights, wrongs, strict=True):
+            assert wrong in _inflections(right) or right in _inflections(wrong), r
+            if group == "determiner_noun_agreement":
+                before = re.findall(r"[a-z]+", r["text"].split("___")[0].lower())[-1]
+                assert (before in ("a", "an")) == (len(right) < len(wrong)), r
 
 
 def test_zero_shot_items_are_not_in_the_corpus():

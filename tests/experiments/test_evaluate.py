@@ -86,9 +86,9 @@ def test_bundled_tasks_parse():
         good, bad = it.choices[it.label], it.choices[1 - it.label]
         if it.group == "determiner_noun_order":
             assert bad.split() == good.split()[::-1], it
-        else:  # agreement: singular/plural or 3rd-person/base form of one word (is/are, has/have: irregular)
+        else:  # agreement: singular/plural or 3rd-person/base form of one word, either right (is/are: irregular)
             assert " " not in good + bad and good != bad, it
-            assert good[:2] == bad[:2] or (good, bad) in {("is", "are"), ("has", "have"), ("was", "were")}, it
+            assert good[:2] == bad[:2] or {good, bad} in ({"is", "are"}, {"has", "have"}, {"was", "were"}), it
     assert groups == {"determiner_noun_agreement": 400, "determiner_noun_order": 400, "subject_verb_agreement": 400}
     assert {it.label for it in pairs} == {0, 1} and chance(pairs) == pytest.approx(0.5)
 

@@ -110,7 +110,8 @@ def _check_contradictions(explicit: dict[str, Any], loaded: ModelConfig, source:
     for key, value in explicit.items():
         have = plain.get(key)
         have = have.value if hasattr(have, "value") else have
-        if key in plain and key != "vocab_size" and value != have:
+        # vocab_size may grow with a tokenizer; dropout is a training setting, not part of the weights
+        if key in plain and key not in ("vocab_size", "dropout") and value != have:
             bad.append(f"model.{key}={value} (the model has {have})")
     if bad:
         raise ConfigInputError(f"init={source} fixes the model; these settings contradict it: {', '.join(bad)}")
@@ -141,6 +142,8 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     except ValueError as e:
         raise ConfigInputError(f"init={init_value}: config.yaml has a bad model section ({e})") from None
     _check_contradictions(composed.explicit_model, loaded, str(init_value))
+    if "dropout" in composed.explicit_model:  # model.dropout=... fine-tunes with that rate (finetune.dropout wins)
+        loaded = dataclasses.replace(loaded, dropout=float(composed.explicit_model["dropout"]))
     cfg = composed.cfg
     cfg.model = loaded
     # the run's tokenizer is the model's; the family's pooling default follows the loaded family

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from famlab.experiments import cli
+from famlab.experiments.finetune import compose_finetune
 from famlab.families import family_defaults
 
 FAMILIES = ("bert", "gpt", "t5")
@@ -132,6 +133,9 @@ def test_finetune_from_the_pretraining_run(pretrained, env, task_csv, family):
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     # the run's model, fine-tuned with finetune.dropout in place of its pretraining dropout
     assert cfg["model"] == {**yaml.safe_load((pretrained[family] / "config.yaml").read_text())["model"], "dropout": 0.2}
+    # the fine-tune's own config.yaml composes again over its init (its model.dropout is a training setting)
+    again, _ = compose_finetune([str(run_dir / "config.yaml")], [f"init={pretrained[family]}", "finetune.dropout=null"])
+    assert again.model.dropout == 0.2 and again.model.dim == cfg["model"]["dim"]
     run = next(r["run"] for r in wandb_records(run_dir / "seed-0") if r["type"] == "run")
     assert run["job_type"] == "finetune" and run["config"]["update"]["init"] == str(pretrained[family])
 

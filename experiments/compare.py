@@ -37,7 +37,7 @@ from famlab.experiments.budget import (
     solve_params,
     step_cost,
 )
-from famlab.experiments.compose import compose, load_yaml, parse_overrides, preset_path
+from famlab.experiments.compose import compose, flatten, load_yaml, parse_overrides, preset_path
 from famlab.experiments.config import Config, ConfigInputError
 from famlab.experiments.run import get_bundle, set_vocab, token_ids, write_json
 from famlab.experiments.suite import read_suite
@@ -120,14 +120,8 @@ def preset_keys(preset: str) -> set[str]:
     from omegaconf import OmegaConf
 
     node = OmegaConf.to_container(load_yaml(preset_path(preset)), resolve=False)
-
-    def walk(d: Any, prefix: str) -> set[str]:
-        if not isinstance(d, dict):
-            return {prefix}
-        return {k for key, value in d.items() for k in walk(value, f"{prefix}.{key}" if prefix else str(key))}
-
     by_family = node.pop("by_family", None) or {}
-    return walk(node, "") | {k for section in by_family.values() for k in walk(section, "")}
+    return set(flatten(node)) | {key for section in by_family.values() for key in flatten(section)}
 
 
 def arm_name(family: str, objective: str, crossed: bool) -> str:

@@ -1,11 +1,12 @@
 """GPU benchmark at base sizes: famlab vs Hugging Face, bf16-mixed, tokens/s and MFU (well under 5 minutes).
 
-Families and shapes (issue 7): GPT 124M-class (GPT-2 small: 768 wide, 12 layers, 12 heads, vocab 50304,
+Families and shapes: GPT 124M-class (GPT-2 small: 768 wide, 12 layers, 12 heads, vocab 50304,
 seq 512), BERT-base-class (768, 12, 12, vocab 30528, seq 128), T5-base-class (768, 12 + 12 layers, 12 heads,
 d_ff 3072, vocab 32128, encoder 512, targets ~114 from span corruption). Each side trains on the same batch
 with the same fused AdamW under ``torch.autocast(bfloat16)``; steps alternate famlab / HF as in ``famlab bench``
-(see ``experiments/bench.py``, which this script reuses). MFU is model FLOPs (``famlab.families.flops.train_flops``)
-per second over the datasheet bf16 peak of the device (``famlab.experiments.hardware.GPU_PEAKS_BF16``).
+(see ``experiments/perf/bench.py``, which this script reuses). MFU is model FLOPs
+(``famlab.families.flops.train_flops``) per second over the datasheet bf16 peak of the device
+(``famlab.experiments.perf.hardware.GPU_PEAKS_BF16``).
 
     python benchmarks/gpu_bench.py                 # on a GPU
     python benchmarks/gpu_bench.py --tiny          # smoke test on CPU (tiny shapes, fp32, seconds)
@@ -25,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from famlab.experiments.bench import BenchSettings, Side, build_sides, measure, quartiles  # noqa: E402
-from famlab.experiments.hardware import peak_flops  # noqa: E402
+from famlab.experiments.perf.bench import BenchSettings, Side, build_sides, measure, quartiles  # noqa: E402
+from famlab.experiments.perf.hardware import peak_flops  # noqa: E402
 
 # family -> (settings overrides, batch size); sizes of the public base models
 BASE = {

@@ -2,7 +2,7 @@
 
 import sys
 
-from famlab.experiments.cli import main
+from famlab.experiments.commands.cli import main
 
 # Guarded: under strategy=ddp Lightning re-executes the entry point once per rank.
 if __name__ == "__main__":

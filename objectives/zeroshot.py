@@ -339,3 +339,12 @@ def chance(items: Sequence[Item]) -> float:
 
 __all__ = ["BLANK", "NORMS", "BigramLM", "ChoiceScores", "Item", "Scorer", "chance", "correct", "is_correct",
            "length_only", "score_items", "split_blank"]
+
+
+HEADLINE = "per_byte"  # the default headline (famlab eval's docstring)
+HEADLINES = {"wordnet-minimal-pairs": "raw"}  # tasks of minimal pairs: raw, as BLiMP (famlab eval's docstring)
+
+
+def headline(task: str) -> str:
+    """The normalisation whose accuracy is ``task``'s headline: ``raw`` for minimal pairs, else ``per_byte``."""
+    return HEADLINES.get(task, HEADLINE)

@@ -102,7 +102,8 @@ def test_the_graph_sees_the_imports():
     """Not vacuous: known edges are there, module-level and function-level, absolute and relative."""
     edges = graph()
     assert "famlab.families.config" in edges["famlab.families.network"]
-    assert "famlab.experiments.reliability" in edges["famlab.experiments.run"]  # a function-local import
+    # a function-local import
+    assert "famlab.experiments.plumbing.reliability" in edges["famlab.experiments.plumbing.run"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 
@@ -125,5 +126,27 @@ def test_no_private_name_crosses_modules():
 
 def test_training_does_not_import_the_benchmark():
     edges = graph()
-    assert "famlab.experiments.bench" not in edges["famlab.experiments.pretrain"]
-    assert "famlab.experiments.bench" not in edges["famlab.experiments.run"]
+    assert "famlab.experiments.perf.bench" not in edges["famlab.experiments.commands.pretrain"]
+    assert "famlab.experiments.perf.bench" not in edges["famlab.experiments.plumbing.run"]
+
+
+# experiments/ is grouped by concern; a group imports only groups below it (docs/architecture.md).
+EXPERIMENT_LAYERS = {"configuration": 0, "tracking": 1, "analysis": 1, "perf": 1, "plumbing": 2, "commands": 3}
+
+
+def test_experiments_modules_live_in_their_concern_folders():
+    top = sorted(p.name for p in (ROOT / "experiments").glob("*.py") if p.name != "__init__.py")
+    assert not top, f"modules at the top of experiments/, outside a concern folder: {top}"
+    folders = {p.name for p in (ROOT / "experiments").iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(EXPERIMENT_LAYERS), folders
+
+
+def test_experiment_groups_import_only_the_groups_below_them():
+    def group(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 3 and parts[:2] == ["famlab", "experiments"] else None
+
+    upward = [f"{a} imports {b}" for a, bs in graph().items() for b in bs
+              if group(a) and group(b) and group(a) != group(b)
+              and EXPERIMENT_LAYERS[group(b)] >= EXPERIMENT_LAYERS[group(a)]]
+    assert not upward, upward

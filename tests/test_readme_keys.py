@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from famlab.experiments.compose import flatten, schema, to_plain
+from famlab.experiments.configuration.compose import flatten, schema, to_plain
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

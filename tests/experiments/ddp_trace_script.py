@@ -87,8 +87,8 @@ def read_trace(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    import famlab.experiments.pretrain as pretrain_job
-    from famlab.experiments.cli import main as famlab
+    import famlab.experiments.commands.pretrain as pretrain_job
+    from famlab.experiments.commands.cli import main as famlab
 
     out_dir = Path(os.environ[TRACE_ENV])
     make_trainer = pretrain_job.make_trainer

@@ -62,8 +62,8 @@ class PlacementRecorder(pl.Callback):
 def main() -> int:
     import famlab.datamodules.pretrain as pretrain_data
     import famlab.datamodules.tokenizer as tokenizer
-    import famlab.experiments.pretrain as pretrain_job
-    from famlab.experiments.cli import main as famlab
+    import famlab.experiments.commands.pretrain as pretrain_job
+    from famlab.experiments.commands.cli import main as famlab
 
     out_dir = Path(os.environ[TRACE_ENV])
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from famlab.experiments import allocator
+from famlab.experiments.perf import allocator
 
 # A step's worth of "activations" (MiB: 8 x 1, 4 x 8, 8 x 2) taken from malloc, as torch's CPU allocator takes
 # them, touched and freed last-first at the end of the "step"; the probe prints the minor page faults of one
@@ -18,7 +18,7 @@ SIZES_MIB = [1] * 8 + [8] * 4 + [2] * 8
 PROBE = textwrap.dedent(
     """
     import ctypes, resource
-    from famlab.experiments.allocator import keep_freed_memory
+    from famlab.experiments.perf.allocator import keep_freed_memory
     keep_freed_memory()
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from famlab.experiments import cli
+from famlab.experiments.commands import cli
 
 from tests.experiments.reliability_helpers import write_corpus
 

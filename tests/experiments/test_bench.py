@@ -5,8 +5,8 @@ from collections import defaultdict
 
 import pytest
 import torch
-from famlab.experiments import cli
-from famlab.experiments.bench import (
+from famlab.experiments.commands import cli
+from famlab.experiments.perf.bench import (
     BenchError,
     BenchSettings,
     build_sides,
@@ -100,7 +100,7 @@ def test_biased_attention_fast_path_matches_the_reference():
 
 def test_profile_breaks_down_real_steps_of_both_sides():
     """`--profile` times the forward's aten ops and the backward's autograd nodes inside real train steps."""
-    from famlab.experiments.breakdown import MATMUL_NODES, breakdown, format_breakdown
+    from famlab.experiments.perf.breakdown import MATMUL_NODES, breakdown, format_breakdown
 
     s = BenchSettings(dim=32, layers=2, heads=4, ffn=64, vocab=400, batch=2, seq=16)
     ours, theirs, _ = build_sides("t5", s, torch.device("cpu"))
@@ -118,7 +118,7 @@ def test_profile_breaks_down_real_steps_of_both_sides():
 
 def test_profile_hooks_do_not_outlive_their_step():
     """The per-node hooks go with their backward: parameters' AccumulateGrad nodes are reused by later steps."""
-    from famlab.experiments.breakdown import _backward_timed
+    from famlab.experiments.perf.breakdown import _backward_timed
 
     layer = torch.nn.Linear(4, 4)
     first: dict[str, float] = defaultdict(float)

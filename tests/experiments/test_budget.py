@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from famlab.experiments.budget import (
+from famlab.experiments.configuration.budget import (
     BudgetError,
     count_params,
     match_steps,
@@ -35,7 +35,7 @@ def test_step_cost_matches_the_flop_counter_on_a_real_training_step(family):
     objective = make_objective(OBJECTIVES[family][0], ids(), seq_len=32, family=family,
                                generator=torch.Generator().manual_seed(0))
     cost = step_cost(cfg, objective, batch_size=4)
-    from famlab.experiments.budget import probe_batch
+    from famlab.experiments.configuration.budget import probe_batch
 
     torch.manual_seed(0)
     net = build_network(cfg)

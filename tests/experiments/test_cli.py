@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from famlab.experiments import cli
+from famlab.experiments.commands import cli
+from famlab.experiments.configuration.compose import split_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_split_args_separates_presets_overrides_and_flags():
-    presets, overrides, flags = cli.split_args(["t5", "tiny", "a.b=1", "--c.d=None", "--dry-run", "x/y.yaml"])
+    presets, overrides, flags = split_args(["t5", "tiny", "a.b=1", "--c.d=None", "--dry-run", "x/y.yaml"])
     assert presets == ["t5", "tiny", "x/y.yaml"]
     assert overrides == ["a.b=1", "--c.d=None"]
     assert flags == ["--dry-run"]
@@ -56,7 +57,7 @@ def test_presets_command_lists_presets_and_pairs(capsys):
 
 def test_command_table_is_extensible(monkeypatch, capsys):
     """A new command is one table entry pointing at module:function."""
-    monkeypatch.setitem(cli.COMMANDS, "echo", ("famlab.experiments.cli:config_command", "test"))
+    monkeypatch.setitem(cli.COMMANDS, "echo", ("famlab.experiments.commands.cli:config_command", "test"))
     assert cli.main(["echo", "gpt", "model.dim=40"]) == 0
     assert "dim: 40" in capsys.readouterr().out
 
@@ -122,7 +123,7 @@ def test_unknown_flag_and_stray_word_exit_2_naming_them(command, capsys, tmp_pat
 
 def test_plain_tuple_entries_still_work(monkeypatch, capsys):
     """Another module's entry may be a plain ("module:function", "summary") tuple: it runs and has --help."""
-    monkeypatch.setitem(cli.COMMANDS, "echo2", ("famlab.experiments.cli:config_command", "print a config"))
+    monkeypatch.setitem(cli.COMMANDS, "echo2", ("famlab.experiments.commands.cli:config_command", "print a config"))
     assert cli.main(["echo2", "--help"]) == 0 and "Print a config." in capsys.readouterr().out
     assert cli.main(["echo2", "gpt", "model.dim=48"]) == 0 and "dim: 48" in capsys.readouterr().out
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import famlab.experiments
 import pytest
 import yaml
-from famlab.experiments import cli
-from famlab.experiments.report import TIME_COLUMNS
+from famlab.experiments.analysis.report import TIME_COLUMNS
+from famlab.experiments.commands import cli
 
 
 def tiny_inputs(root: Path) -> list[str]:
@@ -84,7 +84,7 @@ def test_flops_budget_is_matched_within_two_percent(twice):
     logged = {json.loads((twice[0] / f"{f}-pretrain-s0" / "results.json").read_text())["budget"]["flops"]
               for f in flops}
     assert logged == set(flops.values())  # what the runs logged as budget/flops is the plan
-    from famlab.experiments.report import read_metrics
+    from famlab.experiments.analysis.report import read_metrics
 
     for family, p in plan["families"].items():  # the last validation is at the end of each family's budget
         rows = read_metrics(twice[0] / f"{family}-pretrain-s0" / "metrics.csv")
@@ -147,7 +147,7 @@ def test_lr_grid_keeps_the_lr_with_the_lowest_validation_loss(tmp_path, monkeypa
 # --- compare.objectives: objectives as a comparison axis (arms = family x objective) ---------------------------
 
 def test_arms_are_family_major_and_a_family_without_objective_keeps_its_preset():
-    from famlab.experiments.compare import expand_arms
+    from famlab.experiments.commands.compare import expand_arms
 
     arms, kept = expand_arms(["gpt", "t5"], ["span", "prefix_lm"])
     assert arms == [("gpt", "span"), ("gpt", "prefix_lm"), ("t5", "span"), ("t5", "prefix_lm")] and kept == []
@@ -181,7 +181,7 @@ def test_bad_compare_objectives_fail_with_one_line_naming_the_key(tmp_path, caps
 
 def test_a_named_preset_keeps_its_keys_over_the_tiny_comparisons_defaults():
     """``famlab compare cpu``: cpu.yaml's trainer.max_steps wins over the tiny default; the other defaults stay."""
-    from famlab.experiments.compare import TINY_DEFAULTS, compose_all
+    from famlab.experiments.commands.compare import TINY_DEFAULTS, compose_all
 
     default = dict(d.split("=", 1) for d in TINY_DEFAULTS)
     base, cfgs = compose_all(["cpu"], [])
@@ -194,7 +194,7 @@ def test_a_named_preset_keeps_its_keys_over_the_tiny_comparisons_defaults():
 
 
 def test_compose_all_builds_one_config_per_arm(capsys):
-    from famlab.experiments.compare import compose_all
+    from famlab.experiments.commands.compare import compose_all
 
     _, cfgs = compose_all([], ["compare.families=[bert,gpt,t5]", "compare.objectives=[mlm,span_mlm,gpt:prefix_lm]"])
     assert {a: c.objective.name for a, c in cfgs.items()} == {
@@ -216,9 +216,9 @@ def _ids(vocab_size: int = 2048, sentinels: int = 100):
 
 @pytest.mark.parametrize("match", ["flops", "tokens"])
 def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
-    from famlab.experiments.budget import relative_spread
-    from famlab.experiments.compare import compose_all, plan_budget
-    from famlab.experiments.run import set_vocab
+    from famlab.experiments.commands.compare import compose_all, plan_budget
+    from famlab.experiments.configuration.budget import relative_spread
+    from famlab.experiments.plumbing.run import set_vocab
 
     base, cfgs = compose_all([], ["compare.families=[gpt,t5]", "compare.objectives=[clm,span,prefix_lm]",
                                   f"compare.match={match}", "trainer.max_steps=300"])

@@ -10,11 +10,11 @@ import statistics
 import pytest
 import yaml
 from famlab.datamodules.suite import TaskSpec
-from famlab.experiments import cli
-from famlab.experiments.compose import compose
-from famlab.experiments.stats import welch
-from famlab.experiments.suite_table import TaskRuns, suite_gains, suite_rows
-from famlab.experiments.wandb_report import log_report_run
+from famlab.experiments.analysis.stats import welch
+from famlab.experiments.analysis.suite_table import TaskRuns, suite_gains, suite_rows
+from famlab.experiments.commands import cli
+from famlab.experiments.configuration.compose import compose
+from famlab.experiments.tracking.wandb_report import log_report_run
 from test_compare import tiny_inputs
 from test_wandb_dashboards import inspect, summary
 

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 import torch
-from famlab.experiments.bench import BenchSettings, make_batch, model_config, token_ids
+from famlab.experiments.perf.bench import BenchSettings, make_batch, model_config, token_ids
 from famlab.families import build_network
 from famlab.families.compile import compile_network, is_compiled
 from famlab.objectives import default_objective, make_objective
@@ -49,8 +49,8 @@ def test_compiled_network_runs_through_dynamo_and_matches_eager(family):
 @pytest.mark.slow
 def test_trainer_compile_true_uses_inductor_and_matches_eager():
     """`trainer.compile=true` (experiments' maybe_compile) compiles with inductor and keeps eager's loss."""
-    from famlab.experiments.compose import compose
-    from famlab.experiments.run import maybe_compile
+    from famlab.experiments.configuration.compose import compose
+    from famlab.experiments.plumbing.run import maybe_compile
     from famlab.objectives import OptimSettings, PretrainModule
 
     net, objective, batch = _net_and_batch("gpt")

@@ -1,8 +1,8 @@
 """Config composition: every preset composes and validates; merge order; one-line errors naming keys."""
 
 import pytest
-from famlab.experiments.compose import compose, flatten, parse_overrides, preset_names, to_plain, to_yaml
-from famlab.experiments.config import ConfigInputError
+from famlab.experiments.configuration.compose import compose, flatten, parse_overrides, preset_names, to_plain, to_yaml
+from famlab.experiments.configuration.config import ConfigInputError
 from famlab.families import family_defaults
 
 FAMILIES = ("bert", "gpt", "t5")

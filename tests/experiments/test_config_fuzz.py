@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from famlab.experiments import cli
-from famlab.experiments.compose import flatten, schema, to_plain
+from famlab.experiments.commands import cli
+from famlab.experiments.configuration.compose import flatten, schema, to_plain
 
 from tests.experiments.reliability_helpers import step_rows, write_corpus
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from famlab.experiments.reliability import AppendingCSVLogger
+from famlab.experiments.plumbing.reliability import AppendingCSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 HISTORY = "epoch,step,train/loss\n0,0,6.5\n0,1,6.25\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from famlab.datamodules import ResumableSampler
-from famlab.experiments.reliability import PREEMPTED_EXIT, RNG_KEY
+from famlab.experiments.plumbing.reliability import PREEMPTED_EXIT, RNG_KEY
 
 from tests.experiments.ddp_trace_script import TRACE_ENV, read_trace
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus

@@ -3,9 +3,9 @@
 import json
 
 import pytest
-from famlab.experiments.cli import main
-from famlab.experiments.evaluate import BUNDLED, headline, read_items, summarise, table
-from famlab.objectives.zeroshot import ChoiceScores, Item, chance, length_only
+from famlab.experiments.commands.cli import main
+from famlab.experiments.commands.evaluate import BUNDLED, read_items, summarise, table
+from famlab.objectives.zeroshot import ChoiceScores, Item, chance, headline, length_only
 
 GOOD = {"text": "a ___ sat", "choices": ["cat", "dog"], "label": 0}
 

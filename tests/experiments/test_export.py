@@ -7,9 +7,9 @@ import pytest
 import torch
 import yaml
 from famlab.datamodules import get_tokenizer, load_corpus
-from famlab.experiments.cli import main
-from famlab.experiments.compose import family_settings
-from famlab.experiments.export import export, plan_export
+from famlab.experiments.commands.cli import main
+from famlab.experiments.commands.export import export, plan_export
+from famlab.experiments.configuration.compose import family_settings
 from famlab.families import ModelConfig, build_network
 from famlab.objectives import ClassifierModule, OptimSettings
 

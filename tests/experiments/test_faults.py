@@ -13,9 +13,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
-from famlab.experiments import cli
-from famlab.experiments.faults import fault_callbacks
-from famlab.experiments.reliability import PREEMPTED_EXIT, PREV_NAME, NonFiniteCallback, resolve_resume
+from famlab.experiments.commands import cli
+from famlab.experiments.plumbing.faults import fault_callbacks
+from famlab.experiments.plumbing.reliability import PREEMPTED_EXIT, PREV_NAME, NonFiniteCallback, resolve_resume
 
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus
 
@@ -167,7 +167,7 @@ def test_corrupt_last_ckpt_falls_back_to_the_previous_one(env, capsys):
 
 
 def test_resolve_resume_cases(tmp_path):
-    from famlab.experiments.config import Config, ConfigInputError
+    from famlab.experiments.configuration.config import Config, ConfigInputError
 
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()

@@ -1,6 +1,6 @@
 """`famlab finetune finetune.mode=probe` reaches the probe through the finetune command's entry (suite.main)."""
 
-from famlab.experiments import cli
+from famlab.experiments.commands import cli
 
 
 def test_finetune_mode_probe_runs_the_probe(tmp_path, capsys):

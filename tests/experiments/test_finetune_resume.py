@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 from famlab.datamodules import PositionTrackingLoader, ResumableSampler
-from famlab.experiments import cli
-from famlab.experiments.reliability import PREEMPTED_EXIT
+from famlab.experiments.commands import cli
+from famlab.experiments.plumbing.reliability import PREEMPTED_EXIT
 
 from tests.experiments.reliability_helpers import fast_args, losses, write_corpus
 
@@ -210,9 +210,9 @@ def test_iterating_the_train_loader_leaves_the_global_rng_alone():
 
 
 def test_resumed_config_may_change_where_it_runs_and_reports_only(tmp_path):
-    from famlab.experiments.compose import to_plain, to_yaml
-    from famlab.experiments.config import Config, ConfigInputError, WandbMode
-    from famlab.experiments.reliability import check_resumed_config
+    from famlab.experiments.configuration.compose import to_plain, to_yaml
+    from famlab.experiments.configuration.config import Config, ConfigInputError, WandbMode
+    from famlab.experiments.plumbing.reliability import check_resumed_config
 
     (tmp_path / "config.yaml").write_text(to_yaml(Config(run_dir="a", provenance={"command": "famlab finetune"})))
     check_resumed_config(tmp_path / "fresh", to_plain(Config()))  # no config.yaml yet: nothing to compare
@@ -231,7 +231,7 @@ def test_a_suite_resumes_task_by_task(env, monkeypatch, capsys):
     """A suite of the same task twice, stopped in the second: resumed, the first is not redone and the second
     continues, ending with the first one's scores and per-step losses (same task, same settings)."""
     import yaml
-    from famlab.experiments import faults
+    from famlab.experiments.plumbing import faults
 
     root, _, task = env
     suite = root / "twice.yaml"

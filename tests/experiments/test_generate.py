@@ -6,8 +6,8 @@ import pytest
 import torch
 import yaml
 from famlab.datamodules import get_tokenizer, load_corpus
-from famlab.experiments.cli import main
-from famlab.experiments.generate import _spans, fill_text, generate_text, load_run
+from famlab.experiments.commands.cli import main
+from famlab.experiments.commands.generate import _spans, fill_text, generate_text, load_run
 from famlab.families import ModelConfig, build_network
 from famlab.objectives.prefix import prefix_lm_mask
 
@@ -125,7 +125,7 @@ def test_example_sweep_trials_compose(sweep):
     import itertools
     from pathlib import Path
 
-    from famlab.experiments.compose import compose
+    from famlab.experiments.configuration.compose import compose
 
     root = Path(__file__).resolve().parents[2]
     spec = yaml.safe_load((root / "experiments/configs/sweeps" / f"{sweep}.yaml").read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from famlab.experiments.reliability import PREEMPTED_EXIT
+from famlab.experiments.plumbing.reliability import PREEMPTED_EXIT
 
 from tests.experiments.launch_trace_script import TRACE_ENV
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus

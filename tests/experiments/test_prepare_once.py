@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from famlab.experiments.prepare_once import PrepareTimeout, wait_for_rank_zero
+from famlab.experiments.plumbing.prepare_once import PrepareTimeout, wait_for_rank_zero
 
 
 def test_other_ranks_wait_until_rank_zero_wrote_the_file(tmp_path):

@@ -5,8 +5,8 @@ import math
 import statistics
 
 import pytest
-from famlab.experiments import cli
-from famlab.experiments.report import significance
+from famlab.experiments.analysis.report import significance
+from famlab.experiments.commands import cli
 from test_compare import compare_in_tmp
 
 OUTPUTS = ("report.md", "results.json", "pretrain_curves.png", "finetune_scores.png", "reference.json")
@@ -92,7 +92,7 @@ def _run(family: str, job: str, objective: str, init: str | None = None) -> dict
 
 
 def test_runs_are_labelled_with_their_arm_with_or_without_a_plan():
-    from famlab.experiments.report import label_arms
+    from famlab.experiments.analysis.report import label_arms
 
     runs = [_run("gpt", "pretrain", "span"), _run("gpt", "finetune", "span", "runs/x"),
             _run("gpt", "pretrain", "prefix_lm"), _run("t5", "pretrain", "span"),
@@ -106,7 +106,7 @@ def test_runs_are_labelled_with_their_arm_with_or_without_a_plan():
 
 
 def test_finetune_table_has_one_row_per_arm_and_each_scratch_baseline_once():
-    from famlab.experiments.report import tables
+    from famlab.experiments.analysis.report import tables
 
     def stat(x: float) -> dict:
         return {m: (x, 0.0, 1) for m in ("test/acc", "test/f1", "test/mcc")}

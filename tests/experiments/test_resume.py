@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from famlab.experiments import cli
-from famlab.experiments.reliability import PREEMPTED_EXIT
+from famlab.experiments.commands import cli
+from famlab.experiments.plumbing.reliability import PREEMPTED_EXIT
 
 from tests.experiments.reliability_helpers import fast_args, losses, step_rows, write_corpus
 
@@ -64,7 +64,7 @@ def test_rng_states_are_weights_only_loadable(tmp_path):
     import random
 
     import numpy as np
-    from famlab.experiments.reliability import rng_state, set_rng_state
+    from famlab.experiments.plumbing.reliability import rng_state, set_rng_state
 
     state = rng_state()
     first = (torch.rand(3), np.random.rand(3), random.random())

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from famlab.experiments import cli
-from famlab.experiments.finetune import compose_finetune
+from famlab.experiments.commands import cli
+from famlab.experiments.commands.finetune import compose_finetune
 from famlab.families import family_defaults
 
 FAMILIES = ("bert", "gpt", "t5")
@@ -232,10 +232,16 @@ def test_compare_zero_shot_step_fills_the_report_table_and_the_wandb_report_run(
     report's table holds the headline accuracies, and the W&B report run logs that table and
     `zero_shot/<task>/<arm>` summary scalars. (test_eval_scores_every_family_on_the_bundled_tasks scores T5.)"""
     arms = ("bert", "gpt")  # each run costs a bigram fit on the corpus: two arms keep the test cheap
-    from famlab.experiments.compose import compose
-    from famlab.experiments.evaluate import BUNDLED, headline
-    from famlab.experiments.wandb_report import log_report_run
-    from famlab.experiments.zeroshot_table import zero_shot_rows, zero_shot_scores, zero_shot_section, zero_shot_summary
+    from famlab.experiments.analysis.zeroshot_table import (
+        zero_shot_rows,
+        zero_shot_section,
+        zero_shot_summary,
+    )
+    from famlab.experiments.commands.compare import zero_shot_scores
+    from famlab.experiments.commands.evaluate import BUNDLED
+    from famlab.experiments.configuration.compose import compose
+    from famlab.experiments.tracking.wandb_report import log_report_run
+    from famlab.objectives.zeroshot import headline
 
     scores = {f: zero_shot_scores(pretrained[f], limit=8) for f in arms}
     rows = zero_shot_rows({f: [{"eval": {"zero_shot": z}}] for f, z in scores.items()})

@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from famlab.experiments.stats import bootstrap_ci, holm, mean_ci, welch
+from famlab.experiments.analysis.stats import bootstrap_ci, holm, mean_ci, welch
 from scipy import stats as sps
 
 A = [0.52, 0.55, 0.50, 0.53]
@@ -64,7 +64,7 @@ def test_bootstrap_ci_is_seeded_and_brackets_the_statistic():
 
 def test_above_matches_a_one_sample_t_test():
     """A fixed score against seeded controls is scipy's one-sample t-test, one-sided."""
-    from famlab.experiments.stats import above
+    from famlab.experiments.analysis.stats import above
 
     controls = [0.30, 0.28, 0.33, 0.31, 0.29]
     ours = above(0.36, controls)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import yaml
-from famlab.experiments import cli
+from famlab.experiments.commands import cli
 
 from tests.experiments.reliability_helpers import write_corpus
 

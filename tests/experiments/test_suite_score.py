@@ -3,8 +3,8 @@
 import statistics
 
 import pytest
-from famlab.experiments.stats import mean_ci
-from famlab.experiments.suite_score import (
+from famlab.experiments.analysis.stats import mean_ci
+from famlab.experiments.analysis.suite_score import (
     TaskResult,
     reference_suite,
     render_suite_table,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from famlab.experiments import cli
-from famlab.experiments.sweep import expand_grid, expand_random, load_sweep, trial_command
+from famlab.experiments.commands import cli
+from famlab.experiments.commands.sweep import expand_grid, expand_random, load_sweep, trial_command
 
 BUNDLED = Path(__file__).resolve().parents[2] / "experiments" / "configs" / "sweeps"
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
-from famlab.experiments import cli
-from famlab.experiments.sweep import device_slots, expand_grid, expand_random
+from famlab.experiments.commands import cli
+from famlab.experiments.commands.sweep import device_slots, expand_grid, expand_random
 
 # one parameter per distribution W&B's sweep schema accepts (keys are famlab config keys: sweeps check that)
 EVERY_DISTRIBUTION = {

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from famlab.experiments import cli
-from famlab.experiments.stats import holm, welch
-from famlab.experiments.sweep_plots import figure
-from famlab.experiments.sweep_report import figure_args, load_trial, summarize, write_report
+from famlab.experiments.analysis.stats import holm, welch
+from famlab.experiments.analysis.sweep_plots import figure
+from famlab.experiments.analysis.sweep_report import figure_args, load_trial, summarize, write_report
+from famlab.experiments.commands import cli
 from famlab.objectives import default_objective
 
 

@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
-from famlab.experiments import transfer
-from famlab.experiments.compose import compose
-from famlab.experiments.config import ConfigInputError
-from famlab.experiments.finetune import GridPoint, grid_points, select_point
-from famlab.experiments.probe import fit_probe
+from famlab.experiments.analysis import transfer
+from famlab.experiments.commands.finetune import GridPoint, grid_points, select_point
+from famlab.experiments.commands.probe import fit_probe
+from famlab.experiments.configuration.compose import compose
+from famlab.experiments.configuration.config import ConfigInputError
 from scipy import stats as sps
 
 
@@ -152,7 +152,7 @@ def test_selection_takes_the_best_mean_over_seeds_and_the_first_on_ties():
 
 
 def _one_line_error(capsys, args):
-    from famlab.experiments import cli
+    from famlab.experiments.commands import cli
 
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
@@ -188,7 +188,7 @@ def test_a_task_with_one_class_is_refused(capsys, tmp_path, monkeypatch):
 
 
 def test_grid_edges_names_arms_selected_at_the_ends_of_their_grid():
-    from famlab.experiments.transfer import grid_edges
+    from famlab.experiments.analysis.transfer import grid_edges
 
     def run(family, init, chosen, lrs=(3e-4, 1e-3, 3e-3)):
         grid = [{"lr": lr, "head_lr": 10 * lr} for lr in lrs]

@@ -7,9 +7,9 @@ import typing
 import lightning as L
 import pytest
 import torch
-from famlab.experiments import cli
-from famlab.experiments.hardware import precision_dtype
-from famlab.experiments.lightning_check import accelerator_choices, precision_choices, strategy_choices
+from famlab.experiments.commands import cli
+from famlab.experiments.configuration.lightning_check import accelerator_choices, precision_choices, strategy_choices
+from famlab.experiments.perf.hardware import precision_dtype
 
 # (override, fragment of the one-line error): the key, the value and the valid range or choices
 CASES = [

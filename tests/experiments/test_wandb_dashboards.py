@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from famlab.experiments import cli
-from famlab.experiments.compose import compose
-from famlab.experiments.wandb_report import log_report_run, markdown_tables, wandb_commands
+from famlab.experiments.commands import cli
+from famlab.experiments.configuration.compose import compose
+from famlab.experiments.tracking.wandb_report import log_report_run, markdown_tables, wandb_commands
 
 FAST = ["trainer.max_steps=6", "trainer.log_every_n_steps=2", "trainer.val_check_interval=3",
         "trainer.limit_val_batches=2", "data.batch_size=8", "trainer.progress_bar=false", "model.dim=32",

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from famlab.experiments.config import ConfigInputError
-from famlab.experiments.wandb_artifacts import (
+from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.tracking.wandb_artifacts import (
     ARTIFACTS_FILE,
     log_model_mode,
     log_pretrain_artifacts,

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from famlab.experiments import cli
+from famlab.experiments.commands import cli
 
 from tests.experiments.test_wandb_dashboards import FAST, inspect, summary
 

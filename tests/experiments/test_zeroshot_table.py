@@ -1,7 +1,7 @@
 """The comparison's zero-shot table: mean over pretraining seeds of each task's headline, reference rows, W&B keys."""
 
 import pytest
-from famlab.experiments.zeroshot_table import zero_shot_markdown, zero_shot_rows, zero_shot_summary
+from famlab.experiments.analysis.zeroshot_table import zero_shot_markdown, zero_shot_rows, zero_shot_summary
 
 
 def _result(raw: float, per_byte: float, *, chance: float = 0.5, length: float = 0.25) -> dict:

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from famlab.experiments.compose import family_settings
+from famlab.experiments.configuration.compose import family_settings
 from famlab.families import ModelConfig, build_network, from_hf, to_hf
 from famlab.families.hf_settings import HFConversionError, config_to_hf
 from hf_models import logits_diff, transformers

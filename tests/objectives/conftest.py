@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from famlab.experiments.compose import family_settings
+from famlab.experiments.configuration.compose import family_settings
 from famlab.families import ModelConfig, build_network
 from famlab.objectives import TokenIds
 

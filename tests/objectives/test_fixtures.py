@@ -1,7 +1,7 @@
 """The objectives tests train the networks ``famlab pretrain`` builds."""
 
 import pytest
-from famlab.experiments.compose import compose
+from famlab.experiments.configuration.compose import compose
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt", "t5"])

@@ -1,0 +1,542 @@
+"""The side-by-side report: ``report.md``, PNG plots and ``results.json`` from stored run directories.
+
+``famlab report <dir>...`` rebuilds it from what the runs left on disk (``config.yaml``, ``results.json``,
+``metrics.csv``, ``eval.json``, and a comparison's ``plan.json``), so no W&B server is needed. A directory
+is a comparison directory (its run directories are read) or a run directory itself.
+
+Numbers per arm (one family x objective; the family itself when each family has its preset objective):
+parameters, corpus tokens, FLOPs, final validation loss / perplexity, the unigram floor
+(``val/unigram_loss``), bits per byte (GPT, T5) or BERT's pseudo-log-likelihood bits per byte in its own
+column (not a likelihood), fine-tune test acc / F1 / MCC as mean +- std over seeds, the scratch baseline,
+throughput; reference rows on the same test split: majority class and TF-IDF + logistic regression.
+A suite comparison (``suite.json``) reports every task and the suite score instead of the one-task fine-tuning
+table (:mod:`famlab.experiments.analysis.suite_table`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+from famlab.experiments.analysis import suite_table, transfer
+from famlab.experiments.analysis.suite_table import read_tasks
+from famlab.experiments.analysis.yardsticks import read_metrics
+from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
+from famlab.experiments.configuration.config import ConfigInputError
+
+METRICS = ("test/acc", "test/f1", "test/mcc")
+TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
+
+
+def _load(run_dir: Path) -> dict[str, Any] | None:
+    if not (run_dir / "results.json").is_file() or not (run_dir / "config.yaml").is_file():
+        return None
+    run = {
+        "dir": run_dir,
+        "results": json.loads((run_dir / "results.json").read_text(encoding="utf-8")),
+        "config": yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
+    }
+    if (run_dir / "eval.json").is_file():
+        run["eval"] = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
+    run["metrics"] = read_metrics(run_dir / "metrics.csv")
+    return run
+
+
+def collect(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Run records from comparison or run directories, plus the comparison's budget plan (if any)."""
+    runs, plan = [], None
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigInputError(f"famlab report: {d} is not a directory")
+        if (d / "plan.json").is_file():
+            plan = json.loads((d / "plan.json").read_text(encoding="utf-8"))
+        candidates = [d] if (d / "results.json").is_file() and not (d / "plan.json").is_file() else sorted(d.iterdir())
+        for c in candidates:
+            run = _load(c) if c.is_dir() else None
+            if run is not None and run["results"].get("job") in ("pretrain", "finetune", "probe"):
+                runs.append(run)
+    if not runs:
+        raise ConfigInputError(f"famlab report: no run directories (config.yaml + results.json) in {dirs}")
+    return runs, plan
+
+
+def _mean_std(values: list[float]) -> tuple[float, float, int]:
+    if not values:
+        return math.nan, math.nan, 0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values)
+
+
+def _ft_scores(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    scores: dict[str, list[float]] = {m: [] for m in METRICS}
+    for r in runs:
+        for seed_scores in r["results"]["seeds"].values():
+            for m in METRICS:
+                scores[m].append(float(seed_scores[m]))
+    return scores
+
+
+def _throughput(metrics: list[dict[str, float]]) -> float:
+    values = [r["perf/tokens_per_sec"] for r in metrics if "perf/tokens_per_sec" in r]
+    return statistics.median(values) if values else math.nan
+
+
+def _objective(run: dict[str, Any]) -> str | None:
+    return (run["config"].get("objective") or {}).get("name") or run["results"].get("objective")
+
+
+def _is_scratch(run: dict[str, Any]) -> bool:
+    return run["results"]["job"] == "finetune" and run["results"].get("init") == "scratch"
+
+
+def label_arms(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> None:
+    """Set ``run["arm"]`` on every run: the comparison arm (family x objective) it belongs to.
+
+    Arm names come from the plan (``plan["families"]`` is keyed by arm, each entry naming its family and
+    objective; older plans are keyed by family only). Runs outside a plan are ``<family>`` when their family
+    was pretrained with one objective, else ``<family>-<objective>``. Scratch fine-tunes belong to no arm
+    (``None``): the baseline is per family.
+    """
+    lookup: dict[tuple[str, str | None], str] = {}
+    for name, p in ((plan or {}).get("families") or {}).items():
+        lookup[p.get("family", name), p.get("objective")] = name
+    objectives: dict[str, set[str | None]] = {}
+    for r in runs:
+        if not _is_scratch(r):
+            objectives.setdefault(r["results"]["family"], set()).add(_objective(r))
+    for r in runs:
+        fam, obj = r["results"]["family"], _objective(r)
+        if _is_scratch(r):
+            r["arm"] = None
+        elif (fam, obj) in lookup or (fam, None) in lookup:
+            r["arm"] = lookup.get((fam, obj)) or lookup[fam, None]
+        else:
+            r["arm"] = f"{fam}-{obj}" if len(objectives[fam]) > 1 else fam
+
+
+def pretrain_runs(runs: list[dict[str, Any]], arm: str, plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The arm's budgeted pretraining runs: lr-grid trials count only at the lr the grid chose."""
+    if any("arm" not in r for r in runs):
+        label_arms(runs, plan)
+    chosen = (plan or {}).get("families", {}).get(arm, {}).get("lr")
+    out = []
+    for r in runs:
+        if r["arm"] != arm or r["results"]["job"] != "pretrain":
+            continue
+        o = r["config"]["optim"]
+        if "lr-tune" in r["config"]["wandb"]["tags"] and not (chosen and math.isclose(o["lr"] * o["lr_scale"], chosen)):
+            continue
+        out.append(r)
+    return out
+
+
+def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per-arm numbers (the report table) from run records, keyed by arm name (the family when each family was
+    pretrained with one objective). Each family's scratch baseline is in every row of that family; a family
+    with only scratch runs gets a row of its own."""
+    label_arms(runs, plan)
+    order = list(plan["families"]) if plan else []
+    for r in runs:
+        if r["arm"] is not None and r["arm"] not in order:
+            order.append(r["arm"])
+    arms: dict[str, dict[str, Any]] = {}
+    for arm in order:
+        mine = [r for r in runs if r["arm"] == arm]
+        if not mine:
+            continue
+        pre = pretrain_runs(runs, arm, plan)
+        tuned = [r for r in mine if r["results"]["job"] == "finetune"]
+        row: dict[str, Any] = {"family": mine[0]["results"]["family"], "objective": _objective(mine[0])}
+        if pre:
+            p0 = pre[0]
+            res, cfg = p0["results"], p0["config"]
+            final = [r["results"]["final"] for r in pre]
+            planned = (plan or {}).get("families", {}).get(arm, {})
+            row.update({
+                "objective": res.get("objective"),
+                "pretrain_seeds": len(pre),
+                "params": res["num_params"],
+                "non_embedding_params": planned.get("non_embedding_params"),
+                "steps": res["steps"],
+                "corpus_tokens": planned.get("corpus_tokens"),
+                "flops": res.get("budget", {}).get("flops") or planned.get("flops"),
+                "val_loss": statistics.fmean(f["val/loss"] for f in final),
+                "val_ppl": statistics.fmean(f["val/ppl"] for f in final),
+                "unigram_loss": statistics.fmean(f.get("val/unigram_loss", math.nan) for f in final),
+                "lr": cfg["optim"]["lr"] * cfg["optim"]["lr_scale"],
+                "tokens_per_s": statistics.fmean(_throughput(r["metrics"]) for r in pre),
+                "wall_s": statistics.fmean(r["results"]["wall_s"] for r in pre),
+            })
+            for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
+                losses = [(r["results"].get("length_extrapolation", {}).get(k) or {}).get("loss") for r in pre]
+                row[f"loss_{k}"] = statistics.fmean(losses) if losses and None not in losses else None
+            scores = [r["eval"]["byte_score"] for r in pre if "eval" in r]
+            if scores:
+                row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
+        if tuned:
+            vals = _ft_scores(tuned)
+            row["finetune"] = {m: _mean_std(vals[m]) for m in METRICS}
+            row["finetune_values"] = vals
+        arms[arm] = row
+    for fam in dict.fromkeys(r["results"]["family"] for r in runs if _is_scratch(r)):
+        vals = _ft_scores([r for r in runs if _is_scratch(r) and r["results"]["family"] == fam])
+        rows = [row for row in arms.values() if row["family"] == fam]
+        if not rows:
+            rows = [arms.setdefault(fam, {"family": fam, "objective": None})]
+        for row in rows:
+            row["scratch"] = {m: _mean_std(vals[m]) for m in METRICS}
+            row["scratch_values"] = vals
+    return arms
+
+
+def majority_reference(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for r in runs:
+        if r["results"]["job"] == "finetune" and "majority" in r["results"]:
+            return r["results"]["majority"]
+    return None
+
+
+def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list[Path] = ()) -> dict[str, Any] | None:
+    """TF-IDF (word 1-2 grams) + logistic regression on the fine-tuning task's train split, scored on its test
+    split (the split the fine-tunes are tested on). Cached in ``cache`` keyed by task and split settings."""
+    ft = next((r for r in runs if r["results"]["job"] == "finetune"), None)
+    if ft is None:
+        return None
+    d = ft["config"]["data"]
+    key = {k: d.get(k) for k in ("task", "seed", "val_fraction", "test_fraction", "text_column", "label_column")}
+    for path in [p for p in (cache, *stored) if p is not None and p.is_file()]:  # computed earlier: reuse
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("key") == key:
+            if cache is not None and path != cache:
+                cache.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+            return saved["tfidf"]
+    from famlab.datamodules import load_task
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    task = load_task(
+        d["task"], text_column=d["text_column"], text_pair_column=d["text_pair_column"],
+        label_column=d["label_column"], split_column=d["split_column"],
+        val_fraction=d["val_fraction"] if d["val_fraction"] is not None else 0.1,
+        test_fraction=d["test_fraction"], seed=d["seed"],
+    )
+
+    def text(e: Any) -> str:
+        return e.text if e.text_pair is None else f"{e.text} [SEP] {e.text_pair}"
+
+    vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=100_000)
+    x_train = vec.fit_transform([text(e) for e in task.train])
+    clf = LogisticRegression(max_iter=300, C=10.0).fit(x_train, [e.label for e in task.train])
+    y_true = [e.label for e in task.test]
+    y_pred = clf.predict(vec.transform([text(e) for e in task.test])).tolist()
+    labels = list(range(len(task.labels)))
+    result = {
+        "test/acc": float(accuracy_score(y_true, y_pred)),
+        "test/f1": float(f1_score(y_true, y_pred, average="macro", labels=labels, zero_division=0)),
+        "test/mcc": float(matthews_corrcoef(y_true, y_pred)),
+        "num_test": len(y_true),
+    }
+    if cache is not None:
+        cache.write_text(json.dumps({"key": key, "tfidf": result}, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def suite_tasks(
+    dirs: list[Path], runs: list[dict[str, Any]], plan: dict[str, Any] | None, out_dir: Path
+) -> list[suite_table.TaskRuns] | None:
+    """The runs of each task of a suite comparison (its ``suite.json``), labelled with arms; None for one task.
+
+    Each task's TF-IDF reference is cached as ``reference-<task>.json`` in ``out_dir`` (reused from ``dirs``).
+    """
+    found = next((t for d in dirs if (t := read_tasks(d)) is not None), None)
+    if found is None:
+        return None
+    out = []
+    for spec, folder in found:
+        task_runs, _ = collect([folder])
+        label_arms([*runs, *task_runs], plan)
+        ft = [r for r in task_runs if r["results"]["job"] == "finetune"]
+        cached = f"reference-{spec.name}.json"
+        references = {"majority class": majority_reference(ft),
+                      "TF-IDF + LR": tfidf_reference(ft, out_dir / cached, [d / cached for d in dirs])}
+        out.append(suite_table.TaskRuns(spec, task_runs, references))
+    return out
+
+
+def significance(families: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[dict[str, Any]]:
+    """Welch's two-sided t-test on fine-tune scores over seeds for every pair of arms, Holm-corrected."""
+    from famlab.experiments.analysis.stats import holm, welch
+
+    out, tested = [], []
+    for a, b in itertools.combinations(families, 2):
+        va = families[a].get("finetune_values", {}).get(metric, [])
+        vb = families[b].get("finetune_values", {}).get(metric, [])
+        if len(va) < 2 or len(vb) < 2:
+            out.append({"pair": f"{a} vs {b}", "p": None, "verdict": "too few seeds for a test (need >= 2 each)"})
+            continue
+        w = welch(va, vb, alternative="two-sided")
+        out.append({"pair": f"{a} vs {b}", "diff": w.diff, "ci": [w.ci_low, w.ci_high], "p": w.p})
+        tested.append(out[-1])
+    for s, p in zip(tested, holm([s["p"] for s in tested]), strict=True):
+        s["p_holm"] = p
+        s["verdict"] = ("exceeds seed variation (Holm p < 0.05)" if p < 0.05
+                        else "within seed variation (Holm p >= 0.05)")
+    return out
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 1e4):
+        return f"{int(x):.3g}" if abs(x) >= 1e9 else f"{int(x):,}"
+    return f"{x:.{digits}f}"
+
+
+def _ms(t: tuple[float, float, int] | None) -> str:
+    return "-" if t is None or t[2] == 0 else f"{t[0]:.3f} ± {t[1]:.3f} (n={t[2]})"
+
+
+def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tuple[str, str]:
+    """(pretraining table, fine-tuning table) in Markdown: one row per arm (``families`` from :func:`summarize`),
+    each family's scratch baseline once, after its last arm."""
+    head = ("| family | objective | params | non-emb params | steps | corpus tokens | FLOPs | val loss | val ppl | "
+            "unigram floor | val loss 2x / 4x length | bits/byte | BERT PLL bits/byte | lr | tokens/s | wall s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in families.values():
+        if "val_loss" not in r:
+            continue
+        lines.append("| " + " | ".join([
+            r["family"], str(r["objective"]), _fmt(r["params"]), _fmt(r["non_embedding_params"]), str(r["steps"]),
+            _fmt(r["corpus_tokens"]), f"{r['flops']:.3e}" if r["flops"] else "-", _fmt(r["val_loss"]),
+            _fmt(r["val_ppl"], 1), _fmt(r["unigram_loss"]), f"{_fmt(r.get('loss_2x'))} / {_fmt(r.get('loss_4x'))}",
+            _fmt(r.get("bits_per_byte")),
+            _fmt(r.get("pll_bits_per_byte")), f"{r['lr']:.2g}", _fmt(r["tokens_per_s"], 0), _fmt(r["wall_s"], 1),
+        ]) + " |")
+    pre = "\n".join(lines)
+    head2 = "| model | test acc | test F1 (macro) | test MCC |"
+    lines = [head2, "|---|---|---|---|"]
+    rows = list(families.items())
+    for i, (arm, r) in enumerate(rows):
+        if "finetune" in r:
+            lines.append(f"| {arm} pretrained | " + " | ".join(_ms(r["finetune"][m]) for m in METRICS) + " |")
+        last_of_family = all(other["family"] != r["family"] for _, other in rows[i + 1:])
+        if "scratch" in r and last_of_family:
+            lines.append(f"| {r['family']} scratch | " + " | ".join(_ms(r["scratch"][m]) for m in METRICS) + " |")
+    for name, ref in (("majority class", majority), ("TF-IDF + logistic regression", tfidf)):
+        if ref:
+            lines.append(f"| {name} (reference) | " + " | ".join(_fmt(ref[m]) for m in METRICS) + " |")
+    return pre, "\n".join(lines)
+
+
+def _family_colors(families: list[str]) -> dict[str, str]:
+    palette = {"bert": "tab:blue", "gpt": "tab:orange", "t5": "tab:green"}
+    return {f: palette.get(f, f"C{i}") for i, f in enumerate(families)}
+
+
+def _curve(run: dict[str, Any], key: str) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(train x, train loss, val x, val loss) with x = ``key`` (budget/tokens or budget/flops) per step.
+
+    Validation rows carry no budget column, so x comes from the budget per step of the training rows
+    (constant per step: same batch shape every step); the step-0 validation (before training) is at x = 0.
+    """
+    train = [r for r in run["metrics"] if "train/loss" in r and key in r]
+    per_step = statistics.median(r[key] / (r["step"] + 1) for r in train) if train else math.nan
+    tx = [r[key] for r in train]
+    ty = [r["train/loss"] for r in train]
+    val = [r for r in run["metrics"] if "val/loss" in r]
+    vx = [0.0 if r["step"] == 0 and i == 0 else r["step"] * per_step for i, r in enumerate(val)]
+    return tx, ty, vx, [r["val/loss"] for r in val]
+
+
+def plot_pretraining(
+    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path, plan: dict[str, Any] | None = None
+) -> Path:
+    """One panel pair per arm: loss vs tokens read and vs training FLOPs, with the arm's unigram floor.
+
+    Up to four arms are columns (tokens on top, FLOPs below); more arms are rows, so the figure grows in
+    height instead of becoming too wide to read.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pre = {a: rs for a in families if (rs := pretrain_runs(runs, a, plan))}
+    colors = _family_colors(list(dict.fromkeys(r["family"] for r in families.values())))
+    n = max(1, len(pre))
+    tall = n > 4
+    shape, size = ((n, 2), (9.6, 3.4 * n)) if tall else ((2, n), (4.6 * n, 7.2))
+    fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
+    crossed = any(a != r["family"] for a, r in families.items())
+    for col, (arm, rs) in enumerate(pre.items()):
+        fam = families[arm]["family"]
+        for row, (key, unit, short) in enumerate((("budget/tokens", "tokens read by the network", "tokens"),
+                                                  ("budget/flops", "training FLOPs", "FLOPs"))):
+            ax = axes[col][row] if tall else axes[row][col]
+            for i, r in enumerate(rs):
+                tx, ty, vx, vy = _curve(r, key)
+                seed = r["config"]["seed"]
+                ax.plot(tx, ty, color=colors[fam], alpha=0.35, lw=1, label="train loss" if i == 0 else None)
+                ax.plot(vx, vy, "o-", color=colors[fam], ms=3, label=f"val loss (seed {seed})")
+            floor = families[arm].get("unigram_loss")
+            if floor is not None and not math.isnan(floor):
+                ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor {floor:.2f}")
+            ax.set_xlabel(unit)
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))  # 1e5 tokens / 1e11 FLOPs: no overlap
+            ax.set_ylabel("loss (nats per label token)")
+            ax.set_title(f"{fam} ({families[arm].get('objective')}): loss vs {short}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    per = "arm (family, objective)" if crossed else "family"
+    fig.suptitle(f"Pretraining loss per {per} (objectives differ: compare each with its own floor)")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / size[1]))  # keep the suptitle clear of the first row's titles
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any, path: Path) -> Path:
+    """Fine-tune test scores per arm (mean +- std over seeds), pretrained and (once per family) scratch, with
+    reference lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(families)
+    many = len(names) > 4  # many arms: one metric per row, so the figure does not become too wide to read
+    width = max(5.0, 1.1 * len(names) + 2)
+    wide = ((1, len(METRICS)), (5 * len(METRICS), 4.2))
+    shape, size = ((len(METRICS), 1), (width, 4.2 * len(METRICS))) if many else wide
+    fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
+    colors = _family_colors(list(dict.fromkeys(r["family"] for r in families.values())))
+    for ax, metric in zip(axes.flat, METRICS, strict=True):
+        scratch_shown: set[str] = set()
+        for i, arm in enumerate(names):
+            fam = families[arm]["family"]
+            for j, (label, hatch) in enumerate((("finetune", None), ("scratch", "//"))):
+                stat = families[arm].get(label, {}).get(metric)
+                if stat is None or stat[2] == 0 or (label == "scratch" and fam in scratch_shown):
+                    continue
+                scratch_shown.update([fam] if label == "scratch" else [])
+                x = i + (j - 0.5) * 0.38
+                ax.bar(x, stat[0], width=0.36, yerr=stat[1], capsize=4, color=colors[fam],
+                       alpha=1.0 if label == "finetune" else 0.45, hatch=hatch, edgecolor="black", lw=0.5,
+                       label=("pretrained" if label == "finetune" else "scratch") if i == 0 else None)
+        for ref, name, style in ((majority, "majority class", ":"), (tfidf, "TF-IDF + LR", "--")):
+            if ref:
+                ax.axhline(ref[metric], color="black", ls=style, lw=1, label=f"{name} {ref[metric]:.3f}")
+        ax.set_xticks(range(len(names)), names, rotation=30 if many else 0, ha="right" if many else "center")
+        ax.set_xlabel("left bar: pretrained, right: scratch (once per family)")
+        ax.set_ylabel(f"{metric} (fraction)" if metric != "test/mcc" else "test/mcc (-1 to 1)")
+        ax.set_title(f"Fine-tuning {metric}, mean ± std over seeds")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
+    """Write ``report.md``, ``pretrain_curves.png``, ``finetune_scores.png`` and ``results.json`` to ``out_dir``."""
+    runs, plan = collect(dirs)
+    probes = [r for r in runs if r["results"]["job"] == "probe"]
+    runs = [r for r in runs if r["results"]["job"] != "probe"]
+    if not runs:
+        raise ConfigInputError(f"famlab report: no pretraining or fine-tuning runs in {[str(d) for d in dirs]}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    families = summarize(runs, plan)
+    majority = majority_reference(runs)
+    tfidf = tfidf_reference(runs, out_dir / "reference.json", [d / "reference.json" for d in dirs])
+    sig = significance(families)
+    pre_table, ft_table = tables(families, majority, tfidf)
+    tasks = suite_tasks(dirs, runs, plan, out_dir)
+    first_cfg = runs[0]["config"]
+    scale = first_cfg.get("size") or "custom"
+    smoke = transfer.smoke_scale(scale, plan)
+    suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, smoke) if tasks else None
+    curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
+    scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png") if suite is None else None
+    crossed = any(a != r["family"] for a, r in families.items())  # arms: families x compare.objectives
+    between = "arms (family x objective)" if crossed else "families"
+    md = [f"# famlab comparison: {', '.join(families)}", ""]
+    m = first_cfg["model"]
+    per_family = {r["results"]["family"]: r["config"]["data"]["batch_size"] for r in runs}
+    batches = " / ".join(f"{f} {b}" for f, b in per_family.items())  # size presets may set it per family
+    md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
+              f"seq_len {first_cfg['data']['seq_len']}, pretraining batch {batches}, "
+              f"corpus `{first_cfg['data']['corpus']}`, task `{first_cfg['data']['task']}`).")
+    if plan:
+        spread = plan["achieved_spread"]
+        what = {"flops": "training FLOPs (families.flops)", "tokens": "corpus tokens",
+                "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan["match"]]
+        md.append(f"Budget matched on **{what}**: largest relative difference between {between} "
+                  f"{spread:.2%} (tolerance {plan['tolerance']:.0%}); reference: {plan['reference']}.")
+    zero_shot_runs = {arm: pretrain_runs(runs, arm, plan) for arm in families}
+    md += ["", *zero_shot_section(zero_shot_runs)]  # headline table
+    zero_shot = zero_shot_rows(zero_shot_runs)
+    md += ["", "## Pretraining", "", pre_table, "",
+           "Validation losses of different objectives are not comparable with each other (different targets); "
+           "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
+           "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not."
+           + (" Each arm's bits per byte conditions on its own objective's input format (the scoring rules of "
+              "objectives/evaluation.py)." if crossed else ""), ""]
+    if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
+        md += suite["markdown"]
+        sig = []
+    else:
+        md += ["## Fine-tuning (test split)", "", ft_table, "",
+               f"## Do {between} differ by more than seed variation?", "",
+               "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
+               "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
+    for s in sig:
+        p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
+        diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
+        md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
+    bought = transfer.section(runs, probes, families, out_dir, dirs, smoke)
+    md += ["", *bought["markdown"]]
+    if suite is not None:  # the suite score's gains open "What pretraining bought"
+        at = md.index("## What pretraining bought") + 2
+        md[at:at] = suite["gains_markdown"]
+    md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", ""]
+    md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
+    (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
+    clean = {f: {k: v for k, v in r.items() if not k.endswith("_values")} for f, r in families.items()}
+    results = {
+        "scale": scale, "plan": plan, "families": clean, "reference": {"majority": majority, "tfidf": tfidf},
+        "significance": sig, "runs": [str(r["dir"]) for r in [*runs, *probes]],
+        "tables": {"pretrain": pre_table, **({"finetune": ft_table} if suite is None else suite["tables"]),
+                   **bought["tables"]},
+        "gains": bought["gains"], "probe_gains": bought["probe_gains"], "protocol": bought["protocol"],
+        "wall": bought["wall"],
+        "zero_shot": zero_shot, "wandb_summary": zero_shot_summary(zero_shot),  # scalars for the W&B report run
+    }
+    if suite is not None:
+        results["suite"] = suite["results"]
+        # scalars for the W&B report run's summary (wandb_report.report_summary)
+        results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite["summary"]}
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    return results
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab report <dir>... [--out=<dir>]`` (default: the first directory)."""
+    out = next((o.split("=", 1)[1] for o in overrides if o.lstrip("-").startswith("out=")), None)
+    if not presets or any(not o.lstrip("-").startswith("out=") for o in overrides) or flags:
+        raise ConfigInputError("usage: famlab report <comparison, sweep or run dir>... [--out=<dir>]")
+    dirs = [Path(p) for p in presets]
+    out_dir = Path(out) if out else dirs[0]
+    if len(dirs) == 1 and (dirs[0] / "sweep.yaml").is_file():  # a `famlab sweep` directory: its own summary
+        from famlab.experiments.analysis.sweep_report import rebuild
+
+        print(rebuild(dirs[0], out_dir), end="")
+        return 0
+    build_report(dirs, out_dir)
+    print((out_dir / "report.md").read_text(encoding="utf-8"))
+    return 0

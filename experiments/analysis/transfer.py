@@ -1,0 +1,270 @@
+"""What pretraining bought: pretrained - scratch gains, the linear-probe table, and their plot.
+
+A comparison only means something if each pretrained arm beats its own from-scratch baseline beyond seed
+variation. For every arm (family x objective) this module computes, from stored run records:
+
+- **fine-tuning gain**: mean test accuracy of the pretrained arm minus its family's scratch baseline, the
+  Welch 95 % interval of that difference, and a one-sided Welch p-value (H1: pretrained > scratch);
+- **probe gain**: the probe accuracy of the pretrained body (one value per pretraining seed) minus the mean of
+  random-initialised bodies of the same shape, with a one-sided one-sample t-test;
+
+and Holm-corrects each family of p-values across arms (:mod:`famlab.experiments.analysis.stats`). Results are plain
+dataclasses; :func:`gain_table`, :func:`probe_table` and :func:`plot_gains` render them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.analysis.stats import above, holm, welch
+
+ALPHA = 0.05
+
+
+@dataclasses.dataclass
+class Gain:
+    """One arm's pretrained - baseline difference in test accuracy."""
+
+    arm: str
+    family: str
+    pretrained: list[float]
+    baseline: list[float]
+    diff: float
+    ci_low: float
+    ci_high: float
+    p: float
+    p_holm: float = math.nan
+
+    @property
+    def significant(self) -> bool:
+        return self.p_holm < ALPHA
+
+
+def finetune_gains(arms: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[Gain]:
+    """Pretrained vs scratch per arm (``arms`` from ``report.summarize``); arms lacking 2 seeds a side are skipped."""
+    gains = []
+    for arm, row in arms.items():
+        a = row.get("finetune_values", {}).get(metric, [])
+        b = row.get("scratch_values", {}).get(metric, [])
+        if len(a) < 2 or len(b) < 2:
+            continue
+        w = welch(a, b, alternative="greater")
+        gains.append(Gain(arm, row["family"], list(a), list(b), w.diff, w.ci_low, w.ci_high, w.p))
+    _correct(gains)
+    return gains
+
+
+def probe_gains(probes: dict[str, list[dict[str, Any]]], families: dict[str, str]) -> list[Gain]:
+    """Per arm: pretrained-body probe accuracy (mean over pretraining seeds) against the random-init bodies.
+
+    Args:
+        probes: arm -> the ``results.json`` of its probe runs (one per pretraining seed).
+        families: arm -> family.
+    """
+    gains = []
+    for arm, results in probes.items():
+        pre = [r["pretrained"]["test"]["test/acc"] for r in results]
+        rand = [v["test"]["test/acc"] for r in results for v in r["random"].values()]
+        if not pre or len(rand) < 2:
+            continue
+        t = above(statistics.fmean(pre), rand)
+        gains.append(Gain(arm, families.get(arm, arm), pre, rand, t.diff, t.ci_low, t.ci_high, t.p))
+    _correct(gains)
+    return gains
+
+
+def _correct(gains: list[Gain]) -> None:
+    for g, p in zip(gains, holm([g.p for g in gains]), strict=True):
+        g.p_holm = p
+
+
+def _mean_sd(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {sd:.3f} (n={len(values)})"
+
+
+def gain_table(gains: list[Gain], baseline: str = "scratch") -> str:
+    """Markdown: one row per arm with both sides, the difference, its 95 % CI, raw and Holm-corrected p."""
+    lines = [f"| arm | pretrained | {baseline} | gain | 95 % CI | p (one-sided) | p (Holm) | beyond seed variation |",
+             "|---|---|---|---|---|---|---|---|"]
+    for g in gains:
+        lines.append(f"| {g.arm} | {_mean_sd(g.pretrained)} | {_mean_sd(g.baseline)} | {g.diff:+.3f} | "
+                     f"[{g.ci_low:+.3f}, {g.ci_high:+.3f}] | {g.p:.3g} | {g.p_holm:.3g} | "
+                     f"{'yes' if g.significant else 'no'} |")
+    return "\n".join(lines)
+
+
+def probe_table(gains: list[Gain]) -> str:
+    """Markdown: probe accuracy of the pretrained body against random-init bodies of the same shape."""
+    return gain_table(gains, baseline="random-init body").replace("| pretrained |", "| pretrained body |", 1)
+
+
+SMOKE = ("This is a smoke-scale run: the tiny shape with less pretraining than the `cpu` preset's, so its "
+         "pretrained-vs-scratch result is not expected to be significant for every family (see the README's 'What "
+         "the default comparison measures'). Rank families with `famlab compare cpu` on a CPU or `famlab compare "
+         "small` on one GPU.")
+
+
+def smoke_scale(scale: str | None, plan: dict[str, Any] | None) -> bool:
+    """A tiny comparison whose reference pretraining steps fall short of the ``cpu`` preset's."""
+    from famlab.experiments.configuration.compose import load_yaml, preset_path
+
+    steps = (plan or {}).get("reference_steps")
+    if scale != "tiny" or steps is None:
+        return False
+    return int(steps) < int(load_yaml(preset_path("cpu")).trainer.max_steps)
+
+
+def verdict(gains: list[Gain], smoke: bool = False) -> str:
+    """Does pretraining pay off for every arm, beyond seed variation? A smoke-scale run says so first."""
+    lead = f"{SMOKE} " if smoke else ""
+    if not gains:
+        return f"{lead}No arm has at least 2 seeds on both sides, so no gain was tested."
+    bad = [g.arm for g in gains if not g.significant]
+    if not bad:
+        return (f"{lead}Pretraining pays off for every arm: each pretrained arm beats its own baseline "
+                f"(one-sided Welch, Holm-corrected p < {ALPHA} across {len(gains)} arms).")
+    return (f"{lead}Pretraining does not pay off beyond seed variation for {', '.join(bad)} (Holm-corrected "
+            f"p >= {ALPHA}): a ranking that includes them measures what this budget's pretraining did to a random "
+            "initialisation, not what pretraining can teach.")
+
+
+def plot_gains(finetune: list[Gain], probe: list[Gain], path: Path) -> Path:
+    """Bars of the gain per arm with 95 % CI error bars: fine-tuning (left) and linear probe (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(g, t) for g, t in ((finetune, "fine-tuning: pretrained - scratch"),
+                                  (probe, "linear probe: pretrained - random-init body")) if g]
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5.2 * max(1, len(panels)), 4.2), squeeze=False)
+    palette = {"bert": "tab:blue", "gpt": "tab:orange", "t5": "tab:green"}
+    for ax, (gains, title) in zip(axes.flat, panels, strict=False):
+        x = list(range(len(gains)))
+        err = [[g.diff - g.ci_low for g in gains], [g.ci_high - g.diff for g in gains]]
+        ax.bar(x, [g.diff for g in gains], yerr=err, capsize=5, edgecolor="black", lw=0.5,
+               color=[palette.get(g.family, "tab:gray") for g in gains])
+        for xi, g in zip(x, gains, strict=True):
+            ax.annotate(f"p_Holm={g.p_holm:.2g}", (xi, g.ci_high), ha="center", va="bottom", fontsize=8,
+                        xytext=(0, 3), textcoords="offset points")
+        ax.axhline(0.0, color="black", lw=1)
+        ax.set_xticks(x, [g.arm for g in gains])
+        ax.set_ylabel("test accuracy difference")
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("What pretraining bought (mean difference, 95 % CI)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def section(
+    runs: list[dict[str, Any]], probes: list[dict[str, Any]], families: dict[str, dict[str, Any]], out_dir: Path,
+    dirs: list[Path], smoke: bool = False,
+) -> dict[str, Any]:
+    """The "what pretraining bought" section: gains, probe table, plot, protocol and wall-time split."""
+    ft_gains = finetune_gains(families)
+    arm_of = {r["dir"].name: r["arm"] for r in runs if r["results"]["job"] == "pretrain"}
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for r in probes:
+        arm = arm_of.get(Path(str(r["results"].get("init", ""))).name)
+        if arm is not None:
+            by_arm.setdefault(arm, []).append(r["results"])
+    pr_gains = probe_gains(by_arm, {a: row["family"] for a, row in families.items()})
+    md = ["## What pretraining bought", ""]
+    tables: dict[str, str] = {}
+    if ft_gains:
+        tables["gains"] = gain_table(ft_gains)
+        md += ["Fine-tuned test accuracy of each pretrained arm minus its family's from-scratch baseline "
+               "(same recipe, grid and selection; one-sided Welch test, Holm-corrected across arms).", "",
+               tables["gains"], "", verdict(ft_gains, smoke), ""]
+    if pr_gains:
+        tables["probe"] = probe_table(pr_gains)
+        md += ["### Linear probe (frozen body)", "",
+               "Logistic regression on the frozen body's pooled features (the family's fine-tuning pooling), "
+               "strength chosen on validation; the pretrained body against random-initialised bodies of the same "
+               "shape (one per probe seed; one-sided one-sample t-test, Holm-corrected across arms).", "",
+               tables["probe"], ""]
+    if ft_gains or pr_gains:
+        plot = plot_gains(ft_gains, pr_gains, out_dir / "pretraining_gain.png")
+        md += [f"![what pretraining bought]({plot.name})", ""]
+    protocol = protocol_lines(runs, families)
+    md += ["## Protocol", "", *[f"- {line}" for line in protocol], ""]
+    wall = wall_split(dirs)
+    if wall:
+        md += [wall["line"], ""]
+    return {"markdown": md, "tables": tables, "protocol": protocol, "wall": wall,
+            "gains": [dataclasses.asdict(g) for g in ft_gains],
+            "probe_gains": [dataclasses.asdict(g) for g in pr_gains]}
+
+
+def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any]]) -> list[str]:
+    """What the fine-tuning numbers mean: grid, seeds, selection, test once, pooling, pretraining seeds."""
+    ft = [r for r in runs if r["results"]["job"] == "finetune"]
+    lines = []
+    if ft:
+        res, cfg = ft[0]["results"], ft[0]["config"]
+        f = cfg["finetune"]
+        grid = res.get("grid") or []
+        steps = f.get("max_steps") or f"{f.get('epochs')} epochs"
+        lines.append(f"Fine-tuning: {res['sizes']['train']} training / {res['sizes']['val']} validation / "
+                     f"{res['sizes']['test']} test examples, {steps} steps at batch "
+                     f"{f.get('batch_size') or cfg['data']['batch_size']}, seeds "
+                     f"{', '.join(sorted(res['seeds'], key=int))}.")
+        if grid:
+            points = ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})" for g in grid)
+            lines.append(f"Every arm, pretrained or scratch, gets the same grid of (body lr, head lr): {points}; "
+                         f"selection: {res.get('selection', 'best mean validation score over seeds')}, applied to "
+                         "each arm separately; the test split is read once, by the selected setting's models.")
+        edge = grid_edges(ft)
+        if edge:
+            lines.append("Selected at an edge of the body-lr grid (a wider `finetune.lr_grid` might score higher): "
+                         + ", ".join(edge) + ".")
+        pooling = {r["results"]["family"]: r["results"].get("pooling") for r in ft}
+        lines.append("Pooling: " + ", ".join(f"{k} `{v}`" for k, v in pooling.items()) + ".")
+    seeds = {row["family"]: row.get("pretrain_seeds") for row in families.values() if row.get("pretrain_seeds")}
+    if seeds and max(seeds.values()) < 2:
+        lines.append("One pretraining run per arm: differences between families are measured over fine-tuning "
+                     "seeds of one pretraining run, so they do not include pretraining-seed variance.")
+    elif seeds:
+        lines.append("Pretraining seeds per arm: " + ", ".join(f"{k} {v}" for k, v in seeds.items())
+                     + " (fine-tuning seeds of every pretraining run pooled).")
+    return lines
+
+
+def grid_edges(ft: list[dict[str, Any]]) -> list[str]:
+    """``"<family> <arm> (body lr X, the largest)"`` for each fine-tune whose selected body lr ends its grid."""
+    out = []
+    for r in ft:
+        res = r["results"]
+        lrs = sorted({g["lr"] for g in res.get("grid") or []})
+        chosen = (res.get("selected") or {}).get("lr")
+        if len(lrs) < 2 or chosen not in (lrs[0], lrs[-1]):
+            continue
+        arm = "scratch" if str(res.get("init")) == "scratch" else "pretrained"
+        out.append(f"{res['family']} {arm} (body lr {chosen:g}, the {'largest' if chosen == lrs[-1] else 'smallest'})")
+    return out
+
+
+def wall_split(dirs: list[Path]) -> dict[str, Any] | None:
+    """The comparison's wall time by phase, from ``compare.json`` (written by ``famlab compare``)."""
+    for d in dirs:
+        path = d / "compare.json"
+        if path.is_file():
+            info = json.loads(path.read_text(encoding="utf-8"))
+            phases = info.get("phases")
+            if not phases:
+                return None
+            total = info["wall_s"]
+            parts = ", ".join(f"{k} {v:.0f} s ({v / total:.0%})" for k, v in phases.items())
+            return {"total_s": total, "phases": phases,
+                    "line": f"Wall time {total:.0f} s: {parts}; the rest ({total - sum(phases.values()):.0f} s) is "
+                            "setup, data and tokenizer (the report itself comes after)."}
+    return None

@@ -1,0 +1,228 @@
+"""The ``famlab`` command line: ``famlab <command> [preset | file.yaml]... [key=value | --key=value]...``.
+
+Commands live in :data:`COMMANDS` as ``name -> Command(target, summary, ...)``: the ``"module:function"`` that
+runs it (taking ``(presets, overrides, flags)`` and returning an exit status), a one-line summary, and what
+``famlab <command> --help`` prints (positionals, config sections read, accepted ``--flags``, details).
+Another module adds a command by adding an entry - nothing else here changes; a plain
+``("module:function", "summary")`` tuple works too. Modules are imported only when their command runs,
+so ``--help``, ``famlab config`` and ``famlab presets`` stay fast and have no side effects.
+
+Config and input errors (``ValueError`` subclasses, OmegaConf errors) exit 2 with one line
+``famlab: error: ...`` and no traceback; so does an ``--flag`` the command does not declare.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import NamedTuple
+
+from famlab.experiments.configuration.compose import (
+    compose,
+    format_omegaconf_error,
+    preset_description,
+    preset_names,
+    preset_path,
+    split_args,
+    sweep_names,
+    sweep_path,
+)
+from famlab.experiments.perf.allocator import keep_freed_memory
+from omegaconf.errors import OmegaConfBaseException
+
+USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=value]... [--flag]..."
+PRESET_ARGS = "[preset | file.yaml]... [key=value]..."
+RUN = ("model", "objective", "data", "optim", "trainer", "wandb", "name", "seed", "run_dir", "resume")
+
+
+class Command(NamedTuple):
+    """One ``famlab`` command: what runs it and what its ``--help`` says."""
+
+    # "module:function"; the function takes (presets, overrides, flags) and returns an exit status
+    target: str
+    summary: str  # one line, shown by `famlab --help`
+    args: str = PRESET_ARGS  # what follows the command name
+    sections: tuple[str, ...] = ()  # config sections (or top-level keys) the command reads
+    flags: tuple[str, ...] | None = ()  # accepted bare --flags; None = the command checks its own options
+    details: str = ""  # further help text
+
+
+COMMANDS: dict[str, Command | tuple[str, ...]] = {
+    "pretrain": Command(
+        "famlab.experiments.commands.pretrain:main", "pretrain one family on a corpus", sections=RUN,
+        details="Trains the tokenizer (cached), tokenizes the corpus (cached), pretrains, writes a run directory."),
+    "finetune": Command(
+        "famlab.experiments.commands.suite:main",
+        "fine-tune a run / checkpoint / hf: model / scratch on a task (or suite)",
+        args=f"{PRESET_ARGS} init=<run_dir | file.ckpt | hf:name | scratch>", sections=(*RUN, "finetune", "init"),
+        details="The model and tokenizer come from init=; presets and overrides set the task and the budget."),
+    "probe": Command(
+        "famlab.experiments.commands.probe:main", "linear probe of a run's frozen body against random-init bodies",
+        args=f"<run_dir | file.ckpt | hf:name> {PRESET_ARGS}", sections=(*RUN, "finetune"),
+        details="Frozen pooled features + logistic regression (finetune.probe_c_grid chosen on validation); the same "
+                "for finetune.probe_seeds random-init bodies of the same shape. Writes results.json."),
+    "compare": Command(
+        "famlab.experiments.commands.compare:main", "pretrain + fine-tune every family under a matched budget, report",
+        sections=(*RUN, "finetune", "compare")),
+    "sweep": Command(
+        "famlab.experiments.commands.sweep:main", "run a W&B sweep file locally (--dry-run lists the trials)",
+        args="<sweep name | file.yaml> [sweep.*=...] [wandb.*=...]", sections=("sweep", "wandb"),
+        flags=("--dry-run", "--wandb"),
+        details="Sweep names are the files in experiments/configs/sweeps/ (listed by `famlab presets`). "
+                "--wandb registers the sweep with a W&B server instead of running it."),
+    "report": Command(
+        "famlab.experiments.analysis.report:main", "rebuild the comparison report from run directories",
+        args="<comparison or run dir>... [out=<dir>]"),
+    "bench": Command(
+        "famlab.experiments.perf.bench:main", "throughput / MFU benchmarks against Hugging Face",
+        args="[--option=value]... [--profile]", flags=None,
+        details="Options are the fields of experiments.bench.BenchSettings (an unknown one is refused)."),
+    "generate": Command(
+        "famlab.experiments.commands.generate:generate_main", "generate text from a pretraining run",
+        args='<run_dir> prompt="..." [max_new_tokens=N] [temperature=T] [top_k=K] [top_p=P] [seed=S]'),
+    "fill": Command(
+        "famlab.experiments.commands.generate:fill_main", "fill masked spans / sentinels with a pretraining run",
+        args='<run_dir> text="... [MASK] ..." [seed=S]'),
+    "eval": Command(
+        "famlab.experiments.commands.evaluate:main",
+        "zero-shot multiple choice (cloze, minimal pairs) for every family",
+        args="<run_dir>... data.eval=<wordnet | wordnet-reverse-dictionary | wordnet-minimal-pairs | file.jsonl>",
+        details="Each family scores every candidate with its own likelihood; accuracy raw, per token and per byte with "
+                "bootstrap 95 % CIs, chance and an add-k bigram baseline. Writes <run_dir>/eval/<task>/results.json."),
+    "export": Command(
+        "famlab.experiments.commands.export:main",
+        "write a run as a Hugging Face model folder (model, tokenizer, card)",
+        args="<run_dir> <out_dir> [seed=<s>]",
+        details="The folder loads offline with transformers' AutoModelFor...; settings HF cannot express are refused."),
+    "config": Command(
+        "famlab.experiments.commands.cli:config_command", "print the resolved config (or the validation error)",
+        sections=RUN + ("finetune", "compare", "sweep", "init"),
+        details="Composes and validates exactly as the training commands do, Lightning settings included."),
+    "presets": Command(
+        "famlab.experiments.commands.cli:presets_command", "list presets, sweep files and the family x objective table",
+        args=""),
+}
+
+
+class UsageError(ValueError):
+    """Bad command line (unknown command or flag, stray word)."""
+
+
+def command(name: str) -> Command:
+    """The table entry of ``name`` as a :class:`Command` (a plain tuple entry gets the defaults)."""
+    entry = COMMANDS[name]
+    return entry if isinstance(entry, Command) else Command(*entry)
+
+
+def config_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """``famlab config``: print the resolved config as YAML (composed and checked as every command does)."""
+    from famlab.experiments.configuration.compose import to_yaml
+
+    print(to_yaml(compose(presets, overrides).cfg), end="")
+    return 0
+
+
+def presets_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """``famlab presets``: presets and sweep files with their one-line descriptions, then family x objective."""
+    from famlab.objectives import OBJECTIVES
+
+    if presets or overrides:
+        raise UsageError(f"famlab presets takes no arguments (got {(presets + overrides)[0]!r})")
+    for title, names, path_of in (("presets (experiments/configs/)", preset_names(), preset_path),
+                                  ("sweeps (experiments/configs/sweeps/; famlab sweep <name>)", sweep_names(),
+                                   sweep_path)):
+        width = max(len(n) for n in names)
+        print(f"{title}:")
+        for name in names:
+            print(f"  {name:<{width}}  {preset_description(path_of(name))}")
+        print()
+    print("family x objective (the first is the family's default):")
+    for family, objectives in OBJECTIVES.items():
+        print(f"  {family:<5} {', '.join(objectives)}")
+    return 0
+
+
+def _resolve(name: str) -> Callable[[list[str], list[str], list[str]], int]:
+    module_name, func = command(name).target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:
+            raise UsageError(f"command {name!r} is not available yet (module {module_name} is missing)") from None
+        raise
+    return getattr(module, func)
+
+
+def _help() -> str:
+    lines = [USAGE, "", "commands:"]
+    lines += [f"  {name:<9} {command(name).summary}" for name in COMMANDS]
+    lines += ["", "presets: " + " ".join(preset_names()) + "   (famlab presets describes them)",
+              "famlab <command> --help describes one command; famlab --version prints the version"]
+    return "\n".join(lines)
+
+
+def command_help(name: str) -> str:
+    """What ``famlab <name> --help`` prints: summary, arguments, config sections read, flags, details."""
+    c = command(name)
+    lines = [f"usage: famlab {name} {c.args}".rstrip(), "", c.summary[:1].upper() + c.summary[1:] + "."]
+    if c.details:
+        lines.append(c.details)
+    if PRESET_ARGS in c.args:
+        lines += ["", "presets: " + " ".join(preset_names()) + " (or a path to a YAML file)"]
+    if c.sections:
+        lines.append("reads config: " + ", ".join(c.sections) + "   (famlab config shows every key)")
+    if c.flags:
+        lines.append("flags: " + " ".join(c.flags))
+    return "\n".join(lines)
+
+
+def _check_flags(name: str, flags: list[str]) -> None:
+    allowed = command(name).flags
+    if allowed is None:
+        return
+    for flag in flags:
+        if flag not in allowed:
+            valid = ", ".join(allowed) if allowed else "none"
+            raise UsageError(f"famlab {name}: unknown flag {flag} (valid flags: {valid}; see famlab {name} --help)")
+
+
+def version() -> str:
+    from famlab import __version__
+
+    return f"famlab {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``famlab`` console script; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_help())
+        return 0
+    if args[0] in ("-V", "--version", "version"):
+        print(version())
+        return 0
+    name, rest = args[0], args[1:]
+    try:
+        if name not in COMMANDS:
+            raise UsageError(f"unknown command {name!r}; commands: {', '.join(COMMANDS)}")
+        if "--help" in rest or "-h" in rest:
+            print(command_help(name))
+            return 0
+        presets, overrides, flags = split_args(rest)
+        _check_flags(name, flags)
+        keep_freed_memory()  # training steps stop re-faulting their activations (see experiments.allocator)
+        return int(_resolve(name)(presets, overrides, flags) or 0)
+    except OmegaConfBaseException as e:
+        print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)
+    except ValueError as e:
+        message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the source
+        print(f"famlab: error: {message}", file=sys.stderr)
+    from famlab.experiments.plumbing.run import remove_empty_run_dirs
+
+    remove_empty_run_dirs()  # a run refused on bad input leaves no empty directory behind
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,550 @@
+"""``famlab compare``: every family pretrained under one matched budget, fine-tuned, and reported side by side.
+
+Steps (each run is a run directory inside ``runs/compare-<name>-<ts>/``, all in one W&B group):
+1. one tokenizer for every family, trained once on the corpus (cached), its path passed to each run;
+2. budget plan (``compare.match``, :mod:`famlab.experiments.configuration.budget`): steps or sizes per arm;
+3. optional ``compare.lr_grid``: the pretraining lr per arm with the lowest final validation loss;
+4. per arm and ``compare.pretrain_seeds``: pretrain, then bits per byte on validation documents;
+5. per pretrained model: fine-tune on ``data.task`` for ``compare.seeds``; per family the scratch baseline
+   for ``compare.scratch_seeds`` (it does not depend on the pretraining objective). When ``data.task`` names a
+   suite, step 5 (and the probe) runs once per task, in ``<task name>/``
+   (:mod:`famlab.experiments.commands.compare_suite`);
+6. :func:`famlab.experiments.analysis.report.build_report` writes ``report.md``, PNG plots and ``results.json``.
+
+An *arm* is one (family, objective) pair. With ``compare.objectives=[]`` there is one arm per family, named
+after the family, with its preset's objective. ``compare.objectives=[span,prefix_lm,gpt:ul2]`` crosses
+objectives with families (the T5 paper's Table 2 layout): a bare objective is given to every family in
+``compare.families`` that can train it, ``family:objective`` to that family only; arms are then named
+``<family>-<objective>`` (run directories ``<arm>-pretrain-s0``, ``<arm>-ft-s0``).
+
+With no size preset the bundled default is ``tiny`` plus :data:`TINY_DEFAULTS` (a budget that finishes in
+minutes on 2 CPU cores); ``famlab compare small`` is the serious single-GPU setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.commands import compare_suite
+from famlab.experiments.commands.evaluate import BUNDLED, evaluate_run, read_items
+from famlab.experiments.commands.suite import read_suite
+from famlab.experiments.configuration.budget import (
+    BudgetError,
+    count_params,
+    match_steps,
+    relative_spread,
+    solve_params,
+    step_cost,
+)
+from famlab.experiments.configuration.compose import compose, flatten, load_yaml, parse_overrides, preset_path
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.plumbing.run import get_bundle, set_vocab, token_ids, write_json
+from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
+
+SIZES = ("tiny", "small", "base")
+# The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
+# within 15 minutes on 2 CPU cores, a smoke-scale run: BERT's pretraining pays off only at a larger budget (the cpu
+# preset; the README's "What the default comparison measures"). Most of the time goes to pretraining: the
+# median-cost family trains trainer.max_steps steps (T5, 1.2e13 FLOPs) and the others match its FLOPs. Fine-tuning is
+# low-resource (1,000 labelled definitions; 500 each for validation and test), where what pretraining put into the
+# body shows, and every arm, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
+# selection (at every scale the grid is the preset's finetune.lr and three times it, each with a 10x head lr;
+# validation chooses per arm).
+TINY_DEFAULTS = [
+    "trainer.max_steps=5000",
+    "trainer.val_check_interval=500",
+    "trainer.limit_val_batches=4",
+    "compare.task_limit=1000",
+    "compare.task_eval_limit=500",
+    "finetune.max_steps=200",
+    "finetune.val_every=50",
+    "finetune.batch_size=32",
+    "trainer.progress_bar=false",
+]
+BPB_DOCS = 100  # validation documents scored for bits per byte (BERT: pseudo-log-likelihood, one mask at a time)
+
+COMPARE_ITEMS = 300  # items per bundled task in ``famlab compare`` (the first 300 hold every group)
+
+def log(message: str) -> None:
+    print(f"[famlab compare {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[str, Config]]:
+    """The comparison's own config (first family) and one composed config per arm, keyed by arm name.
+
+    Arms come from ``compare.families`` x ``compare.objectives`` (:func:`expand_arms`), in family order.
+    """
+    presets = list(presets)
+    if not any(p in SIZES for p in presets):
+        presets = ["tiny", *presets]
+    parse_overrides(overrides)  # malformed tokens fail here, naming the token
+    user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
+    # what the user named wins over the tiny comparison's defaults: an override, or a key set by a preset of theirs
+    # (``famlab compare cpu`` keeps cpu.yaml's trainer.max_steps)
+    named = user_flat | {key for p in presets if p not in SIZES for key in preset_keys(p)}
+    defaults = [d for d in TINY_DEFAULTS if d.split("=", 1)[0] not in named] if "tiny" in presets else []
+    family_free = [p for p in presets if p not in ("bert", "gpt", "t5")]
+    base = compose(family_free, [*defaults, *overrides]).cfg
+    families = list(base.compare.families)
+    if not families or len(set(families)) != len(families):
+        raise ConfigInputError(f"compare.families={families} must name distinct families")
+    for family in families:
+        if family not in ("bert", "gpt", "t5"):
+            raise ConfigInputError(f"compare.families: {family!r} is not one of: bert, gpt, t5")
+    pairs, kept = expand_arms(families, list(base.compare.objectives))
+    if kept:
+        log(f"compare.objectives gives no objective to {', '.join(kept)}: kept the preset objective")
+    cfgs = {}
+    for family, objective in pairs:
+        # objective.name follows each family's preset unless the user fixed it or compare.objectives names one
+        chosen = [f"objective.name={objective}"] if objective else []
+        cfg = compose([family, *family_free], [*defaults, *overrides, *chosen]).cfg
+        if "finetune.lr_grid" not in user_flat:  # the protocol's grid at every scale: the preset's body lr and x3
+            cfg.finetune.lr_grid = [cfg.finetune.lr, cfg.finetune.lr * 3]
+        cfgs[arm_name(family, cfg.objective.name, bool(base.compare.objectives))] = cfg
+    if base.compare.scratch_seeds is None:
+        base.compare.scratch_seeds = list(base.compare.seeds)
+    for cfg in cfgs.values():
+        cfg.compare.scratch_seeds = list(base.compare.scratch_seeds)
+    if not base.compare.seeds and not base.compare.scratch_seeds:
+        raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
+    if not base.compare.pretrain_seeds:
+        raise ConfigInputError("compare.pretrain_seeds=[] must name at least one seed")
+    return base, cfgs
+
+
+def preset_keys(preset: str) -> set[str]:
+    """The dotted keys a preset file sets (``trainer.max_steps``), ``by_family`` sections included without it."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(load_yaml(preset_path(preset)), resolve=False)
+    by_family = node.pop("by_family", None) or {}
+    return set(flatten(node)) | {key for section in by_family.values() for key in flatten(section)}
+
+
+def arm_name(family: str, objective: str, crossed: bool) -> str:
+    """``<family>`` when the comparison has one preset arm per family, else ``<family>-<objective>``."""
+    return f"{family}-{objective}" if crossed else family
+
+
+def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """The (family, objective) arms of ``compare.objectives``, family-major in ``compare.families`` order.
+
+    Args:
+        families: ``compare.families`` (already checked: distinct, each bert / gpt / t5).
+        objectives: ``compare.objectives`` entries: ``objective`` (every family that can train it) or
+            ``family:objective`` (that family only); ``[]`` = one arm per family with its preset objective.
+
+    Returns:
+        (arms as (family, objective) with objective None = the family's preset, families that got no objective
+        from the list and so keep their preset).
+
+    Raises:
+        ConfigInputError: one line naming ``compare.objectives`` and listing the valid pairs, for an
+            unparsable entry, an unknown objective, one no family in ``compare.families`` can train, an
+            invalid or foreign ``family:objective``, or a duplicate.
+    """
+    from famlab.objectives.registry import REGISTRY, families_of, valid_pairs
+
+    if not objectives:
+        return [(f, None) for f in families], []
+
+    def fail(problem: str) -> ConfigInputError:
+        return ConfigInputError(f"compare.objectives: {problem}; valid pairs: {valid_pairs()}")
+
+    chosen: dict[str, list[str]] = {f: [] for f in families}
+    seen: dict[tuple[str, str], str] = {}
+    for entry in objectives:
+        entry = str(entry).strip()
+        family, sep, objective = entry.rpartition(":")
+        if not objective or (sep and not family) or ":" in family:
+            raise fail(f"cannot parse {entry!r} (expected objective or family:objective)")
+        if not families_of(objective):
+            raise fail(f"{objective!r} is not an objective")
+        if sep and family not in families:
+            raise fail(f"{entry!r} names {family!r}, which is not in compare.families={families}")
+        if sep and objective not in REGISTRY[family]:
+            raise fail(f"{entry!r} is not a valid pair")
+        targets = [family] if sep else [f for f in families if objective in REGISTRY[f]]
+        if not targets:
+            raise fail(f"no family in compare.families={families} can train {objective!r}")
+        for f in targets:
+            if (f, objective) in seen:
+                raise fail(f"{entry!r} repeats {f}:{objective} (already from {seen[f, objective]!r})")
+            seen[f, objective] = entry
+            chosen[f].append(objective)
+    arms: list[tuple[str, str | None]] = []
+    for f in families:
+        arms += [(f, o) for o in chosen[f]] or [(f, None)]
+    return arms, [f for f in families if not chosen[f]]
+
+
+def make_objective_for(cfg: Config, ids: Any) -> Any:
+    """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
+    from famlab.experiments.commands.pretrain import objective_settings
+    from famlab.objectives import make_objective
+
+    return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
+                          **objective_settings(cfg))
+
+
+def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, Any]:
+    """Match the budget across arms in place (steps or sizes); returns what the report states.
+
+    ``cfgs`` maps arm names to configs (:func:`compose_all`). ``plan["families"]`` is keyed by arm name (the
+    key keeps its historical name: with ``compare.objectives=[]`` the arms are the families); each entry
+    names its ``family`` and ``objective``. FLOPs and corpus tokens per step come from each arm's own
+    objective batch shape, so arms of one family with different objectives get different step counts.
+    """
+    match, tol = base.compare.match.value, base.compare.tolerance
+    plan: dict[str, Any] = {"match": match, "tolerance": tol, "families": {}}
+    if match == "params":
+        ref_arm = next(iter(cfgs))
+        target = count_params(cfgs[ref_arm].model)[1]
+        for arm, cfg in cfgs.items():
+            if arm != ref_arm:
+                cfg.model, _ = solve_params(cfg.model, target)
+        plan["target_non_embedding_params"] = target
+        plan["reference"] = f"{ref_arm} at its preset size (non-embedding parameters)"
+    costs = {}
+    for arm, cfg in cfgs.items():
+        acc = cfg.trainer.accumulate_grad_batches
+        costs[arm] = step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size, acc)
+    if match in ("flops", "tokens"):
+        per_step = {f: (c.flops if match == "flops" else c.corpus_tokens) for f, c in costs.items()}
+        ordered = sorted(per_step.values())
+        median = ordered[len(ordered) // 2]
+        target = base.trainer.max_steps * median
+        steps = match_steps(per_step, target, tol, match)
+        checks = max(1, round(base.trainer.max_steps / base.trainer.val_check_interval))
+        for arm, cfg in cfgs.items():
+            cfg.trainer.max_steps = steps[arm]
+            cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, max(1, steps[arm] // 5))
+            cfg.trainer.val_check_interval = _divisor_near(steps[arm], steps[arm] / checks)
+        plan["target"] = target
+        plan["reference_steps"] = base.trainer.max_steps
+        plan["reference"] = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost " + (
+            "arm" if base.compare.objectives else "family")
+    for arm, cfg in cfgs.items():
+        total, non_emb = count_params(cfg.model)
+        c = costs[arm]
+        plan["families"][arm] = {
+            "family": cfg.model.family.value,
+            "objective": cfg.objective.name,
+            "steps": cfg.trainer.max_steps,
+            "flops_per_step": c.flops,
+            "corpus_tokens_per_step": c.corpus_tokens,
+            "flops": c.flops * cfg.trainer.max_steps,
+            "corpus_tokens": c.corpus_tokens * cfg.trainer.max_steps,
+            "params": total,
+            "non_embedding_params": non_emb,
+            "batch_shape": c.shape,
+            "dim": cfg.model.dim,
+            "ffn_dim": cfg.model.ffn_dim,
+            "num_layers": cfg.model.num_layers,
+        }
+    measure = {"flops": "flops", "tokens": "corpus_tokens", "params": "non_embedding_params"}[match]
+    spread = relative_spread({f: float(v[measure]) for f, v in plan["families"].items()})
+    plan["achieved_spread"] = spread
+    if spread > tol:
+        raise BudgetError(f"compare.match={match}: budgets differ by {spread:.2%} > compare.tolerance={tol}")
+    return plan
+
+
+def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None = None) -> Path:
+    """Write a seeded subsample of ``data.task`` as CSV: ``limit`` train examples, ``eval_limit`` (default
+    ``limit // 5``) each val/test.
+
+    Validation / test examples whose label the train subsample lacks are dropped (the task loader takes its
+    label set from the training split). Every family fine-tunes and is tested on this same file.
+    """
+    import csv
+    import random
+
+    from famlab.datamodules import load_task
+
+    d = cfg.data
+    task = load_task(
+        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
+        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
+        test_fraction=d.test_fraction, seed=d.seed,
+    )
+    rng = random.Random(d.seed)
+    train = rng.sample(task.train, min(limit, len(task.train)))
+    seen = {e.label for e in train}
+    rows = [("train", e) for e in train]
+    for split, examples in (("val", task.val), ("test", task.test)):
+        keep = [e for e in examples if e.label in seen]
+        want = eval_limit if eval_limit is not None else max(1, limit // 5)
+        rows += [(split, e) for e in rng.sample(keep, min(want, len(keep)))]
+    with path.open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "text_pair", "label", "split"])
+        for split, e in rows:
+            w.writerow([e.text, e.text_pair or "", task.labels[e.label], split])
+    return path
+
+
+def _has_pairs(path: Path) -> bool:
+    """Whether the subsample written by :func:`subsample_task` holds sentence pairs."""
+    import csv
+
+    with path.open(encoding="utf-8", newline="") as f:
+        return any(row["text_pair"] for row in csv.DictReader(f))
+
+
+def _divisor_near(n: int, want: float) -> int:
+    """The divisor of ``n`` closest to ``want`` (log scale): validating every that many steps ends on the last
+    step, so each family's final validation loss is measured at the end of its budget."""
+    import math
+
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: (abs(math.log(d / want)), -d))
+
+
+def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[str, Any]:
+    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on validation documents."""
+    from famlab.experiments.commands.finetune import Init, load_network
+    from famlab.objectives.evaluation import byte_score
+
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
+    net.eval()
+    texts = corpus.val[:BPB_DOCS]
+
+    def encode(text: str) -> list[int]:
+        return bundle.tokenizer.encode(text, add_special_tokens=False).ids
+
+    score = byte_score(net, texts, encode, token_ids(bundle), objective=cfg.objective.name)
+    return {"measure": score.measure, "value": score.value, "num_texts": score.num_texts, "num_bytes": score.num_bytes}
+
+
+def _pretrain_one(
+    cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
+    evaluate: Any = None,
+) -> dict:
+    from famlab.experiments.commands.pretrain import pretrain
+
+    run = copy.deepcopy(cfg)
+    run.seed = seed
+    run.run_dir = str(comp_dir / f"{arm or cfg.model.family.value}-pretrain-s{seed}{suffix}")
+    run.name = Path(run.run_dir).name
+    run.wandb.group = group
+    run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
+    results = pretrain(run, evaluate=evaluate)
+    results["cfg"] = run
+    return results
+
+
+def run_compare(presets: list[str], overrides: list[str]) -> Path:
+    """Run the whole comparison; returns the comparison directory."""
+    from famlab.datamodules import load_corpus
+
+    started = time.time()
+    base, cfgs = compose_all(presets, overrides)
+    cmp = base.compare
+    specs = read_suite(base.data.task)  # None: one task
+    if specs is not None:
+        compare_suite.check_tasks(base, specs)  # a bad suite fails before anything runs
+    size = base.size or "custom"
+    families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
+    name = base.name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
+    comp_dir = Path("runs") / f"compare-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    while comp_dir.exists():
+        comp_dir = comp_dir.with_name(comp_dir.name + "x")
+    comp_dir.mkdir(parents=True)
+    group = comp_dir.name  # unique per invocation (name + timestamp): W&B groups never mix two comparisons
+    what = "arms" if cmp.objectives else "families"
+    log(f"{comp_dir}: {what} {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size}")
+
+    val_fraction = base.data.val_fraction if base.data.val_fraction is not None else 0.05
+    corpus = load_corpus(base.data.corpus, val_fraction=val_fraction, seed=base.data.seed)
+    bundle = get_bundle(base, corpus, comp_dir)  # trained once (cached by corpus + settings), shared by all
+    shared = str((comp_dir / "tokenizer.json").resolve())
+    for cfg in cfgs.values():
+        cfg.data.tokenizer.path = shared
+        cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())  # one W&B directory for the whole comparison
+        set_vocab(cfg, bundle.vocab_size)
+    if cmp.task_limit and specs is None:
+        task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
+        log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
+            f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
+        for cfg in cfgs.values():
+            d = cfg.data
+            d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
+            d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
+    suite: list[compare_suite.SuiteTask | None] = [None]  # one task: its runs in the compare directory itself
+    if specs is not None:
+        suite = list(compare_suite.prepare_tasks(base, specs, comp_dir, _subsampler(cmp) if cmp.task_limit else None))
+        log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
+    plan = plan_budget(base, cfgs, token_ids(bundle))
+    plan["tokenizer_hash"] = bundle.hash
+    write_json(comp_dir / "plan.json", plan)
+    for arm, p in plan["families"].items():
+        log(
+            f"budget {arm}: {p['steps']} steps x {p['batch_shape']}, {p['flops']:.3e} FLOPs, "
+            f"{p['corpus_tokens']} corpus tokens, {p['non_embedding_params']} non-embedding params"
+        )
+    log(f"budget spread on {cmp.match.value}: {plan['achieved_spread']:.3%} (tolerance {cmp.tolerance:.0%})")
+
+    scratch_cfgs = {}  # family -> the config of its first arm (model size as budgeted; objective irrelevant)
+    for cfg in cfgs.values():
+        scratch_cfgs.setdefault(cfg.model.family.value, cfg)
+    per_seed = 1 + (bool(cmp.seeds) + cmp.probe) * len(suite)
+    total_jobs = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))
+    total_jobs += len(scratch_cfgs) * bool(cmp.scratch_seeds) * len(suite)
+    done = 0
+
+    def progress(what: str) -> None:
+        nonlocal done
+        done += 1
+        log(f"[{done}/{total_jobs}] {what} ({time.time() - started:.0f} s elapsed)")
+
+    budget_tag = f"budget-{cmp.match.value}"
+    phases = {"pretraining": 0.0, "evaluation": 0.0, "fine-tuning": 0.0, "probes": 0.0}
+
+    def timed(phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn``, adding its wall time to ``phase`` (minus what nested timed calls already counted)."""
+        t0, before = time.time(), sum(phases.values())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phases[phase] += (time.time() - t0) - (sum(phases.values()) - before)
+
+    for arm, cfg in cfgs.items():
+        family = cfg.model.family.value
+        tags = [family, str(cfg.objective.name), budget_tag, "compare"]
+        if cmp.lr_grid:
+            tried = []
+            for lr in cmp.lr_grid:
+                trial = copy.deepcopy(cfg)
+                trial.optim.lr, trial.optim.lr_scale = lr, 1.0
+                r = timed("pretraining", _pretrain_one,
+                          trial, comp_dir, group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm)
+                tried.append((r["final"].get("val/loss", float("inf")), lr, r))
+                progress(f"lr {lr:g} {arm}: val/loss {r['final'].get('val/loss')}")
+            best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
+            cfg.optim.lr, cfg.optim.lr_scale = best_lr, 1.0
+            plan["families"][arm]["lr_grid"] = {f"{lr:g}": loss for loss, lr, _ in tried}
+            plan["families"][arm]["lr"] = best_lr
+            write_json(comp_dir / "plan.json", plan)
+            log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
+        for i, seed in enumerate(cmp.pretrain_seeds):
+            if cmp.lr_grid and i == 0:
+                run = next(r for loss, lr, r in tried if lr == best_lr)
+            else:
+                run = timed("pretraining", _pretrain_one, cfg, comp_dir, group, tags, seed, arm=arm,
+                            evaluate=lambda d, c: timed("evaluation", byte_scores, d, c, corpus, bundle))
+                progress(f"pretrain {arm} seed {seed}: val/loss {run['final'].get('val/loss')}")
+            run_dir, run_cfg = Path(run["run_dir"]), run["cfg"]
+            scores = run.get("byte_score") or timed("evaluation", byte_scores, run_dir, run_cfg, corpus, bundle)
+            evaluated = {"byte_score": scores}
+            try:  # the bundled zero-shot tasks; a model whose positions cannot hold their items skips them
+                evaluated["zero_shot"] = timed("evaluation", zero_shot_scores, run_dir, limit=COMPARE_ITEMS)
+            except ValueError as e:
+                log(f"{arm} seed {seed}: zero-shot tasks skipped ({e})")
+            write_json(run_dir / "eval.json", evaluated)
+            log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
+            for task in suite:
+                where, on = _task_place(comp_dir, task), _task_tag(task)
+                task_cfg = compare_suite.task_config(run_cfg, task)
+                if cmp.probe:
+                    r = timed("probes", _probe, task_cfg, str(run_dir), where / f"{arm}-probe-s{seed}", group,
+                              [*tags, *on])
+                    pre_acc, rand_acc = r["pretrained"]["test"]["test/acc"], r["random_mean"]["test/acc"]
+                    progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): test/acc {pre_acc:.3f} "
+                             f"vs random-init {rand_acc:.3f}")
+                if cmp.seeds:
+                    r = timed("fine-tuning", _finetune, task_cfg, str(run_dir), where / f"{arm}-ft-s{seed}",
+                              list(cmp.seeds), group, [*tags, *on])
+                    progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
+                             f"test/acc {r['mean']['test/acc']:.3f}")
+        if cmp.scratch_seeds and scratch_cfgs.get(family) is cfg:  # once per family, after its first arm
+            # the objective tag only where it is the family's single (preset) objective, as before arms existed
+            objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
+            for task in suite:
+                r = timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
+                          _task_place(comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds), group,
+                          [family, *objective_tag, budget_tag, "compare", "scratch", *_task_tag(task)])
+                progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds)}: "
+                         f"test/acc {r['mean']['test/acc']:.3f}")
+
+    from famlab.experiments.analysis.report import build_report
+
+    wall = time.time() - started
+    (comp_dir / "compare.json").write_text(
+        json.dumps({"wall_s": round(wall, 1), "phases": {k: round(v, 1) for k, v in phases.items()},
+                    "presets": presets, "overrides": overrides}, indent=2) + "\n"
+    )
+    build_report([comp_dir], comp_dir)
+    log_report_run(base, comp_dir, group=group, name=f"{comp_dir.name}-report", sources=pretraining_dirs(comp_dir))
+    log(f"done in {time.time() - started:.0f} s: {comp_dir / 'report.md'}")
+    return comp_dir
+
+
+def _subsampler(cmp: Any) -> compare_suite.Subsample:
+    """Writes one suite task's subsample as :func:`subsample_task` does the single task's; returns its ``data.*``."""
+
+    def subsample(cfg: Config, path: Path) -> dict[str, str | None]:
+        path = subsample_task(cfg, cmp.task_limit, path, cmp.task_eval_limit).resolve()
+        return {"task": str(path), "text_column": "text", "label_column": "label", "split_column": "split",
+                "text_pair_column": "text_pair" if _has_pairs(path) else None}
+
+    return subsample
+
+
+def _task_place(comp_dir: Path, task: compare_suite.SuiteTask | None) -> Path:
+    """Where a task's fine-tunes and probes go: the compare directory (one task) or the task's folder."""
+    return comp_dir if task is None else task.dir
+
+
+def _task_tag(task: compare_suite.SuiteTask | None) -> list[str]:
+    return [] if task is None else [f"task-{task.spec.name}"]
+
+
+def _task_note(task: compare_suite.SuiteTask | None) -> str:
+    return "" if task is None else f" on {task.spec.name}"
+
+
+def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> dict:
+    from famlab.experiments.commands.finetune import finetune, parse_init
+
+    ft = copy.deepcopy(cfg)
+    ft.init = init
+    ft.run_dir = str(run_dir)
+    ft.name = run_dir.name
+    ft.finetune.seeds = seeds
+    ft.wandb.group = group
+    ft.wandb.tags = list(dict.fromkeys([*ft.wandb.tags, *tags]))
+    return finetune(ft, parse_init(init))
+
+
+def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> dict:
+    from famlab.experiments.commands.finetune import parse_init
+    from famlab.experiments.commands.probe import probe
+
+    pr = copy.deepcopy(cfg)
+    pr.init, pr.run_dir, pr.name = init, str(run_dir), run_dir.name
+    pr.wandb.group = group
+    pr.wandb.tags = list(dict.fromkeys([*pr.wandb.tags, *tags, "probe"]))
+    return probe(pr, parse_init(init))
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab compare [presets...] [key=value...]``."""
+    if flags:
+        raise ConfigInputError(f"famlab compare takes no flags (got {' '.join(flags)})")
+    comp_dir = run_compare(presets, overrides)
+    print((comp_dir / "report.md").read_text(encoding="utf-8"))
+    print_wandb_commands(comp_dir)
+    return 0
+
+
+def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, Any]:
+    """Both bundled tasks for one pretraining run: {task: results} (as ``famlab eval`` writes them)."""
+    tasks = {name: read_items(path)[:limit] for name, path in BUNDLED.items()}
+    return evaluate_run(run_dir, tasks)

@@ -1,0 +1,102 @@
+"""``famlab compare data.task=suite``: every task of a suite fine-tuned and probed under the compare's protocol.
+
+A suite (``suite``, a comma-separated list, or a YAML suite file; :func:`famlab.experiments.commands.suite.read_suite`)
+is checked and, with ``compare.task_limit``, subsampled task by task before anything trains. Each task gets a
+folder ``<compare dir>/<task name>/`` holding its subsample (``task.csv``) and, per arm, the same runs a
+single-task comparison puts in the compare directory itself (``<arm>-ft-s<seed>``, ``<arm>-probe-s<seed>``,
+``<family>-scratch``). ``suite.json`` in the compare directory lists the tasks, so ``famlab report`` finds them
+(:mod:`famlab.experiments.analysis.suite_table`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from famlab.datamodules.suite import TaskSpec, load_suite_task
+from famlab.experiments.analysis.suite_table import SUITE_FILE
+from famlab.experiments.configuration.config import Config
+
+Subsample = Callable[[Config, Path], dict[str, str | None]]
+
+
+@dataclass(frozen=True)
+class SuiteTask:
+    """One task of a suite comparison.
+
+    Attributes:
+        spec: the task as the suite names it (columns, headline metric).
+        dir: the folder of its runs, ``<compare dir>/<spec.name>``.
+        data: the ``data.*`` settings its fine-tunes and probes read (the subsample's columns, or the spec's).
+    """
+
+    spec: TaskSpec
+    dir: Path
+    data: dict[str, str | None]
+
+
+def check_tasks(cfg: Config, specs: list[TaskSpec]) -> None:
+    """Load every task of the suite once, so a bad task fails before the comparison starts.
+
+    Raises:
+        DataError: one line naming the task (``datamodules.suite.load_suite_task``): a task with one class, a
+            pair task without second texts, a missing column.
+    """
+    for spec in specs:
+        load_suite_task(spec, **_split(cfg))
+
+
+def prepare_tasks(
+    cfg: Config, specs: list[TaskSpec], comp_dir: Path, subsample: Subsample | None
+) -> list[SuiteTask]:
+    """Make each task's folder (with its subsample when ``subsample`` is given) and write ``suite.json``.
+
+    Args:
+        cfg: the comparison's config (``data.seed`` and the split fractions).
+        specs: the suite's tasks.
+        comp_dir: the comparison directory.
+        subsample: writes a task's seeded subsample (``compare.task_limit``) to a CSV path and returns the
+            ``data.*`` settings that read it; None: each task as it is.
+    """
+    tasks = []
+    for spec in specs:
+        folder = comp_dir / spec.name
+        folder.mkdir(parents=True, exist_ok=True)
+        if subsample is not None:
+            data = subsample(with_spec(cfg, spec), folder / "task.csv")
+        else:
+            data = {"task": spec.task, "text_column": spec.text_column, "label_column": spec.label_column,
+                    "split_column": spec.split_column, "text_pair_column": spec.text_pair_column}
+        tasks.append(SuiteTask(spec, folder, data))
+    record = {"tasks": [{**dataclasses.asdict(t.spec), "dir": t.spec.name} for t in tasks]}
+    (comp_dir / SUITE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return tasks
+
+
+def with_spec(cfg: Config, spec: TaskSpec) -> Config:
+    """A copy of ``cfg`` reading ``spec``'s task and columns."""
+    out = copy.deepcopy(cfg)
+    d = out.data
+    d.task, d.text_column, d.text_pair_column = spec.task, spec.text_column, spec.text_pair_column
+    d.label_column, d.split_column = spec.label_column, spec.split_column
+    return out
+
+
+def task_config(cfg: Config, task: SuiteTask | None) -> Config:
+    """``cfg`` as the fine-tunes and probes of ``task`` read it (``cfg`` itself when there is no suite)."""
+    if task is None:
+        return cfg
+    out = copy.deepcopy(cfg)
+    for key, value in task.data.items():
+        setattr(out.data, key, value)
+    return out
+
+
+def _split(cfg: Config) -> dict[str, float | int | None]:
+    d = cfg.data
+    return {"seed": d.seed, "val_fraction": d.val_fraction if d.val_fraction is not None else 0.1,
+            "test_fraction": d.test_fraction}

@@ -1,0 +1,291 @@
+"""``famlab eval <run_dir>... data.eval=<name | file.jsonl>``: zero-shot multiple choice, all families, same items.
+
+Each item is one JSONL line ``{"text": "... ___ ...", "choices": [...], "label": i}`` (optional ``"group"``:
+accuracy is also reported per group, e.g. per minimal-pair construction). Each run's network scores every
+candidate with its family's own likelihood (``famlab.objectives.zeroshot``); an add-k bigram model trained
+on the run's pretraining corpus with the run's tokenizer is scored the same way as a floor.
+
+Accuracy is reported for the raw summed log-probability, per token and per byte, each with a 95 % percentile
+bootstrap interval over items, next to chance (mean of 1/K) and ``length_only`` (the right candidate is the
+shortest in bytes: what length alone gets). A tie is never correct. The headline (:func:`headline`) is
+**per byte** for cloze items whose candidates are different words (the reverse dictionary, any ``.jsonl``): the raw
+sum favours short candidates and per token depends on the tokenizer (byte-length normalisation is the
+``acc_norm`` of EleutherAI's lm-evaluation-harness). It is **raw** for ``wordnet-minimal-pairs``, as in BLiMP
+(Warstadt et al. 2020, total log-probability of each member of a pair): the two fillers differ by a suffix or an
+order, and per byte divides by what each family scores, the whole text for GPT (~100 bytes: nearly raw) but the
+3-10 byte span for T5 and BERT, so it turns the ``-s`` of a plural into a family difference (determiner-noun
+agreement on the default comparison, first 300 pairs: per byte BERT 0.66, T5 0.68, GPT 0.89; raw 0.98, 0.96, 0.98).
+
+Options: ``data.eval`` (required: ``wordnet-reverse-dictionary``, ``wordnet-minimal-pairs``, ``wordnet``
+for both, or a ``.jsonl`` file), ``rule=full|span`` (GPT: the whole text, or the span given the prefix),
+``limit=N`` (first N items), ``headline=raw|per_token|per_byte`` (instead of the task's), ``bigram=true|false``,
+``wandb.mode=auto|online|offline|disabled``, ``wandb.project=``. Each run gets ``<run_dir>/eval/<task>/results.json``
+and a W&B run (``job_type=eval``, config ``model_run_dir``, in the run's group).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from famlab.datamodules.bundled import WORDNET_MINIMAL_PAIRS, WORDNET_REVERSE_DICTIONARY
+from famlab.experiments.analysis.stats import bootstrap_ci
+from famlab.experiments.configuration.config import ConfigInputError
+from famlab.objectives.zeroshot import BLANK, NORMS, BigramLM, Item, Scorer, chance, correct, headline, length_only
+
+BUNDLED = {
+    "wordnet-reverse-dictionary": WORDNET_REVERSE_DICTIONARY,
+    "wordnet-minimal-pairs": WORDNET_MINIMAL_PAIRS,
+}
+BIGRAM_KS = (1.0, 0.1, 0.01, 0.001)  # add-k constants tried; the one with the lowest validation NLL is kept
+
+
+class EvalInputError(ConfigInputError):
+    """A bad eval file or option; the message names the file and line (or the key)."""
+
+
+def read_items(path: Path) -> list[Item]:
+    """Items of a JSONL (optionally ``.gz``) file; any malformed line raises naming the file and line."""
+    import gzip
+
+    if not path.is_file():
+        raise EvalInputError(f"data.eval={path}: no such file (bundled tasks: {', '.join(BUNDLED)})")
+    opener = gzip.open if path.suffix == ".gz" else open
+    items = []
+    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                items.append(_parse(line, f"{path}:{n}"))
+    if not items:
+        raise EvalInputError(f"{path}: no items (the file is empty)")
+    return items
+
+
+def _parse(line: str, where: str) -> Item:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise EvalInputError(f"{where}: not valid JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise EvalInputError(f"{where}: expected a JSON object with text, choices, label")
+    text, choices, label = row.get("text"), row.get("choices"), row.get("label")
+    if not isinstance(text, str) or text.count(BLANK) != 1:
+        count = text.count(BLANK) if isinstance(text, str) else 0
+        raise EvalInputError(f"{where}: text must hold exactly one blank {BLANK} (found {count})")
+    if not isinstance(choices, list) or len(choices) < 2:
+        raise EvalInputError(f"{where}: choices must be a list of at least 2 strings")
+    if not all(isinstance(c, str) and c.strip() for c in choices):
+        raise EvalInputError(f"{where}: every choice must be a non-empty string")
+    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(choices):
+        raise EvalInputError(f"{where}: label={label!r} must be an integer index into the {len(choices)} choices")
+    group = row.get("group")
+    return Item(text, tuple(choices), label, None if group is None else str(group))
+
+
+def task_paths(spec: str) -> dict[str, Path]:
+    """``data.eval`` -> {task name: file}."""
+    if spec == "wordnet":
+        return dict(BUNDLED)
+    if spec in BUNDLED:
+        return {spec: BUNDLED[spec]}
+    if spec.endswith((".jsonl", ".jsonl.gz")):
+        return {Path(spec).name.split(".")[0]: Path(spec)}
+    raise EvalInputError(f"data.eval={spec}: expected wordnet, {', '.join(BUNDLED)} or a .jsonl file")
+
+
+def summarise(items: list[Item], scores: list[Any], *, seed: int = 0) -> dict[str, Any]:
+    """Accuracy per normalisation (value, 95 % bootstrap CI), chance, and the same per group."""
+
+    def block(sel: list[int]) -> dict[str, Any]:
+        sub_items = [items[i] for i in sel]
+        sub_scores = [scores[i] for i in sel]
+        out: dict[str, Any] = {"num_items": len(sel), "chance": chance(sub_items),
+                               "length_only": statistics.fmean(length_only(sub_items)) if sel else math.nan}
+        for norm in NORMS:
+            acc, low, high = bootstrap_ci(correct(sub_items, sub_scores, norm), seed=seed)
+            out[norm] = {"acc": acc, "low": low, "high": high}
+        return out
+
+    result = block(list(range(len(items))))
+    groups = sorted({it.group for it in items if it.group is not None})
+    if groups:
+        result["groups"] = {g: block([i for i, it in enumerate(items) if it.group == g]) for g in groups}
+    return result
+
+
+def load_bigram(run: Any, saved: dict[str, Any]) -> BigramLM:
+    """An add-k bigram on the run's pretraining corpus (train documents) with the run's tokenizer; k is chosen
+    by validation NLL among :data:`BIGRAM_KS`."""
+    from famlab.datamodules import load_corpus
+
+    data = saved.get("data") or {}
+    val_fraction = data.get("val_fraction")
+    corpus = load_corpus(data.get("corpus", "wordnet"), val_fraction=0.05 if val_fraction is None else val_fraction,
+                         seed=int(data.get("seed", 0)))
+    tok = run.tokenizer
+    train = [e.ids for e in tok.encode_batch(corpus.train, add_special_tokens=False)]
+    val = [e.ids for e in tok.encode_batch(corpus.val[:2000], add_special_tokens=False)]
+    lm = BigramLM.fit(train, run.ids.vocab_size, separator=run.ids.eos)
+    return min((lm.with_k(k) for k in BIGRAM_KS), key=lambda m: m.nll(val, run.ids.eos) if val else m.k)
+
+
+def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full", bigram: bool = True,
+                 norm: str | None = None) -> dict[str, dict[str, Any]]:
+    """Score every task with the run's network (and the bigram floor); {task: results} (no files written).
+    ``norm``: the headline normalisation (None: each task's :func:`headline`)."""
+    from famlab.experiments.commands.generate import load_run
+
+    run = load_run(str(run_dir))
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    scorer = Scorer(run.net, run.encode, run.ids, objective=run.objective, rule=rule)
+    floor = Scorer(load_bigram(run, saved), run.encode, run.ids, rule=rule) if bigram else None
+    out = {}
+    for name, items in tasks.items():
+        started = time.time()
+        result: dict[str, Any] = {"task": name, "family": run.family, "objective": run.objective, "rule": rule,
+                                  "headline": norm or headline(name), "model_run_dir": str(run_dir.resolve())}
+        result.update(summarise(items, [_score(scorer, it, name, n) for n, it in enumerate(items, 1)]))
+        result["wall_s"] = round(time.time() - started, 2)
+        if floor is not None:
+            result["bigram"] = summarise(items, [floor.score(it) for it in items])
+            result["bigram"]["k"] = floor.net.k  # type: ignore[union-attr]
+        out[name] = result
+    return out
+
+
+def _score(scorer: Scorer, item: Item, task: str, n: int) -> Any:
+    try:
+        return scorer.score(item)
+    except ValueError as e:
+        raise EvalInputError(f"{task} item {n}: {e}") from None
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    """Markdown table: one row per model, then the bigram floor and length alone; accuracy per normalisation
+    (the headline's column in bold)."""
+    best = next(iter(results.values()))["headline"]
+    names = {"raw": "raw", "per_token": "per token", "per_byte": "per byte"}
+    head = "| model | family | items | chance | " + " | ".join(
+        f"**{names[n]}**" if n == best else names[n] for n in NORMS) + " |"
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    bigram, last = None, None
+    for model, r in results.items():
+        cells = [f"{r[n]['acc']:.3f} [{r[n]['low']:.3f}, {r[n]['high']:.3f}]" for n in NORMS]
+        lines.append(f"| {model} | {r['family']} | {r['num_items']} | {r['chance']:.3f} | " + " | ".join(cells) + " |")
+        bigram, last = bigram or r.get("bigram"), r
+    if bigram:
+        cells = [f"{bigram[n]['acc']:.3f} [{bigram[n]['low']:.3f}, {bigram[n]['high']:.3f}]" for n in NORMS]
+        lines.append(f"| add-k bigram (k={bigram['k']:g}) | - | {bigram['num_items']} | {bigram['chance']:.3f} | "
+                     + " | ".join(cells) + " |")
+    if last is not None and "length_only" in last:
+        lines.append(f"| shortest candidate (length alone) | - | {last['num_items']} | {last['chance']:.3f} | "
+                     + " | ".join(f"{last['length_only']:.3f}" for _ in NORMS) + " |")
+    return "\n".join(lines)
+
+
+def _log_wandb(run_dir: Path, out_dir: Path, result: dict[str, Any], mode: str, project: str) -> None:
+    """One W&B run (job_type=eval) per model and task; config names the model's run directory."""
+    from famlab.experiments.tracking.wandb_guard import start_wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    task = result["task"]
+    config = {"model_run_dir": result["model_run_dir"], "eval.task": task, "eval.rule": result["rule"],
+              "model.family": result["family"], "objective.name": result["objective"]}
+    logger, note = start_wandb(WandbLogger, out_dir, mode, resuming=False, kwargs=dict(
+        project=project, name=f"eval-{task}-{run_dir.name}", group=(saved.get("wandb") or {}).get("group"),
+        job_type="eval", tags=[result["family"], "eval", task], save_dir=str(out_dir), config=config))
+    if note:
+        print(f"famlab: WARNING {note}")
+    if logger is None:
+        return
+    exp = logger.experiment
+    best = result["headline"]
+    summary = {"eval/chance": result["chance"], "eval/num_items": result["num_items"], "eval/headline": best,
+               "eval/acc": result[best]["acc"], "eval/length_only": result["length_only"]}
+    for norm in NORMS:
+        summary[f"eval/acc_{norm}"] = result[norm]["acc"]
+        if "bigram" in result:
+            summary[f"eval/bigram_acc_{norm}"] = result["bigram"][norm]["acc"]
+    for group, g in (result.get("groups") or {}).items():
+        summary[f"eval/{group}/acc_{best}"] = g[best]["acc"]
+    exp.summary.update(summary)
+    exp.finish()
+
+
+def _options(overrides: list[str]) -> dict[str, Any]:
+    opts: dict[str, Any] = {"data.eval": None, "rule": "full", "limit": None, "headline": None, "bigram": True,
+                            "wandb.mode": "auto", "wandb.project": "famlab"}
+    for token in overrides:
+        key, _, value = (token[2:] if token.startswith("--") else token).partition("=")
+        if key not in opts:
+            raise EvalInputError(f"unknown option {key}=; options: {', '.join(opts)}")
+        if key == "limit":
+            if not value.isdigit() or int(value) < 1:
+                raise EvalInputError(f"limit={value} must be a positive integer")
+            opts[key] = int(value)
+        elif key == "bigram":
+            if value.lower() not in ("true", "false"):
+                raise EvalInputError(f"bigram={value} must be true or false")
+            opts[key] = value.lower() == "true"
+        else:
+            opts[key] = value
+    if not opts["data.eval"]:
+        raise EvalInputError("data.eval= is required (wordnet, a bundled task name, or a .jsonl file)")
+    if opts["headline"] is not None and opts["headline"] not in NORMS:
+        raise EvalInputError(f"headline={opts['headline']} must be one of {', '.join(NORMS)}")
+    if opts["rule"] not in ("full", "span"):
+        raise EvalInputError(f"rule={opts['rule']} must be full or span")
+    if opts["wandb.mode"] not in ("auto", "online", "offline", "disabled"):
+        raise EvalInputError(f"wandb.mode={opts['wandb.mode']} must be auto, online, offline or disabled")
+    return opts
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab eval <run_dir>... data.eval=<name | file.jsonl> [rule= limit= bigram= wandb.mode=]``."""
+    from famlab.experiments.configuration.config import Config, WandbMode
+    from famlab.experiments.tracking.wandb_guard import wandb_mode
+
+    opts = _options(overrides)
+    if not presets or flags:
+        raise EvalInputError("usage: famlab eval <run_dir>... data.eval=<name | file.jsonl> [key=value]...")
+    run_dirs = [Path(p) for p in presets]
+    for d in run_dirs:
+        if not (d / "config.yaml").is_file():
+            raise EvalInputError(f"{d}: not a run directory (no config.yaml)")
+    tasks = {name: read_items(path)[: opts["limit"]] for name, path in task_paths(opts["data.eval"]).items()}
+    cfg = Config()
+    cfg.wandb.mode = WandbMode(opts["wandb.mode"])
+    mode = wandb_mode(cfg)
+    by_task: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in tasks}
+    for run_dir in run_dirs:
+        for name, result in evaluate_run(run_dir, tasks, rule=opts["rule"], bigram=opts["bigram"],
+                                         norm=opts["headline"]).items():
+            out_dir = run_dir / "eval" / name
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            if mode != "disabled":
+                _log_wandb(run_dir, out_dir, result, mode, opts["wandb.project"])
+            by_task[name][run_dir.name] = result
+    for name, results in by_task.items():
+        best = next(iter(results.values()))["headline"]
+        print(f"## {name} (accuracy [95 % bootstrap CI]; headline: {best.replace('_', ' ')}, see `famlab eval` in "
+              f"README.md; rule {opts['rule']})\n")
+        print(table(results) + "\n")
+        groups = sorted({g for r in results.values() for g in r.get("groups", {})})
+        if groups:
+            print("| model | " + " | ".join(groups) + " |\n|---|" + "---|" * len(groups))
+            for model, r in results.items():
+                print(f"| {model} | " + " | ".join(f"{r['groups'][g][best]['acc']:.3f}" for g in groups) + " |")
+            print()
+    return 0
+
+
+def mean_over(values: list[float]) -> float:
+    """Mean that tolerates an empty list (NaN)."""
+    return statistics.fmean(values) if values else math.nan

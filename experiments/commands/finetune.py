@@ -1,0 +1,629 @@
+"""``famlab finetune``: a pretrained run / checkpoint / Hugging Face model / scratch network on a task.
+
+``init`` decides where the model config, weights and tokenizer come from:
+- a run directory (``config.yaml`` + ``tokenizer.json`` + ``checkpoints/last.ckpt``) or one of its
+  checkpoints: model config and tokenizer from the run; presets or overrides that contradict the
+  run's model config fail naming the keys;
+- ``hf:<name or local dir>``: weights through ``famlab.families.from_hf`` and the model's own tokenizer;
+- ``scratch``: the model from the presets (the no-pretraining baseline), tokenizer trained on the corpus.
+
+One fine-tune per ``finetune.seeds`` entry: the best checkpoint by ``finetune.monitor`` is tested once;
+``results.json`` holds each seed's ``test/acc``, ``test/f1``, ``test/mcc``, their mean and std, and the
+majority-class baseline on the same test split. With one seed the run directory holds ``metrics.csv``
+and ``checkpoints/``; with several, each seed has its own ``seed-<k>/`` below it.
+
+Resume (``resume=auto``): every job (grid point x seed) records its outcome in ``job.json`` beside its
+``metrics.csv`` when it finishes. A resumed fine-tune skips recorded jobs, continues an interrupted one
+from its ``checkpoints/last.ckpt`` exactly as a resumed pretraining does (``experiments.reliability``),
+and starts the others afresh; selection and the test read then run as in an uninterrupted fine-tune.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, to_dataclass, to_plain
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.plumbing.reliability import (
+    Preempted,
+    PreemptionCallback,
+    SignalLatch,
+    check_checkpoint_matches,
+    check_resumed_config,
+    resolve_resume,
+    save_last,
+)
+from famlab.experiments.plumbing.run import (
+    close_wandb,
+    env_rank,
+    get_bundle,
+    make_loggers,
+    make_run_dir,
+    make_trainer,
+    provenance,
+    run_name,
+    set_vocab,
+    stop_console_capture,
+    token_ids,
+    wandb_use_pretrained,
+    write_config,
+    write_json,
+)
+from famlab.experiments.tracking.wandb_metrics import record_selection
+from famlab.families.config import ModelConfig
+from famlab.families.faithful import family_defaults
+from omegaconf import OmegaConf
+
+log = logging.getLogger("famlab")
+METRICS = ("test/acc", "test/f1", "test/mcc")
+JOB_FILE = "job.json"  # a finished job's outcome, beside its metrics.csv; a resumed fine-tune skips the job
+
+
+@dataclasses.dataclass
+class Init:
+    """Where the fine-tuned network starts from."""
+
+    kind: str  # run | hf | scratch
+    run_dir: Path | None = None
+    checkpoint: Path | None = None
+    hf: str | None = None
+
+
+def parse_init(init: str | None) -> Init:
+    """``init=`` -> :class:`Init`; a path that holds no run fails naming the key."""
+    if not init:
+        raise ConfigInputError("init= is required: <run_dir> | <checkpoint.ckpt> | hf:<name or dir> | scratch")
+    if init == "scratch":
+        return Init("scratch")
+    if init.startswith("hf:"):
+        return Init("hf", hf=init[3:])
+    path = Path(init).expanduser()
+    if path.is_file() and path.suffix == ".ckpt":
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        ckpt = path
+    elif path.is_dir():
+        run_dir, ckpt = path, path / "checkpoints" / "last.ckpt"
+        if not ckpt.is_file():
+            raise ConfigInputError(f"init={init}: no checkpoints/last.ckpt in this run directory")
+    else:
+        raise ConfigInputError(f"init={init} is not a run directory, a .ckpt file, hf:<name> or scratch")
+    for name in ("config.yaml", "tokenizer.json"):
+        if not (run_dir / name).is_file():
+            raise ConfigInputError(f"init={init}: {run_dir / name} is missing (not a famlab run directory)")
+    return Init("run", run_dir=run_dir, checkpoint=ckpt)
+
+
+def _check_contradictions(explicit: dict[str, Any], loaded: ModelConfig, source: str) -> None:
+    plain = {f.name: getattr(loaded, f.name) for f in dataclasses.fields(loaded)}
+    bad = []
+    for key, value in explicit.items():
+        have = plain.get(key)
+        have = have.value if hasattr(have, "value") else have
+        # vocab_size may grow with a tokenizer; dropout is a training setting, not part of the weights
+        if key in plain and key not in ("vocab_size", "dropout") and value != have:
+            bad.append(f"model.{key}={value} (the model has {have})")
+    if bad:
+        raise ConfigInputError(f"init={source} fixes the model; these settings contradict it: {', '.join(bad)}")
+
+
+def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, Init]:
+    """Compose the config, taking the model section from ``init`` when it points at a run."""
+    from famlab.experiments.configuration.compose import parse_overrides
+
+    init_value = parse_overrides(overrides).get("init")
+    if init_value is None:  # init from a preset file: compose once to read it
+        init_value = compose(presets, overrides).cfg.init
+    init = parse_init(init_value)
+    if init.kind != "run":
+        return compose(presets, overrides).cfg, init
+    assert init.run_dir is not None
+    run_cfg = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
+    run_model = run_cfg["model"]
+    size = run_cfg.get("size")
+    if not presets and size and (PRESET_DIR / f"{size}.yaml").is_file():
+        presets = [size]  # the run's size preset brings its fine-tuning budget and batch size along
+    composed = compose(presets, overrides, family=run_model["family"])
+    if composed.cfg.model.family.value != run_model["family"]:  # a family preset / override names another family
+        raise ConfigInputError(f"init={init_value} is a {run_model['family']} model; "
+                               f"model.family={composed.cfg.model.family.value} contradicts it")
+    try:
+        loaded = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), run_model))
+    except ValueError as e:
+        raise ConfigInputError(f"init={init_value}: config.yaml has a bad model section ({e})") from None
+    _check_contradictions(composed.explicit_model, loaded, str(init_value))
+    if "dropout" in composed.explicit_model:  # model.dropout=... fine-tunes with that rate (finetune.dropout wins)
+        loaded = dataclasses.replace(loaded, dropout=float(composed.explicit_model["dropout"]))
+    cfg = composed.cfg
+    cfg.model = loaded
+    # the run's tokenizer is the model's; the family's pooling default follows the loaded family
+    cfg.data.tokenizer.path = str(init.run_dir / "tokenizer.json")
+    run_tok = run_cfg["data"]["tokenizer"]
+    cfg.data.tokenizer.kind = type(cfg.data.tokenizer.kind)(run_tok["kind"])
+    cfg.data.tokenizer.num_sentinels = int(run_tok["num_sentinels"])
+    cross_checks(cfg)  # again, against the loaded model (e.g. data.max_len <= model.max_seq_len)
+    return cfg, init
+
+
+def load_network(cfg: Config, init: Init) -> tuple[Any, Any]:
+    """Build the network for ``init``; returns ``(net, pooler_state or None)``."""
+    import torch
+    from famlab.families import build_network
+
+    if init.kind == "hf":
+        return _hf_network(init.hf or "")
+    net = build_network(cfg.model)
+    if init.kind == "run":
+        assert init.checkpoint is not None
+        # our own Lightning checkpoint: hparams hold plain dicts, so weights_only loading is not needed
+        state = torch.load(init.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+        prefix = "net."
+        weights = {k[len(prefix):].replace("_orig_mod.", ""): v for k, v in state.items() if k.startswith(prefix)}
+        missing, unexpected = net.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ConfigInputError(
+                f"init={init.checkpoint}: checkpoint does not match model (missing {list(missing)[:3]}, "
+                f"unexpected {list(unexpected)[:3]})"
+            )
+    return net, None
+
+
+def with_dropout(net: Any, dropout: float) -> Any:
+    """``net`` with its dropout rate set to ``dropout``: the same weights in a network built with that rate."""
+    if net.config.dropout == dropout:
+        return net
+    from famlab.families import build_network
+
+    rebuilt = build_network(dataclasses.replace(net.config, dropout=dropout))
+    rebuilt.load_state_dict(net.state_dict())
+    return rebuilt.train(net.training)
+
+
+def _hf_model(src: str) -> tuple[Any, bool]:
+    """Load a BERT / GPT-2 / T5 Hugging Face model; returns ``(model, has_pooler)``."""
+    try:
+        from transformers import AutoConfig, BertForPreTraining, GPT2LMHeadModel, T5ForConditionalGeneration
+
+        config = AutoConfig.from_pretrained(src)
+        classes = {"bert": BertForPreTraining, "gpt2": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}
+        if config.model_type not in classes:
+            raise ConfigInputError(f"init=hf:{src} is a {config.model_type} model; supported: bert, gpt2, t5")
+        model, info = classes[config.model_type].from_pretrained(src, output_loading_info=True)
+    except ImportError as e:
+        raise ConfigInputError(f"init=hf:{src} needs transformers (pip install famlab[hf]): {e}") from None
+    except OSError as e:
+        reason = str(e).splitlines()[0]
+        raise ConfigInputError(f"init=hf:{src} cannot be loaded (offline or not found): {reason}") from None
+    has_pooler = config.model_type == "bert" and not any("pooler" in k for k in info.get("missing_keys", []))
+    return model.eval(), has_pooler
+
+
+def _hf_network(src: str) -> tuple[Any, Any]:
+    from famlab.families import from_hf
+    from famlab.families.hf import hf_pooler_state
+
+    model, has_pooler = _hf_model(src)
+    # train mode: Lightning keeps modules' modes, and an eval-mode network would fine-tune without dropout
+    net = from_hf(model).train()
+    pooler = hf_pooler_state(model) if has_pooler else None
+    if net.family == "bert" and pooler is None:
+        log.warning("init=hf:%s has no pooler weights: the BERT pooler starts untrained", src)
+    return net, pooler
+
+
+def hf_bundle(src: str, run_dir: Path) -> Any:
+    """The HF model's own tokenizer as a ``datamodules.TokenizerBundle``, saved as ``<run_dir>/tokenizer.json``.
+
+    ``famlab.datamodules.load_tokenizer`` requires famlab's special-token names (``[PAD]`` ...), which GPT-2 / T5
+    tokenizers lack, so the ids are taken from the HF tokenizer's own attributes, with the same fallbacks
+    the HF models use (GPT-2 pads with ``<|endoftext|>``; T5 has no [CLS] and starts the decoder with pad).
+    """
+    import hashlib
+
+    from famlab.datamodules.tokenizer import TokenizerBundle
+
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(src)
+    except (ImportError, OSError, ValueError) as e:
+        raise ConfigInputError(f"init=hf:{src}: its tokenizer cannot be loaded ({str(e).splitlines()[0]})") from None
+    path = run_dir / "tokenizer.json"
+    tok.backend_tokenizer.save(str(path))
+    fast = tok.backend_tokenizer
+
+    def first(*names: str) -> int:
+        for name in names:
+            value = getattr(tok, f"{name}_token_id", None)
+            if value is not None:
+                return int(value)
+        return 0
+
+    special = {
+        "pad": first("pad", "eos", "unk"),
+        "unk": first("unk", "pad", "eos"),
+        "cls": first("cls", "bos", "eos", "pad"),
+        "sep": first("sep", "eos", "pad"),
+        "mask": first("mask", "unk", "eos"),
+        "bos": first("bos", "cls", "pad"),
+        "eos": first("eos", "sep", "pad"),
+    }
+    special.update(r=special["unk"], x=special["unk"], s=special["unk"])
+    sentinels = []
+    while fast.token_to_id(f"<extra_id_{len(sentinels)}>") is not None:
+        sentinels.append(fast.token_to_id(f"<extra_id_{len(sentinels)}>"))
+    return TokenizerBundle(
+        tokenizer=fast, path=path, hash=hashlib.sha256(path.read_bytes()).hexdigest(),
+        vocab_size=fast.get_vocab_size(with_added_tokens=True), special_ids=special, sentinel_ids=sentinels,
+    )
+
+
+def majority_baseline(task: Any) -> dict[str, Any]:
+    """Predict the training split's most frequent label for every test example."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    label = Counter(e.label for e in task.train).most_common(1)[0][0]
+    y_true = [e.label for e in task.test]
+    y_pred = [label] * len(y_true)
+    return {
+        "label": task.labels[label],
+        "test/acc": sum(t == label for t in y_true) / max(1, len(y_true)),
+        "test/f1": float(f1_score(y_true, y_pred, average="macro", labels=list(range(len(task.labels))),
+                                  zero_division=0)),
+        "test/mcc": float(matthews_corrcoef(y_true, y_pred)),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+    """One fine-tuning hyper-parameter setting of the grid (``finetune.lr_grid`` x ``finetune.head_lr_grid``)."""
+
+    lr: float
+    head_lr: float
+
+    @property
+    def name(self) -> str:
+        return f"lr{self.lr:g}-head{self.head_lr:g}"
+
+
+def grid_points(ft: Any) -> list[GridPoint]:
+    """The grid in a fixed order: body lr major, head lr minor; a missing head lr is 10 x the body lr."""
+    lrs = list(ft.lr_grid) if ft.lr_grid is not None else [ft.lr]
+    points = []
+    for lr in lrs:
+        default_head = ft.head_lr if ft.head_lr is not None else 10 * lr
+        heads_ = list(ft.head_lr_grid) if ft.head_lr_grid is not None else [default_head]
+        points += [GridPoint(float(lr), float(h)) for h in heads_]
+    return list(dict.fromkeys(points))
+
+
+def select_point(val: dict[GridPoint, dict[str, float]], mode: str) -> GridPoint:
+    """The grid point with the best mean validation score over seeds (``max`` or ``min``); ties: the first."""
+    def mean(p: GridPoint) -> float:
+        return statistics.fmean(val[p].values())
+
+    best = max(val, key=mean) if mode == "max" else min(val, key=mean)
+    return next(p for p in val if mean(p) == mean(best))
+
+
+def load_task_for(d: Any) -> Any:
+    """``data.task`` with the data section's column and split settings."""
+    from famlab.datamodules import load_task
+
+    task = load_task(
+        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
+        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
+        test_fraction=d.test_fraction, seed=d.seed,
+    )
+    if len(task.labels) < 2:
+        raise ConfigInputError(f"data.task={d.task}: column {d.label_column!r} has {len(task.labels)} class "
+                               f"({', '.join(map(str, task.labels))}); a classification task needs at least 2")
+    return task
+
+
+def default_pooling(family: str, has_pooler: bool = False) -> str:
+    """The pooling when ``finetune.pooling`` is unset: the family's (``famlab.families.faithful``, measured best for
+    famlab-pretrained bodies), except a Hugging Face BERT that brings a trained pooler, which reads ``[CLS]`` through
+    it as it was trained to."""
+    return "cls" if family == "bert" and has_pooler else family_defaults(family).pooling
+
+
+def finetune(cfg: Config, init: Init) -> dict[str, Any]:
+    """Fine-tune every grid point x seed, select on validation, test the selected models once.
+
+    Protocol (the same for a pretrained and a from-scratch network): every (body lr, head lr) pair of the grid
+    is trained for every ``finetune.seeds`` entry, keeping each run's best checkpoint by ``finetune.monitor``;
+    the pair with the best mean validation score over seeds is selected; only that pair's checkpoints are
+    evaluated on the test split. Returns the results written to ``results.json``.
+    """
+    started = time.time()
+    if cfg.resume not in ("never", "auto"):
+        raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
+                               "last.ckpt; use resume=auto with run_dir=<the fine-tune's run directory>")
+    d = cfg.data
+    hf_pooler = None
+    if init.kind == "hf":
+        # the family (and so the run name) is only known once the model is loaded; fail early if it cannot be
+        net0, hf_pooler = _hf_network(init.hf or "")
+        cfg.model = net0.config
+    if cfg.finetune.dropout is not None:  # the fine-tune's model: config.yaml records the dropout it trains with
+        cfg.model = dataclasses.replace(cfg.model, dropout=cfg.finetune.dropout)
+    has_pooler = init.kind == "hf" and hf_pooler is not None
+    task = load_task_for(d)
+    run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
+    if init.kind == "hf":
+        bundle = hf_bundle(init.hf or "", run_dir)
+    elif init.kind == "run":
+        bundle = get_bundle(cfg, None, run_dir)
+    else:
+        from famlab.datamodules import load_corpus
+
+        corpus = load_corpus(d.corpus, val_fraction=0.05, seed=d.seed)
+        bundle = get_bundle(cfg, corpus, run_dir)
+        set_vocab(cfg, bundle.vocab_size)
+    if bundle.vocab_size > cfg.model.vocab_size:  # HF T5 pads its embedding to 32128 > 32100 tokens: fine
+        raise ConfigInputError(
+            f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {bundle.vocab_size} tokens"
+        )
+    family = cfg.model.family.value
+    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
+    if cfg.resume == "auto":
+        check_resumed_config(run_dir, to_plain(cfg))  # skipping recorded jobs under other settings would mix results
+        if (run_dir / "results.json").is_file():
+            print(f"famlab: {run_dir} is done (results.json); nothing to resume", file=sys.stderr)
+            return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
+    job = _Job(cfg, init, task, bundle, pooling, written)
+
+    ft = cfg.finetune
+    points = grid_points(ft)
+    mode = "min" if ft.monitor.endswith("loss") else "max"
+    val: dict[GridPoint, dict[str, float]] = {}
+    best: dict[tuple[GridPoint, int], str] = {}
+    per_seed: dict[str, dict[str, float]] = {}
+    last: tuple[int, Path] | None = None  # the latest finished job's step and last.ckpt (named if stopped next)
+    # with a grid, each run's W&B run stays open until selection, so the selected point's test scores land in
+    # the run that trained the model (one id, one .wandb file, one `wandb sync`) and the others say they lost.
+    # Jobs skipped on resume finished in an earlier process: their W&B runs are closed and get no selection.
+    held: dict[tuple[GridPoint, int], tuple[list[Any], int]] = {}
+    try:
+        with SignalLatch() as latch:  # a stop signal outside the jobs' training steps stops at the next boundary
+            for point in points:
+                val[point] = {}
+                for seed in ft.seeds:
+                    if latch.requested():
+                        raise Preempted(*(last or (0, None)), signum=latch.signum)
+                    grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
+                    seed_dir = _seed_dir(run_dir, grid_name, seed_name)
+                    name = "-".join([run_dir.name, *([point.name] if grid_name else []),
+                                     *([f"s{seed}"] if seed_name is not None else [])])  # seed 0 named too
+                    record = _read_job(seed_dir) if cfg.resume == "auto" else None
+                    if record is not None:
+                        print(f"famlab: fine-tuning job {name} is done ({seed_dir / JOB_FILE}); skipped",
+                              file=sys.stderr)
+                    else:
+                        record, loggers = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1, latch=latch)
+                        if record["test"] is None:
+                            held[point, seed] = loggers, record["steps"]
+                        else:  # a one-point grid: tested already, nothing left to wait for
+                            try:
+                                record_selection(loggers, selected=True, point=point.name)
+                            finally:
+                                close_wandb(loggers)
+                    val[point][str(seed)], best[point, seed] = record["val"], record["best"]
+                    last = (record["steps"], seed_dir / "checkpoints" / "last.ckpt")
+                    if record["test"] is not None:
+                        per_seed[str(seed)] = record["test"]
+            chosen = select_point(val, mode)
+            if len(points) > 1:  # the test split is read once, after selection, by the selected point's models only
+                for seed in ft.seeds:
+                    if latch.requested():
+                        raise Preempted(*(last or (0, None)), signum=latch.signum)
+                    per_seed[str(seed)] = test = job.test(chosen, seed, best[chosen, seed])
+                    if (chosen, seed) in held:
+                        loggers, step = held.pop((chosen, seed))
+                        try:
+                            record_selection(loggers, selected=True, point=chosen.name, test=test, step=step)
+                        finally:
+                            close_wandb(loggers)
+                for key in list(held):
+                    loggers, step = held.pop(key)
+                    try:
+                        record_selection(loggers, selected=False, point=chosen.name, step=step)
+                    finally:
+                        close_wandb(loggers)
+    except Preempted as e:
+        e.run_dir = run_dir  # the fine-tune resumes as a whole; the checkpoint is one job's
+        raise
+    finally:  # a run stopped part-way (preemption, non-finite loss) leaves no W&B run open
+        for loggers, _ in held.values():
+            close_wandb(loggers)
+    if len(points) > 1:
+        for point in points:
+            if point != chosen:
+                for seed in ft.seeds:
+                    _drop_checkpoints(Path(best[point, seed]).parent)
+
+    mean = {k: statistics.fmean(s[k] for s in per_seed.values()) for k in METRICS}
+    std = {k: statistics.stdev([s[k] for s in per_seed.values()]) if len(per_seed) > 1 else 0.0 for k in METRICS}
+    results = {
+        "job": "finetune",
+        "family": family,
+        "init": cfg.init,
+        "task": task.name,
+        "num_classes": len(task.labels),
+        "sizes": {"train": len(task.train), "val": len(task.val), "test": len(task.test)},
+        "pooling": pooling,
+        "grid": [{"lr": p.lr, "head_lr": p.head_lr, "val": val[p], "val_mean": statistics.fmean(val[p].values())}
+                 for p in points],
+        "selected": {"lr": chosen.lr, "head_lr": chosen.head_lr},
+        "selection": f"{'highest' if mode == 'max' else 'lowest'} mean {ft.monitor} over seeds",
+        "seeds": per_seed,
+        "mean": mean,
+        "std": std,
+        "majority": majority_baseline(task),
+        "wall_s": round(time.time() - started, 1),
+    }
+    write_json(run_dir / "results.json", results)
+    return results
+
+
+
+
+def _seed_dir(run_dir: Path, point: GridPoint | None, seed: int | None) -> Path:
+    path = run_dir if point is None else run_dir / point.name
+    path = path if seed is None else path / f"seed-{seed}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _read_job(seed_dir: Path) -> dict[str, Any] | None:
+    """The outcome a finished job recorded in ``job.json``, or None (not started, interrupted, or unreadable)."""
+    try:
+        record = json.loads((seed_dir / JOB_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and {"val", "best", "steps", "test"} <= set(record) else None
+
+
+def _write_job(seed_dir: Path, record: dict[str, Any]) -> None:
+    """Write ``job.json`` whole or not at all (a stop mid-write must not leave a record a resume would trust)."""
+    tmp = seed_dir / f"{JOB_FILE}.tmp"
+    write_json(tmp, record)
+    os.replace(tmp, seed_dir / JOB_FILE)
+
+
+def _drop_checkpoints(checkpoint_dir: Path) -> None:
+    """Checkpoints of a grid point that was not selected are never read again (their metrics.csv stays)."""
+    for ckpt in checkpoint_dir.glob("*.ckpt"):
+        ckpt.unlink()
+
+
+class _Job:
+    """What every fit and test of one fine-tuning command shares: config, task, tokenizer, pooling."""
+
+    def __init__(self, cfg: Config, init: Init, task: Any, bundle: Any, pooling: str, written: dict) -> None:
+        self.cfg, self.init, self.task, self.bundle = cfg, init, task, bundle
+        self.pooling, self.written = pooling, written
+        self.family = cfg.model.family.value
+        ft, d = cfg.finetune, cfg.data
+        self.batch_size = ft.batch_size or d.batch_size
+        steps_per_epoch = math.ceil(len(task.train) / self.batch_size)
+        self.total = ft.max_steps or ft.epochs * steps_per_epoch
+        self.val_every = ft.val_every or (max(1, min(steps_per_epoch, self.total // 4)) if ft.max_steps else None)
+        self.mode = "min" if ft.monitor.endswith("loss") else "max"
+
+    def module(self, point: GridPoint) -> Any:
+        from famlab.objectives import ClassifierModule, OptimSettings
+
+        cfg, ft = self.cfg, self.cfg.finetune
+        net, pooler = load_network(cfg, self.init)
+        net = with_dropout(net, cfg.model.dropout)  # an hf: model arrives with its own config's dropout
+        optim = OptimSettings(
+            lr=point.lr, betas=(cfg.optim.betas[0], cfg.optim.betas[1]), eps=cfg.optim.eps,
+            weight_decay=ft.weight_decay, warmup_steps=int(ft.warmup_ratio * self.total), max_steps=self.total,
+            min_lr_ratio=0.0,
+        )
+        return ClassifierModule(
+            net, len(self.task.labels), optim, pooling=self.pooling, head_dropout=ft.head_dropout,
+            standardize=ft.standardize, head_lr=point.head_lr, pooler_state=pooler,
+        )
+
+    def datamodule(self, seed: int) -> Any:
+        from famlab.datamodules import ClassificationDataModule
+        from famlab.objectives import ClassificationCollator
+
+        collate = ClassificationCollator(self.family, token_ids(self.bundle), self.cfg.data.max_len)
+        return ClassificationDataModule(self.task, self.bundle, batch_size=self.batch_size, collate_fn=collate,
+                                        seed=seed, num_workers=self.cfg.data.num_workers)
+
+    def fit(
+        self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool, latch: SignalLatch
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """Train one (grid point, seed), or continue it from its ``last.ckpt`` under ``resume=auto``; record its
+        outcome (best validation score, its checkpoint, the steps, the test scores if ``test_now``) and return it
+        with the job's loggers, whose W&B run is left open for :func:`finetune` to finish."""
+        import lightning as L
+
+        cfg, ft = self.cfg, self.cfg.finetune
+        L.seed_everything(seed, workers=True, verbose=False)
+        module, dm = self.module(point), self.datamodule(seed)
+        ckpt_path = resolve_resume(cfg, seed_dir / "checkpoints")
+        if ckpt_path is not None:
+            check_checkpoint_matches(ckpt_path, module)
+            print(f"famlab: fine-tuning job {name} resumes from {ckpt_path}", file=sys.stderr)
+        config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
+        loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config=config)
+        try:
+            wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # lineage: pretraining -> fine-tune
+            trainer = make_trainer(
+                cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=self.mode,
+                max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
+                val_check_interval=self.val_every, limit_val_batches=None,
+            )
+            trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+            # a signal after the last step boundary let the job finish: the fine-tune stops before the next one
+            preemption = next(c for c in trainer.callbacks if isinstance(c, PreemptionCallback))
+            latch.note(preemption.signal)
+            if preemption.saved is None or preemption.saved[0] != trainer.global_step:
+                # last.ckpt is only rewritten with a new best one: make it the final step, so a job stopped before
+                # its job.json is written resumes without training again
+                save_last(trainer, seed_dir / "checkpoints")
+            callback = trainer.checkpoint_callback
+            record: dict[str, Any] = {
+                "lr": point.lr, "head_lr": point.head_lr, "seed": seed,
+                "val": float(callback.best_model_score) if callback.best_model_score is not None else math.nan,
+                "best": str(callback.best_model_path), "steps": int(trainer.global_step), "test": None,
+            }
+            if test_now:  # a one-point grid: selection is trivial, so test with this run's loggers (W&B included)
+                result = trainer.test(module, datamodule=dm, ckpt_path="best", verbose=False)[0]
+                record["test"] = {k: float(result[k]) for k in METRICS if k in result}
+        except BaseException:
+            close_wandb(loggers)  # a stopped job's W&B files are complete; it resumes from its last.ckpt
+            raise
+        stop_console_capture(loggers)  # the run stays open: the next runs' console output is not its own
+        if env_rank() == 0:
+            _write_job(seed_dir, record)
+        return record, loggers
+
+    def test(self, point: GridPoint, seed: int, checkpoint: str) -> dict[str, float]:
+        """Test the selected point's best checkpoint of ``seed``; the scores are appended to its metrics.csv."""
+        from famlab.experiments.plumbing.reliability import AppendingCSVLogger
+
+        seed_dir = Path(checkpoint).parent.parent
+        module, dm = self.module(point), self.datamodule(seed)
+        loggers = [AppendingCSVLogger(save_dir=str(seed_dir), name="", version="")]
+        trainer = make_trainer(self.cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints",
+                               monitor=self.cfg.finetune.monitor, mode=self.mode, max_steps=self.total)
+        result = trainer.test(module, datamodule=dm, ckpt_path=checkpoint, verbose=False)[0]
+        return {k: float(result[k]) for k in METRICS if k in result}
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab finetune [presets...] init=<...> [key=value...]``."""
+    from famlab.experiments.plumbing.reliability import NonFiniteError, Preempted, stop_exit_code
+    from famlab.experiments.plumbing.run import env_rank
+
+    cfg, init = compose_finetune(presets, overrides)
+    try:
+        r = finetune(cfg, init)
+    except (Preempted, NonFiniteError) as e:
+        return stop_exit_code(e, cfg, "finetune")
+    if env_rank() != 0:
+        return 0
+    m, s, b = r["mean"], r["std"], r["majority"]
+    print(
+        f"done: {cfg.model.family.value} on {r['task']}: test/acc {m['test/acc']:.3f} +- {s['test/acc']:.3f}  "
+        f"f1 {m['test/f1']:.3f}  mcc {m['test/mcc']:.3f}  (majority acc {b['test/acc']:.3f})  {r['wall_s']} s"
+    )
+    return 0

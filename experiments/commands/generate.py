@@ -1,0 +1,257 @@
+"""``famlab generate <run_dir> prompt=...`` and ``famlab fill <run_dir> text="... [MASK] ..."``.
+
+How each trained pair writes text (the same formats its objective trained on, objectives/denoisers.py):
+
+| family x objective | generate (continue a prompt) | fill (each ``[MASK]``) |
+|---|---|---|
+| gpt x clm | ``[EOS] prompt`` -> causal sampling | error: a causal LM cannot infill |
+| gpt x prefix_lm | ``[EOS] prompt`` as a bidirectional prefix | only a trailing ``[MASK]`` (= generate) |
+| gpt x span | fill of ``prompt [MASK]`` | ``text-with-sentinels [EOS]`` as prefix -> ``s0 span0 s1 ...`` |
+| gpt x ul2 | ``[S] prompt`` as prefix (S mode) | ``[R] text-with-sentinels [EOS]`` (R mode) |
+| t5 x span | fill of ``prompt [MASK]`` | encoder ``text-with-sentinels [EOS]``, decoder writes the spans |
+| t5 x prefix_lm | encoder ``prompt [EOS]`` | only a trailing ``[MASK]`` (= generate) |
+| t5 x ul2 | encoder ``[S] prompt [EOS]`` | encoder ``[R] text-with-sentinels [EOS]`` |
+| bert x mlm / span_mlm | error: BERT does not generate | one token per ``[MASK]`` (argmax) |
+
+Options (``key=value``): ``prompt`` / ``text``, ``max_new_tokens`` (32), ``temperature`` (0 = greedy),
+``top_k`` (0), ``top_p`` (1.0), ``seed`` (0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.objectives.registry import default_objective
+
+MASK = "[MASK]"
+OPTIONS = {
+    "prompt": str,
+    "text": str,
+    "max_new_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "seed": int,
+}
+
+
+@dataclass
+class Run:
+    """A trained run loaded for inference."""
+
+    net: Any  # families network, eval mode
+    tokenizer: Any  # tokenizers.Tokenizer
+    ids: Any  # objectives.TokenIds
+    family: str
+    objective: str
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids) if text else []
+
+    def decode(self, tokens: list[int]) -> str:
+        return str(self.tokenizer.decode(tokens))
+
+
+def load_run(run_dir: str) -> Run:
+    """Network (``checkpoints/last.ckpt`` or the given ``.ckpt``), tokenizer and objective of a pretraining run."""
+    from famlab.datamodules import get_tokenizer
+    from famlab.experiments.commands.finetune import load_network, parse_init
+    from famlab.experiments.configuration.compose import to_dataclass
+    from famlab.experiments.plumbing.run import token_ids
+    from famlab.families.config import ModelConfig
+    from omegaconf import OmegaConf
+
+    init = parse_init(run_dir)
+    assert init.run_dir is not None
+    saved = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
+    cfg = Config()
+    cfg.model = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
+    net, _ = load_network(cfg, init)
+    num_sentinels = int(saved.get("data", {}).get("tokenizer", {}).get("num_sentinels", 100))
+    bundle = get_tokenizer(
+        None, path=init.run_dir / "tokenizer.json", num_sentinels=num_sentinels, cache_dir=init.run_dir
+    )
+    family = cfg.model.family.value
+    objective = (saved.get("objective") or {}).get("name") or default_objective(family)
+    return Run(net.eval(), bundle.tokenizer, token_ids(bundle), family, objective)
+
+
+def parse_options(presets: list[str], overrides: list[str], required: str) -> tuple[str, dict[str, Any]]:
+    """``(run_dir, options)`` from the command line; unknown or malformed keys fail naming the key."""
+    if len(presets) != 1:
+        raise ConfigInputError(f"expected exactly one run directory before the options, got {presets or 'none'}")
+    options: dict[str, Any] = {"max_new_tokens": 32, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+    for token in overrides:
+        key, _, value = (token[2:] if token.startswith("--") else token).partition("=")
+        if key not in OPTIONS or key in ({"prompt", "text"} - {required}):
+            allowed = sorted(set(OPTIONS) - ({"prompt", "text"} - {required}))
+            raise ConfigInputError(f"unknown option {key}=; options: {', '.join(allowed)}")
+        try:
+            options[key] = OPTIONS[key](value)
+        except ValueError:
+            raise ConfigInputError(f"{key}={value} is not a valid {OPTIONS[key].__name__}") from None
+    if required not in options:
+        raise ConfigInputError(f'{required}= is required (e.g. {required}="The cat")')
+    return presets[0], options
+
+
+def _sample(run: Run, logits: Any, opts: dict[str, Any], generator: Any) -> Any:
+    from famlab.families.generation import sample_next
+
+    return sample_next(
+        logits, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"], generator=generator
+    )
+
+
+def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
+    """GPT with a bidirectional prefix (prefix_lm / span / ul2 training): recompute each step under
+    ``prefix_lm_mask`` (families.generation's KV cache assumes plain causal attention)."""
+    import torch
+    from famlab.objectives.prefix import prefix_lm_mask
+
+    seq = torch.tensor([prefix])
+    limit = int(run.net.config.max_seq_len)
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(opts["max_new_tokens"]):
+            if seq.shape[1] >= limit and run.net.config.pos.value in ("learned", "sinusoidal"):
+                break
+            mask = prefix_lm_mask(torch.tensor([len(prefix)]), seq.shape[1])
+            logits = run.net(seq, attention_mask=mask).logits[:, -1]
+            token = int(_sample(run, logits, opts, generator)[0])
+            if token == run.ids.eos:
+                break
+            out.append(token)
+            seq = torch.cat([seq, torch.tensor([[token]])], 1)
+    return out
+
+
+def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
+    import torch
+    from famlab.families.generation import generate
+
+    ids = generate(
+        run.net,
+        torch.tensor([encoder]),
+        max_new_tokens=opts["max_new_tokens"],
+        eos_id=run.ids.eos,
+        temperature=opts["temperature"],
+        top_k=opts["top_k"],
+        top_p=opts["top_p"],
+        generator=generator,
+    )
+    out = ids[0].tolist()
+    return out[: out.index(run.ids.eos)] if run.ids.eos in out else out
+
+
+def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
+    """The continuation of ``prompt`` (without the prompt)."""
+    import torch
+    from famlab.families.generation import generate
+
+    generator = torch.Generator().manual_seed(opts["seed"])
+    tokens, ids = run.encode(prompt), run.ids
+    if run.family == "bert":
+        raise ConfigInputError('a bert run cannot generate; use famlab fill <run_dir> text="... [MASK] ..."')
+    if run.objective == "span":  # a span model continues by filling one masked span at the end
+        return infill(run, [prompt, ""], opts)[0]
+    if run.family == "t5":
+        lead = [ids.s] if run.objective == "ul2" else []
+        return run.decode(_t5_decode(run, lead + tokens + [ids.eos], opts, generator))
+    if run.objective == "clm":
+        out = generate(
+            run.net,
+            torch.tensor([[ids.eos] + tokens]),
+            max_new_tokens=opts["max_new_tokens"],
+            eos_id=ids.eos,
+            temperature=opts["temperature"],
+            top_k=opts["top_k"],
+            top_p=opts["top_p"],
+            generator=generator,
+        )[0].tolist()
+        return run.decode(out[: out.index(ids.eos)] if ids.eos in out else out)
+    lead = ids.s if run.objective == "ul2" else ids.eos
+    return run.decode(_prefix_decode(run, [lead] + tokens, opts, generator))
+
+
+def _spans(tokens: list[int], sentinels: list[int], count: int) -> list[list[int]]:
+    """Split ``s0 span0 s1 span1 ...`` into ``count`` spans (missing ones empty)."""
+    spans: list[list[int]] = [[] for _ in range(count)]
+    current = -1
+    for token in tokens:
+        if token in sentinels:
+            current = sentinels.index(token)
+        elif 0 <= current < count:
+            spans[current].append(token)
+    return spans
+
+
+def fill_text(run: Run, text: str, opts: dict[str, Any]) -> str:
+    """``text`` with every ``[MASK]`` filled, each fill in brackets (see the module docstring for each pair)."""
+    pieces = text.split(MASK)
+    if len(pieces) == 1:
+        raise ConfigInputError(f"text= has no {MASK} to fill")
+    if run.objective == "clm":
+        raise ConfigInputError(
+            "a gpt run trained with clm cannot infill; use famlab generate, or pretrain with "
+            "objective.name=prefix_lm, span or ul2"
+        )
+    if run.objective == "prefix_lm":
+        if len(pieces) > 2 or pieces[-1].strip():
+            raise ConfigInputError(f"a prefix_lm run can only fill one {MASK} at the end of text= (a continuation)")
+        fills = [generate_text(run, pieces[0], opts)]
+    else:
+        fills = infill(run, pieces, opts)
+    filled = pieces[0]
+    for fill, piece in zip(fills, pieces[1:], strict=True):
+        filled += f"[{fill.strip()}]" + piece
+    return filled
+
+
+def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
+    """The decoded text of each gap between ``pieces`` (BERT: one token each; span / ul2: sentinel spans)."""
+    import torch
+
+    ids, count = run.ids, len(pieces) - 1
+    encoded = [run.encode(p) for p in pieces]
+    if run.family == "bert":
+        seq = [ids.cls]
+        for piece in encoded[:-1]:
+            seq += piece + [ids.mask]
+        seq += encoded[-1] + [ids.sep]
+        with torch.no_grad():
+            logits = run.net(torch.tensor([seq])).logits[0]  # (T, V)
+        return [run.decode([int(logits[i].argmax())]) for i, t in enumerate(seq) if t == ids.mask]
+    if count > len(ids.sentinel_ids):
+        raise ConfigInputError(f"text= has {count} {MASK}s but the tokenizer has {len(ids.sentinel_ids)} sentinels")
+    corrupted = [ids.r] if run.objective == "ul2" else []  # UL2's R mode: regular span corruption
+    for piece, sentinel in zip(encoded[:-1], ids.sentinel_ids[:count], strict=True):
+        corrupted += piece + [sentinel]
+    corrupted += encoded[-1] + [ids.eos]
+    generator = torch.Generator().manual_seed(opts["seed"])
+    if run.family == "t5":
+        out = _t5_decode(run, corrupted, opts, generator)
+    else:
+        out = _prefix_decode(run, corrupted, opts, generator)
+    return [run.decode(span) for span in _spans(out, list(ids.sentinel_ids), count)]
+
+
+def generate_main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab generate <run_dir> prompt=... [max_new_tokens=32 temperature=0 top_k= top_p= seed=]``."""
+    run_dir, opts = parse_options(presets, overrides, "prompt")
+    run = load_run(run_dir)
+    print(opts["prompt"] + generate_text(run, opts["prompt"], opts))
+    return 0
+
+
+def fill_main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab fill <run_dir> text="... [MASK] ..." [options as generate]``; fills print in brackets."""
+    run_dir, opts = parse_options(presets, overrides, "text")
+    print(fill_text(load_run(run_dir), opts["text"], opts))
+    return 0
+
+
+__all__ = ["Run", "fill_text", "generate_text", "infill", "load_run"]

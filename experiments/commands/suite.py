@@ -1,0 +1,169 @@
+"""``famlab finetune ... data.task=suite``: fine-tune on every task of a suite, then score the suite.
+
+``data.task`` names a suite as ``suite`` (the bundled WordNet suite), a comma-separated list of tasks, or a
+YAML file (``datamodules.suite`` describes the entries)::
+
+    tasks:
+      - wordnet-pairs                       # a bundled task, with its own settings
+      - {name: sst2, task: "hf:glue:sst2"}  # GLUE, for a user with the hub
+      - {name: mrpc, task: "hf:glue:mrpc", pair: true, metric: f1}
+      - {name: mine, task: data/mine.csv, text_column: premise, text_pair_column: hypothesis, pair: true}
+
+Every task is fine-tuned in turn by :func:`famlab.experiments.commands.finetune.finetune`, under the same config and
+seeds, in ``<run_dir>/<task name>/``. The suite directory gets ``results.json`` (per task: seeds, mean and
+interval, majority and TF-IDF references; the suite score) and ``suite_table.md``. Every task is loaded and
+checked before the first one trains, so a bad suite fails at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from famlab.datamodules.suite import TaskSpec, is_suite, load_suite_task, parse_suite, suite_specs
+from famlab.datamodules.tasks import Task
+from famlab.experiments.analysis.baselines import tfidf
+from famlab.experiments.analysis.suite_score import (
+    TaskResult,
+    reference_suite,
+    render_suite_table,
+    suite_score,
+    task_interval,
+)
+from famlab.experiments.commands import finetune as finetune_command
+from famlab.experiments.commands.finetune import Init, compose_finetune, finetune
+from famlab.experiments.commands.probe import print_probe, probe
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.plumbing.reliability import NonFiniteError, Preempted, stop_exit_code
+from famlab.experiments.plumbing.run import cache_dir, env_rank, make_run_dir, run_name, write_json
+
+log = logging.getLogger("famlab")
+TABLE = "suite_table.md"
+
+
+def read_suite(value: str) -> list[TaskSpec] | None:
+    """The suite ``data.task=value`` names, or None when it names a single task.
+
+    Raises:
+        ConfigInputError: a suite file that is missing or not YAML.
+        DataError: a suite entry that is invalid (``datamodules.suite.parse_suite``).
+    """
+    if not is_suite(value):
+        return None
+    if Path(value).suffix not in (".yaml", ".yml"):
+        return suite_specs(value)
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ConfigInputError(f"data.task={value}: no such suite file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data, node = yaml.safe_load(text), yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigInputError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(data, dict) or "tasks" not in data:
+        raise ConfigInputError(f"{path}: a suite file is a mapping with a 'tasks:' list")
+    unknown = sorted(set(data) - {"tasks", "name"})
+    if unknown:
+        raise ConfigInputError(f"{path}: unknown key '{unknown[0]}' (keys: tasks, name)")
+    tasks_node = next(v for k, v in node.value if k.value == "tasks")
+    lines = [item.start_mark.line + 1 for item in getattr(tasks_node, "value", [])]
+    return parse_suite(data["tasks"], str(path), base_dir=path.parent,
+                       lines=lines if isinstance(data["tasks"], list) else None)
+
+
+def _task_config(cfg: Config, spec: TaskSpec, run_dir: Path) -> Config:
+    sub = copy.deepcopy(cfg)
+    d = sub.data
+    d.task, d.text_column, d.text_pair_column = spec.task, spec.text_column, spec.text_pair_column
+    d.label_column, d.split_column = spec.label_column, spec.split_column
+    sub.run_dir = str(run_dir)
+    sub.name = f"{run_dir.parent.name}-{spec.name}"
+    return sub
+
+
+def tfidf_reference(cfg: Config, spec: TaskSpec, task: Task) -> dict[str, float]:
+    """TF-IDF + logistic regression test scores of a task, cached under the cache directory by task and split."""
+    d = cfg.data
+    key = {"spec": dataclasses.asdict(spec), "seed": d.seed, "val_fraction": d.val_fraction,
+           "test_fraction": d.test_fraction, "sizes": [len(task.train), len(task.val), len(task.test)]}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir(cfg) / "references" / f"tfidf-{spec.name}-{digest}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    scores = tfidf(task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    return scores
+
+
+def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, Any]:
+    """Fine-tune every task of ``specs`` in turn; returns the suite results written to ``results.json``."""
+    started = time.time()
+    d = cfg.data
+    split = {"seed": d.seed, "val_fraction": d.val_fraction if d.val_fraction is not None else 0.1,
+             "test_fraction": d.test_fraction}
+    tasks = {spec.name: load_suite_task(spec, **split) for spec in specs}  # fail before any training
+    suite_name = "suite" if cfg.data.task == "suite" else Path(cfg.data.task).stem.replace(",", "+")
+    suite_dir = make_run_dir(cfg, run_name(cfg, "finetune", suite_name))
+    rows, results = [], []
+    for spec in specs:
+        log.info("suite task %s (%s)", spec.name, spec.task)
+        try:  # resume=auto: finished tasks return their results.json, an interrupted one continues its jobs
+            ft = finetune(_task_config(cfg, spec, suite_dir / spec.name), init)
+        except Preempted as e:
+            e.run_dir = suite_dir  # the suite resumes as a whole
+            raise
+        result = TaskResult(spec.name, spec.metric, {s: v[spec.headline] for s, v in ft["seeds"].items()})
+        interval = task_interval(result)
+        results.append(result)
+        rows.append({
+            "name": spec.name, "task": spec.task, "metric": spec.metric, "run_dir": str(suite_dir / spec.name),
+            "num_classes": ft["num_classes"], "sizes": ft["sizes"], "seeds": dict(result.seeds),
+            "mean": interval.mean, "low": interval.low, "high": interval.high,
+            "majority": ft["majority"][spec.headline],
+            "tfidf": tfidf_reference(cfg, spec, tasks[spec.name])[spec.headline],
+        })
+    score = suite_score(results)
+    family = ft["family"]  # for init=hf:, known only once the model is loaded
+    references = {"majority class": {r["name"]: r["majority"] for r in rows},
+                  "TF-IDF + LR": {r["name"]: r["tfidf"] for r in rows}}
+    table = render_suite_table({f"{family} ({cfg.init})": results}, references)
+    out = {
+        "job": "finetune-suite", "family": family, "init": cfg.init, "tasks": rows,
+        "suite": {"mean": score.mean, "low": score.low, "high": score.high, "seeds": score.n},
+        "references": {name: reference_suite(v, [s.name for s in specs]) for name, v in references.items()},
+        "wall_s": round(time.time() - started, 1),
+    }
+    if env_rank() == 0:
+        write_json(suite_dir / "results.json", out)
+        (suite_dir / TABLE).write_text(table, encoding="utf-8")
+    out["table"] = table
+    return out
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry of ``famlab finetune``: a suite when ``data.task`` names one, else a single fine-tune."""
+    cfg, init = compose_finetune(presets, overrides)
+    specs = read_suite(cfg.data.task)
+    if specs is None and cfg.finetune.mode.value == "probe":  # finetune.mode=probe: the probe of one task
+        print_probe(probe(cfg, init))
+        return 0
+    if specs is None:
+        return finetune_command.main(presets, overrides, flags)
+    try:
+        r = finetune_suite(cfg, init, specs)
+    except (Preempted, NonFiniteError) as e:
+        return stop_exit_code(e, cfg, "finetune")
+    if env_rank() == 0:
+        print(r["table"], end="")
+        print(f"done: suite of {len(specs)} tasks: {r['suite']['mean']:.3f}  {r['wall_s']} s")
+    return 0

@@ -1,0 +1,281 @@
+"""``famlab sweep <file.yaml>``: run a W&B sweep file locally, or register it with a W&B server (``--wandb``).
+
+The file is W&B's own format: ``method`` (grid | random | bayes), ``parameters`` (``values`` / ``value`` /
+``min`` + ``max`` / any ``distribution`` W&B accepts, :mod:`famlab.experiments.configuration.sweep_params`), ``metric``,
+``command`` with ``${args_no_hyphens}``. The grid is expanded as W&B's sweep engine does it
+(``itertools.product`` over the parameters **sorted by name**, the last name varying fastest); random search
+draws ``sweep.count`` trials as W&B's engine does, seeded with ``sweep.seed`` (both checked against the
+``sweeps`` package in the tests). ``bayes`` needs W&B's server: ``--wandb`` registers the file there.
+Every trial is a subprocess running the file's command with its ``key=value`` tokens plus
+``run_dir=<sweep dir>/trial-NNN``, ``wandb.group=<sweep dir name>`` (one group per invocation) and
+``wandb.dir=<sweep dir>`` (one W&B directory per sweep). With ``sweep.parallel=N`` on a GPU machine, the
+trials running at one time get disjoint ``CUDA_VISIBLE_DEVICES``.
+
+``famlab sweep <name | file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]
+[sweep.seeds=[0,1]]``
+
+The summary (report.md, results.json, one plot per swept parameter) is :mod:`famlab.experiments.analysis.sweep_report`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import queue
+import random
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+from famlab.experiments.analysis.sweep_report import metric_warning, write_report
+from famlab.experiments.configuration.compose import compose, load_yaml, schema, sweep_path
+from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
+from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
+from omegaconf import OmegaConf
+
+METHODS = ("grid", "random", "bayes")
+
+
+class SweepError(ConfigInputError):
+    """A bad sweep file (unknown method, parameter, distribution)."""
+
+
+def load_sweep(path: Path, *, remote: bool = False) -> dict[str, Any]:
+    """Read and check a sweep file; every parameter must be a famlab config key.
+
+    ``remote`` (``--wandb``): the file goes to W&B's server, which also runs ``method: bayes``.
+    """
+    if not path.is_file():
+        raise SweepError(f"sweep file {path} does not exist")
+    spec = OmegaConf.to_container(load_yaml(path))
+    assert isinstance(spec, dict)
+    method = spec.get("method")
+    if method not in METHODS:
+        raise SweepError(f"{path}: method={method!r} is not one of: {', '.join(METHODS)}")
+    if method == "bayes" and not remote:
+        raise SweepError(f"{path}: method=bayes needs W&B's server to choose trials; register it with "
+                         f"`famlab sweep {path} --wandb` and run the `wandb agent` command it prints")
+    params = spec.get("parameters")
+    if not isinstance(params, dict) or not params:
+        raise SweepError(f"{path}: parameters must be a non-empty mapping of config keys")
+    keys = schema()
+    for key, p in params.items():
+        if OmegaConf.select(keys, key, default="__missing__") == "__missing__":
+            raise SweepError(f"{path}: parameter {key!r} is not a famlab config key (see `famlab config`)")
+        try:
+            distribution(key, p)
+            if method == "grid":
+                grid_values(key, p)
+        except ConfigInputError as e:
+            raise SweepError(f"{path}: {e}") from None
+    if "command" not in spec and "program" not in spec:
+        raise SweepError(f"{path}: no command; add e.g. `command: [famlab, pretrain, ${{args_no_hyphens}}]` "
+                         "(block list form, one token per line)")
+    if not isinstance(spec.get("command", []), list):
+        raise SweepError(f"{path}: command must be a list of tokens")
+    return spec
+
+
+def _keep_ints(trial: dict[str, Any]) -> dict[str, Any]:
+    """An integral float for an integer config key becomes an int (``q_uniform`` with the default ``q: 1.0``
+    draws 64.0, which ``model.dim`` would refuse)."""
+    keys = schema()
+    out = {}
+    for key, value in trial.items():
+        default = OmegaConf.select(keys, key, default=None)
+        is_int_key = isinstance(default, int) and not isinstance(default, bool)
+        out[key] = int(value) if is_int_key and isinstance(value, float) and value.is_integer() else value
+    return out
+
+
+def expand_grid(params: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """W&B's grid order: product over parameters sorted by name (the last name varies fastest)."""
+    names = sorted(params)
+    grids = [grid_values(n, params[n]) for n in names]
+    return [_keep_ints(dict(zip(names, combo, strict=True))) for combo in itertools.product(*grids)]
+
+
+def expand_random(params: dict[str, dict[str, Any]], count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` trials as W&B's engine draws them after ``random.seed(seed)`` (parameters in sorted order)."""
+    rng = random.Random(seed)
+    return [_keep_ints({n: sample(n, params[n], rng) for n in sorted(params)}) for _ in range(count)]
+
+
+def gpu_ids() -> list[str]:
+    """The CUDA devices this process may use (``CUDA_VISIBLE_DEVICES`` if set, else all of them)."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return (visible or [str(i) for i in range(count)])[:count]
+
+
+def device_slots(parallel: int, gpus: list[str]) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` per worker slot: disjoint GPU sets when there are enough, else one GPU each
+    shared round-robin; ``None`` (leave the environment alone) without GPUs."""
+    if not gpus:
+        return [None] * parallel
+    if parallel > len(gpus):
+        return [gpus[k % len(gpus)] for k in range(parallel)]
+    per = len(gpus) // parallel
+    return [",".join(gpus[k * per:(k + 1) * per]) for k in range(parallel)]
+
+
+def _token(key: str, value: Any) -> str:
+    if isinstance(value, (list, dict)):
+        value = json.dumps(value).replace(" ", "")
+    elif value is None:
+        value = "None"
+    elif isinstance(value, bool):
+        value = str(value).lower()
+    return f"{key}={value}"
+
+
+def trial_command(spec: dict[str, Any], trial: dict[str, Any], extra: list[str]) -> list[str]:
+    """The file's command with W&B's macros expanded; ``famlab`` runs as ``python -m famlab``."""
+    args = [_token(k, v) for k, v in trial.items()] + extra
+    out: list[str] = []
+    for tok in spec.get("command") or ["${program}", "${args_no_hyphens}"]:
+        if tok == "${args_no_hyphens}":
+            out += args
+        elif tok == "${args}":
+            out += [f"--{a}" for a in args]
+        elif tok == "${env}":
+            continue
+        elif tok in ("${interpreter}", "python"):
+            out.append(sys.executable)
+        elif tok == "${program}":
+            out.append(str(spec.get("program", "famlab")))
+        else:
+            out.append(str(tok))
+    if out and out[0] == "famlab":
+        out = [sys.executable, "-m", "famlab", *out[1:]]
+    return out
+
+
+def _command_overrides(cmd: list[str]) -> tuple[list[str], list[str]]:
+    """Presets and overrides of a famlab command line (after the subcommand), for validating trials."""
+    from famlab.experiments.configuration.compose import split_args
+
+    rest = cmd[3:] if cmd[1:3] == ["-m", "famlab"] else cmd[1:]
+    presets, overrides, _ = split_args(rest[1:])
+    return presets, overrides
+
+
+def run_trial(cmd: list[str], log_path: Path, devices: str | None = None) -> int:
+    with log_path.open("w", encoding="utf-8") as f:
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        if devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = devices
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+
+
+def register_wandb(spec: dict[str, Any], project: str, entity: str | None) -> str:
+    """Register the sweep with the W&B server; returns the ``wandb agent`` command. Fails clearly offline."""
+    base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+    url = urlparse(base)
+    host, port = url.hostname or "api.wandb.ai", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as e:
+        raise SweepError(
+            f"--wandb: W&B server {base} is not reachable ({e}); run the sweep locally without --wandb"
+        ) from None
+    import wandb
+
+    try:
+        sweep_id = wandb.sweep(spec, project=project, entity=entity)
+    except Exception as e:  # noqa: BLE001 - auth / server errors become one line
+        raise SweepError(f"--wandb: registering the sweep failed: {str(e).splitlines()[0] if str(e) else e}") from None
+    where = f"{entity}/{project}" if entity else project
+    return f"wandb agent {where}/{sweep_id}"
+
+
+def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+    """CLI entry: ``famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.*=...]``."""
+    if len(presets) != 1:
+        got = f"got {presets[1]!r} after {presets[0]!r}" if presets else "got none"
+        raise SweepError(f"famlab sweep takes one sweep name or file.yaml ({got}); see famlab sweep --help")
+    bad = [f for f in flags if f not in ("--dry-run", "--wandb")]
+    if bad:
+        raise SweepError(f"famlab sweep: unknown flag {bad[0]} (valid: --dry-run, --wandb)")
+    bad_keys = [o for o in overrides if not o.lstrip("-").startswith(("sweep.", "wandb."))]
+    if bad_keys:
+        raise SweepError(f"famlab sweep: {bad_keys[0]} - only sweep.* and wandb.* settings apply to the sweep itself")
+    path = sweep_path(presets[0])
+    spec = load_sweep(path, remote="--wandb" in flags)
+    cfg = compose([], overrides).cfg
+    if "--wandb" in flags:
+        print(register_wandb(spec, cfg.wandb.project, cfg.wandb.entity))
+        return 0
+    params = spec["parameters"]
+    if spec["method"] == "grid":
+        trials = expand_grid(params)
+    else:
+        trials = expand_random(params, cfg.sweep.count or int(spec.get("run_cap", 10)), cfg.sweep.seed)
+    if cfg.sweep.seeds:  # every trial once per seed, seeds varying fastest; the summary averages over them
+        if "seed" in params:
+            raise SweepError(f"{path}: sweep.seeds and a `seed` parameter both replicate trials; use one of them")
+        trials = [{**t, "seed": s} for t in trials for s in cfg.sweep.seeds]
+    name = path.stem
+    sweep_dir = Path("runs") / f"sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    while sweep_dir.exists():  # two sweeps started in the same second
+        sweep_dir = sweep_dir.with_name(sweep_dir.name + "x")
+    fixed = params.get("wandb.group", {}).get("value")  # a file that names its group keeps it
+    group = cfg.wandb.group or fixed or sweep_dir.name  # default: one group per invocation (name + timestamp)
+    records, commands = [], []
+    for i, trial in enumerate(trials):
+        trial_name = f"trial-{i:03d}"
+        extra = [f"run_dir={sweep_dir / trial_name}", f"wandb.group={group}",
+                 f"wandb.dir={cfg.wandb.dir or sweep_dir.resolve()}"]
+        extra = [e for e in extra if e.split("=", 1)[0] not in trial]
+        cmd = trial_command(spec, trial, extra)
+        t_presets, t_over = _command_overrides(cmd)
+        compose(t_presets, [o for o in t_over if not o.startswith("run_dir=")])  # fail before running anything
+        commands.append(cmd)
+        records.append({"name": trial_name, "params": trial, "run_dir": str(sweep_dir / trial_name)})
+    if warning := metric_warning(spec, commands):
+        print(warning, flush=True)
+    if "--dry-run" in flags:
+        for r, cmd in zip(records, commands, strict=True):
+            print(f"{r['name']}: " + " ".join(_token(k, v) for k, v in r["params"].items()))
+            print("    " + shlex.join(["famlab", *cmd[3:]] if cmd[1:3] == ["-m", "famlab"] else cmd))
+        print(f"{len(records)} trials ({spec['method']}), group {group}")
+        return 0
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+
+    parallel = max(1, cfg.sweep.parallel)
+    slots: queue.Queue[str | None] = queue.Queue()
+    for devices in device_slots(parallel, gpu_ids()):
+        slots.put(devices)
+
+    def go(i: int) -> int:
+        devices = slots.get()  # the trials running at one time hold distinct slots
+        gpu = "" if devices is None else f" (CUDA_VISIBLE_DEVICES={devices})"
+        print(f"[famlab sweep] {records[i]['name']} started{gpu}: "
+              f"{' '.join(_token(k, v) for k, v in trials[i].items())}", flush=True)
+        try:
+            rc = run_trial(commands[i], sweep_dir / f"{records[i]['name']}.log", devices)
+        finally:
+            slots.put(devices)
+        print(f"[famlab sweep] {records[i]['name']} finished with exit status {rc}", flush=True)
+        return rc
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        statuses = list(pool.map(go, range(len(records))))
+    for r, rc in zip(records, statuses, strict=True):
+        r["status"] = "ok" if rc == 0 else f"failed ({rc})"
+    print(write_report(sweep_dir, spec, records, name=name, group=group), end="")
+    log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
+    print_wandb_commands(sweep_dir)
+    return 0 if all(rc == 0 for rc in statuses) else 1

@@ -1,0 +1,378 @@
+"""Compose a config from presets and ``key=value`` overrides, validate it, and turn errors into one line.
+
+Merge order (README, "CLI and config"): schema defaults <- the chosen family's defaults (``famlab.families.faithful``:
+block choices, objective, pooling) <- its preset <- the other presets, left to right <- overrides. The family is
+whatever ``model.family`` ends up as, so it is resolved first from the presets and overrides, then the composition
+is done in that order: ``famlab pretrain t5 tiny`` and ``famlab pretrain tiny model.family=t5`` give identical
+configs."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from famlab.experiments.configuration.checks import check_fits_memory, check_inputs
+from famlab.experiments.configuration.checks import exists as _exists
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.lightning_check import check_lightning_settings
+from famlab.families.config import Family, ModelConfig
+from famlab.families.faithful import family_defaults, family_model_settings
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"  # experiments/configs
+FAMILIES = tuple(f.value for f in Family)
+
+
+def schema() -> DictConfig:
+    """The schema with its defaults, as a structured DictConfig.
+
+    The ``model`` section comes from the ModelConfig *class* so its derived fields stay ``None``
+    (an instance would have run ``__post_init__`` and frozen e.g. ``num_decoder_layers=0`` for GPT).
+    """
+    cfg = OmegaConf.structured(Config)
+    cfg.model = OmegaConf.structured(ModelConfig)
+    return cfg
+
+
+def preset_names() -> list[str]:
+    """Names of the bundled presets (the ``.yaml`` files directly in ``experiments/configs/``)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _named_yaml(name: str, folder: Path, kind: str, listing: str) -> Path:
+    """A bundled ``<folder>/<name>.yaml`` or a path to a YAML file; ConfigInputError naming ``kind`` if neither."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ConfigInputError(f"{kind} file {name} does not exist")
+        return path
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigInputError(f"unknown {kind} {name!r}; {listing} or a .yaml path")
+    return path
+
+
+def preset_path(name: str) -> Path:
+    """Resolve a preset name (``tiny``) or a path to a YAML file; raise ConfigInputError if neither."""
+    return _named_yaml(name, PRESET_DIR, "preset", f"valid presets: {', '.join(preset_names())}")
+
+
+SWEEP_DIR = PRESET_DIR / "sweeps"
+
+
+def sweep_names() -> list[str]:
+    """Names of the bundled W&B sweep files (``experiments/configs/sweeps/*.yaml``)."""
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+
+
+def sweep_path(name: str) -> Path:
+    """Resolve a sweep name (``pos_x_family``) or a path to a sweep file; raise ConfigInputError if neither."""
+    return _named_yaml(name, SWEEP_DIR, "sweep", f"bundled sweeps: {', '.join(sweep_names())}")
+
+
+def load_yaml(path: Path) -> DictConfig:
+    """Load one YAML file as a DictConfig, with a one-line error naming the file and line."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigInputError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigInputError(f"{path}: cannot read ({e})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigInputError(f"{path}: a preset must be a mapping of config sections, got {type(data).__name__}")
+    return OmegaConf.create(data)
+
+
+def family_settings(family: str) -> dict[str, Any]:
+    """The family's faithful ``model`` settings (``famlab.families.faithful``, the one place they live) as a dict.
+
+    Tests and benchmarks build their tiny networks as ``ModelConfig(**family_settings(family), dim=..., ...)`` so
+    they build what ``famlab pretrain <family>`` builds.
+    """
+    if family not in FAMILIES:
+        raise ConfigInputError(f"model.family={family!r} is not one of: {', '.join(FAMILIES)}")
+    return family_model_settings(family)
+
+
+def family_node(family: str) -> DictConfig:
+    """The family's defaults as a config layer (model settings, objective, pooling), merged before its preset."""
+    d = family_defaults(family)
+    return OmegaConf.create(
+        {"model": family_settings(family), "objective": {"name": d.objective}, "finetune": {"pooling": d.pooling}}
+    )
+
+
+def preset_description(path: Path) -> str:
+    """The first comment line of a preset file (its one-line description)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+def parse_overrides(tokens: list[str]) -> DictConfig:
+    """Parse ``key=value`` tokens (bare or ``--key=value``; a literal ``None`` means null).
+
+    W&B's agent renders a Python ``None`` as the string ``None``; mapping it to null here
+    lets ``Optional`` fields accept it. Each token is parsed on its own, so a malformed value (an unclosed
+    list, a control character) or a key nested the wrong way fails with one line naming that token.
+    """
+    parsed, keys = [], schema()
+    for token in tokens:
+        token = token[2:] if token.startswith("--") else token
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            raise ConfigInputError(f"cannot parse override {token!r}; expected key=value")
+        bad = next((c for c in token if unicodedata.category(c) in ("Cc", "Cs") and c != "\t"), None)
+        if bad is not None:
+            raise ConfigInputError(f"override {token!r} contains control character U+{ord(bad):04X}")
+        _check_nesting(keys, token, key, value)
+        if value.strip() == "None":
+            value = "null"
+        try:
+            parsed.append(OmegaConf.from_dotlist([f"{key}={value}"]))
+        except (OmegaConfBaseException, yaml.YAMLError) as e:
+            problem = getattr(e, "problem", None) or _first_line(e)
+            raise ConfigInputError(f"cannot parse override {token!r}: {problem}") from None
+    return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
+
+
+def _check_nesting(keys: DictConfig, token: str, key: str, value: str) -> None:
+    """A key below a plain value (``model.dim.x=1``) or a plain value for a section (``model=3``) names the token.
+
+    Unknown keys are left to OmegaConf's own message, which suggests the nearest key.
+    """
+    node: Any = keys
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, DictConfig) or node._is_none() or part not in node:
+            return
+        node = node._get_node(part)
+        where = ".".join(parts[: i + 1])
+        if i < len(parts) - 1 and not isinstance(node, DictConfig) and OmegaConf.get_type(node) is not dict:
+            raise ConfigInputError(f"override {token!r}: {where} is a value, not a section")
+    if isinstance(node, DictConfig) and not value.strip().startswith("{") and value.strip() not in ("None", "null"):
+        raise ConfigInputError(f"override {token!r}: {key} is a section; set one of its keys, e.g. {key}.<key>=...")
+
+
+@dataclass
+class Composed:
+    """A validated config plus what it was composed from."""
+
+    cfg: Config  # real dataclasses (ModelConfig.__post_init__ has run)
+    raw: DictConfig  # the merged structured DictConfig (before derived fields are filled)
+    presets: list[str]  # preset names / paths in the order given
+    explicit_model: dict[str, Any]  # model.* keys set by non-family presets and overrides (finetune checks)
+
+
+def _family_of(node: DictConfig) -> str | None:
+    value = OmegaConf.select(node, "model.family", default=None)
+    if value is None:
+        return None
+    return value.value if isinstance(value, Enum) else str(value)
+
+
+def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: str | None = None) -> Composed:
+    """Compose and validate a config.
+
+    Args:
+        presets: preset names or YAML paths, in command-line order.
+        overrides: ``key=value`` tokens (or an already parsed DictConfig).
+        family: the family when no preset or override names one (finetune from a run passes the run's).
+
+    Raises:
+        ConfigInputError: (a ValueError) with one line naming the key, preset or file.
+    """
+    over = overrides if isinstance(overrides, DictConfig) else parse_overrides(overrides)
+    loaded = [(name, load_yaml(preset_path(name))) for name in presets]
+    resolved = family
+    for _, node in loaded:
+        resolved = _family_of(node) or resolved
+    resolved = _family_of(over) or resolved
+    resolved = resolved or ModelConfig.family.value
+    if resolved not in FAMILIES:
+        raise ConfigInputError(f"model.family={resolved!r} is not one of: {', '.join(FAMILIES)}")
+    named = [n for n, _ in loaded if n in FAMILIES and n != resolved]
+    if named:
+        raise ConfigInputError(f"preset {named[0]} contradicts model.family={resolved}; name one family only")
+
+    preset_node = load_yaml(preset_path(resolved))
+    others = []
+    for name, node in loaded:
+        if name == resolved:
+            continue
+        # `by_family.<family>`: a size preset's adjustment for one family, merged right after that preset
+        by_family = node.pop("by_family", None) if isinstance(node, DictConfig) else None
+        others.append(node)
+        if by_family is not None and resolved in by_family:
+            others.append(by_family[resolved])
+    try:
+        merged = OmegaConf.merge(schema(), family_node(resolved), preset_node, *others, over)
+        explicit = OmegaConf.merge(*others, over) if others or over else OmegaConf.create({})
+    except OmegaConfBaseException as e:
+        raise ConfigInputError(format_omegaconf_error(e)) from None
+    model_explicit = OmegaConf.to_container(explicit.get("model", OmegaConf.create({})))
+    cfg = to_dataclass(merged)
+    cross_checks(cfg)
+    check_lightning_settings(cfg.trainer)  # before any work: a bad strategy must not cost a tokenizer and a W&B run
+    check_inputs(cfg)
+    check_fits_memory(cfg)
+    return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=dict(model_explicit))
+
+
+def to_dataclass(merged: DictConfig) -> Any:
+    """``OmegaConf.to_object`` with errors turned into one line (runs ModelConfig's own checks)."""
+    try:
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise ConfigInputError(format_omegaconf_error(e)) from None
+
+
+def cross_checks(cfg: Config) -> None:
+    """Checks that involve more than one key; each message names every key involved."""
+    from famlab.objectives.registry import check_pair  # lazy: keeps `famlab config` / `presets` light
+
+    family = cfg.model.family.value
+    if cfg.objective.name is None:
+        cfg.objective.name = family_defaults(family).objective
+    check_pair(family, cfg.objective.name)
+    if cfg.data.seq_len < 4:  # every objective needs room for a target (objectives.make_objective)
+        raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 4")
+    if cfg.data.seq_len > cfg.model.max_seq_len:
+        raise ConfigInputError(
+            f"data.seq_len={cfg.data.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "raise model.max_seq_len or lower data.seq_len"
+        )
+    if cfg.data.max_len > cfg.model.max_seq_len:
+        raise ConfigInputError(
+            f"data.max_len={cfg.data.max_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "lower data.max_len or raise model.max_seq_len"
+        )
+    if cfg.finetune.pooling is not None and cfg.finetune.pooling.value == "decoder" and family != "t5":
+        raise ConfigInputError(f"finetune.pooling=decoder needs model.family=t5 (got model.family={family})")
+    positive = ("data.batch_size", "trainer.max_steps", "trainer.val_check_interval", "trainer.accumulate_grad_batches")
+    for key in positive:
+        section, name = key.split(".")
+        if getattr(getattr(cfg, section), name) < 1:
+            raise ConfigInputError(f"{key}={getattr(getattr(cfg, section), name)} must be >= 1")
+    for key in ("data.val_fraction", "data.test_fraction"):
+        value = getattr(cfg.data, key.split(".")[1])
+        if value is not None and not 0.0 < value < 1.0:
+            raise ConfigInputError(f"{key}={value} must be in (0, 1)")
+    if cfg.optim.lr <= 0 or cfg.finetune.lr <= 0:
+        raise ConfigInputError(f"optim.lr={cfg.optim.lr} and finetune.lr={cfg.finetune.lr} must be > 0")
+    if not 0.0 <= cfg.optim.min_lr_ratio <= 1.0:
+        raise ConfigInputError(f"optim.min_lr_ratio={cfg.optim.min_lr_ratio} must be in [0, 1]")
+    rates = cfg.objective.ul2_rates
+    if len(rates) != 3 or not sum(rates) > 0:
+        raise ConfigInputError(f"objective.ul2_rates={list(rates)} must be three rates (R, X, S) with a positive sum")
+    if len(cfg.optim.betas) != 2:
+        raise ConfigInputError(f"optim.betas={list(cfg.optim.betas)} must have two values")
+    if not cfg.finetune.seeds:
+        raise ConfigInputError("finetune.seeds=[] must name at least one seed")
+    _check_finetune_grid(cfg.finetune)
+    ft = cfg.finetune
+    if ft.max_steps and ft.val_every and ft.val_every > ft.max_steps:  # no validation: nothing to select on
+        raise ConfigInputError(f"finetune.val_every={ft.val_every} exceeds finetune.max_steps={ft.max_steps}: "
+                               "no validation would run to choose a checkpoint; lower finetune.val_every")
+    monitors = ("val/acc", "val/f1", "val/mcc", "val/loss")
+    if cfg.finetune.monitor not in monitors:
+        raise ConfigInputError(f"finetune.monitor={cfg.finetune.monitor} is not one of: {', '.join(monitors)}")
+    if cfg.resume not in ("never", "auto") and not _exists(cfg.resume):
+        raise ConfigInputError(f"resume={cfg.resume} is not never, auto or an existing checkpoint")
+
+
+def _check_finetune_grid(ft: Any) -> None:
+    """The fine-tuning grid and probe settings: finite positive rates, at least one probe seed and strength."""
+    import math
+
+    for key in ("lr_grid", "head_lr_grid", "probe_c_grid"):
+        if getattr(ft, key) is None:
+            continue
+        values = list(getattr(ft, key))
+        if not values:
+            unset = "" if key == "probe_c_grid" else f", or leave it unset (null) to use finetune.{key[:-5]}"
+            raise ConfigInputError(f"finetune.{key}=[] is an empty grid: give at least one value{unset}")
+        bad = [v for v in values if not (math.isfinite(v) and v > 0)]
+        if bad:
+            raise ConfigInputError(f"finetune.{key}={values}: every value must be finite and > 0 (got {bad[0]})")
+    if ft.head_lr is not None and not (math.isfinite(ft.head_lr) and ft.head_lr > 0):
+        raise ConfigInputError(f"finetune.head_lr={ft.head_lr} must be finite and > 0")
+    if not ft.probe_seeds:
+        raise ConfigInputError("finetune.probe_seeds=[] must name at least one random-init seed")
+    if ft.batch_size is not None and ft.batch_size < 1:
+        raise ConfigInputError(f"finetune.batch_size={ft.batch_size} must be >= 1")
+
+
+def _first_line(e: BaseException) -> str:
+    msg = getattr(e, "msg", None) or str(e)
+    return str(msg).strip().splitlines()[0] if str(msg).strip() else type(e).__name__
+
+
+def format_omegaconf_error(e: OmegaConfBaseException) -> str:
+    """One line naming the key: OmegaConf's first line, with enum names turned into their values."""
+    key = getattr(e, "full_key", None)
+    msg = _first_line(e)
+    match = re.match(r"Invalid value '(.*)', expected one of \[(.*)\]", msg)
+    if match:
+        valid = ", ".join(v.strip().lower() for v in match.group(2).split(","))
+        return f"{key}={match.group(1)!r} is not one of: {valid}"
+    if key and key not in msg:
+        return f"{key}: {msg}"
+    return msg
+
+
+def to_plain(cfg: Config | DictConfig) -> dict[str, Any]:
+    """A plain nested dict (enums as their values) for YAML, JSON and W&B."""
+    node = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
+    return _plain(OmegaConf.to_container(node, resolve=True))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_yaml(cfg: Config | DictConfig) -> str:
+    """The config as YAML with enum values (``family: t5``, not ``T5``), keys in schema order."""
+    return yaml.safe_dump(to_plain(cfg), sort_keys=False)
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> dotted keys (``{"model.dim": 64}``); W&B logs the config once, flat (wandb #5477)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Split tokens into presets, ``key=value`` overrides (bare or ``--key=value``) and ``--flags``."""
+    presets, overrides, flags = [], [], []
+    for token in args:
+        if "=" in token and not token.startswith("=") and "/" not in token.split("=", 1)[0]:
+            overrides.append(token)
+        elif token.startswith("--"):
+            flags.append(token)
+        else:
+            presets.append(token)
+    return presets, overrides, flags

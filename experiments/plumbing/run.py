@@ -1,0 +1,413 @@
+"""Pieces every command assembles a run from: run directory, provenance, tokenizer, loggers, Trainer.
+
+The only place (with ``cli``) that reads env vars and talks to W&B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.configuration.compose import flatten, to_plain, to_yaml
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
+from famlab.experiments.tracking.wandb_artifacts import (
+    log_model_mode,
+    log_pretrain_artifacts,
+    log_saved_checkpoint,
+    use_run_artifacts,
+)
+from famlab.experiments.tracking.wandb_guard import wandb_mode
+from famlab.experiments.tracking.wandb_metrics import define_metrics, x_axis
+
+PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
+
+
+def cache_dir(cfg: Config) -> Path:
+    """``data.cache_dir``, else ``$FAMLAB_CACHE``, else ``~/.cache/famlab``."""
+    path = cfg.data.cache_dir or os.environ.get("FAMLAB_CACHE") or "~/.cache/famlab"
+    return Path(path).expanduser()
+
+
+def run_name(cfg: Config, job: str, task: str | None = None) -> str:
+    """Readable run name: ``<family>-<objective>-<size or custom>`` (finetune: ``<family>-ft-<task>``)."""
+    if cfg.name:
+        return cfg.name
+    family = cfg.model.family.value
+    if job == "finetune":
+        short = Path(task or cfg.data.task).stem.replace(":", "-").replace("/", "-")
+        return f"{family}-ft-{short}"
+    return f"{family}-{cfg.objective.name}-{cfg.size or 'custom'}"
+
+
+CREATED_RUN_DIRS: list[Path] = []  # made by this process (with new parents); a run refused on bad input removes them
+
+
+SETUP_FILES = {"config.yaml", "tokenizer.json"}  # what a run writes before its first step
+
+
+def remove_empty_run_dirs() -> None:
+    """Remove the run directories this process created that hold nothing beyond setup (the run was refused).
+
+    Only directories that did not exist before this process, and only when they hold no more than
+    :data:`SETUP_FILES`: a run that trained a step keeps its directory whatever happens after.
+    """
+    while CREATED_RUN_DIRS:
+        path = CREATED_RUN_DIRS.pop()  # innermost first
+        if path.is_dir() and {p.name for p in path.iterdir()} <= SETUP_FILES:
+            for name in SETUP_FILES:
+                (path / name).unlink(missing_ok=True)
+            path.rmdir()
+
+
+def make_run_dir(cfg: Config, name: str) -> Path:
+    """Create the run directory (``run_dir`` or ``runs/<name>-<YYYYmmdd-HHMMSS>``).
+
+    An explicit non-empty ``run_dir`` without ``resume`` would be overwritten, so it fails instead.
+    """
+    if env_rank() != 0:
+        # a DDP worker (Lightning relaunches the command per rank; torchrun / SLURM start every rank):
+        # rank 0 made and checked the directory, and names it in FAMLAB_RUN_DIR for the ranks it launches
+        path = Path(os.environ.get("FAMLAB_RUN_DIR") or cfg.run_dir or "")
+        if not str(path) or str(path) == ".":
+            raise ConfigInputError("multi-process runs started by torchrun / SLURM need an explicit run_dir=")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    if cfg.run_dir:
+        path = Path(cfg.run_dir).expanduser()
+        if path.is_dir() and any(path.iterdir()) and cfg.resume == "never":
+            raise ConfigInputError(f"run_dir={cfg.run_dir} exists and is not empty; pass resume=auto or a new run_dir")
+    else:
+        path = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        while path.exists():  # two runs started in the same second
+            path = path.with_name(path.name + "x")
+    try:
+        CREATED_RUN_DIRS.extend(p for p in reversed([path, *path.parents]) if not p.exists())  # outermost first
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigInputError(f"run_dir={path} is not writable ({e.strerror})") from None
+    os.environ["FAMLAB_RUN_DIR"] = str(path.resolve())  # inherited by the DDP ranks Lightning launches
+    return path
+
+
+def _git_commit() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]  # the repository (experiments/plumbing/run.py)
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+        return {"commit": commit, "dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def provenance(**hashes: str | None) -> dict[str, Any]:
+    """Git commit, package versions, Python, hardware, plus the given hashes (tokenizer, data)."""
+    import torch
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    cuda = torch.cuda.is_available()
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    return {
+        "git": _git_commit(),
+        "versions": versions,
+        "python": sys.version.split()[0],
+        "hardware": {
+            "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "gpus": gpus,
+        },
+        "command": " ".join(["famlab", *sys.argv[1:]]) if sys.argv else None,
+        **hashes,
+    }
+
+
+def write_config(run_dir: Path, cfg: Config, prov: dict[str, Any]) -> dict[str, Any]:
+    """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
+    cfg = dataclasses.replace(cfg, provenance=prov)
+    if env_rank() == 0:  # only rank 0 writes files
+        (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
+    return to_plain(cfg)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+
+
+def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> Any:
+    """The run's tokenizer (trained once per corpus + settings and cached, or ``data.tokenizer.path``).
+
+    Under DDP rank 0 trains it; the other ranks wait for its cached file (``experiments.prepare_once``).
+
+    Copies ``tokenizer.json`` into ``run_dir`` so a later fine-tune or comparison can reuse it.
+    """
+    from famlab.datamodules import get_tokenizer
+    from famlab.datamodules.tokenizer import cache_file
+
+    t = cfg.data.tokenizer
+    if t.path is None and corpus is not None:  # the other DDP ranks load the tokenizer rank 0 trained
+        file = cache_file(corpus, kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels,
+                          cache_dir=cache_dir(cfg))
+        wait_for_rank_zero(file, "the tokenizer", rank=env_rank())
+    bundle = get_tokenizer(
+        corpus,
+        kind=t.kind.value,
+        vocab_size=t.vocab_size,
+        num_sentinels=t.num_sentinels,
+        path=t.path,
+        cache_dir=cache_dir(cfg),
+    )
+    if run_dir is not None and env_rank() == 0:
+        shutil.copyfile(bundle.path, run_dir / "tokenizer.json")
+    return bundle
+
+
+def token_ids(bundle: Any) -> Any:
+    """``objectives.TokenIds`` from a ``datamodules.TokenizerBundle`` (docs/interfaces.md)."""
+    from famlab.objectives import TokenIds
+
+    return TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
+
+
+def set_vocab(cfg: Config, vocab_size: int) -> None:
+    """Set ``model.vocab_size`` from the tokenizer (0 = unset); a different explicit value is an error."""
+    if cfg.model.vocab_size not in (0, vocab_size):
+        raise ConfigInputError(
+            f"model.vocab_size={cfg.model.vocab_size} does not match the tokenizer's {vocab_size} tokens "
+            "(data.tokenizer); set model.vocab_size=0 to take it from the tokenizer"
+        )
+    cfg.model = dataclasses.replace(cfg.model, vocab_size=vocab_size)  # reruns ModelConfig's checks
+
+
+def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config: dict[str, Any]) -> list[Any]:
+    """CSVLogger writing ``<run_dir>/metrics.csv`` and, unless disabled, a WandbLogger.
+
+    The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
+    gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
+    Every run is its own (``reinit="create_new"``): a fine-tuning grid keeps its runs open until selection,
+    and Lightning's ``WandbLogger`` would otherwise reuse the global run still open.
+    """
+    from famlab.experiments.plumbing.reliability import AppendingCSVLogger
+
+    # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
+    loggers: list[Any] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
+    mode = wandb_mode(cfg)
+    if mode == "disabled":
+        return loggers
+    tags = list(dict.fromkeys([cfg.model.family.value, str(cfg.objective.name), cfg.model.pos.value, *cfg.wandb.tags]))
+    log_model = log_model_mode(cfg.wandb.log_model)  # a bad value fails before training, naming the key
+    save_dir = Path(cfg.wandb.dir) if cfg.wandb.dir else run_dir  # a comparison keeps all its runs in one place
+    try:
+        from lightning.pytorch.loggers import WandbLogger
+
+        class FlatConfigWandbLogger(WandbLogger):
+            """Skips Lightning's ``log_hyperparams``: the module's nested hparams (``optim: {...}``) would add
+            a second, nested copy of keys already in the flat config (duplicate columns, wandb #5477).
+            With ``wandb.log_model=all`` uploads each checkpoint as it is saved (famlab's own artifacts)."""
+
+            def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+                return None
+
+            def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+                last = Path(checkpoint_callback.dirpath or "") / "last.ckpt"
+                if log_model == "all" and job_type == "pretrain" and last.is_file():
+                    log_saved_checkpoint(self.experiment, last)
+
+        from famlab.experiments.tracking.wandb_guard import start_wandb
+        from lightning.pytorch.utilities import rank_zero_only
+
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            return loggers  # only rank 0 logs to W&B (one run per job)
+        logger, note = start_wandb(
+            FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
+            kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
+                        group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(save_dir),
+                        config=flatten(config), reinit="create_new"),
+        )
+        if note:  # once, on stderr: where the run went and how to upload it
+            print(f"famlab: WARNING {note}", file=sys.stderr)
+        if logger is not None:
+            define_metrics(logger.experiment, job_type, x_axis(cfg.compare.match.value))
+            loggers.append(logger)
+    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (README, "Reliable training")
+        message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"
+        warnings.warn(message, stacklevel=2)
+    return loggers
+
+
+def precision(cfg: Config) -> str:
+    """``trainer.precision``; ``auto`` = bf16-mixed on a CUDA GPU with bf16, else 32-true."""
+    if cfg.trainer.precision != "auto":
+        return cfg.trainer.precision
+    import torch
+
+    cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    return "bf16-mixed" if cuda and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def make_trainer(
+    cfg: Config,
+    run_dir: Path,
+    loggers: list[Any],
+    *,
+    checkpoint_dir: Path,
+    monitor: str,
+    mode: str,
+    max_steps: int = -1,
+    max_epochs: int = -1,
+    val_check_interval: int | None = None,
+    limit_val_batches: int | None = None,
+) -> Any:
+    """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
+    import lightning as L
+    from famlab.experiments.configuration.lightning_check import check_lightning_settings
+    from famlab.experiments.plumbing.faults import fault_callbacks
+    from famlab.experiments.plumbing.reliability import KeepTwoCheckpoint, reliability_callbacks
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    t = cfg.trainer
+    callbacks: list[Any] = [
+        # explicit dirpath: otherwise checkpoints land under the W&B run id and a requeued job finds none;
+        # the previous last.ckpt is kept as last-prev.ckpt (a truncated last.ckpt falls back to it)
+        KeepTwoCheckpoint(
+            dirpath=str(checkpoint_dir),
+            filename="best-step{step}",
+            auto_insert_metric_name=False,
+            monitor=monitor,
+            mode=mode,
+            save_top_k=1,
+            save_last=True,
+        ),
+        *fault_callbacks(),  # tests only: empty unless a FAMLAB_FAULT_* variable is set
+        *reliability_callbacks(cfg, checkpoint_dir),
+    ]
+    if t.progress_bar:
+        callbacks.append(RichProgressBar(leave=True))
+    devices = check_lightning_settings(t)["devices"]
+    return L.Trainer(
+        default_root_dir=str(run_dir),
+        max_steps=max_steps,
+        max_epochs=max_epochs,
+        val_check_interval=val_check_interval,
+        check_val_every_n_epoch=None if val_check_interval else 1,
+        limit_val_batches=limit_val_batches if limit_val_batches is not None else 1.0,
+        log_every_n_steps=t.log_every_n_steps,
+        accelerator=t.accelerator,
+        devices=devices,
+        strategy=t.strategy,
+        num_nodes=t.num_nodes,
+        precision=precision(cfg),
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=cfg.optim.grad_clip,
+        deterministic=t.deterministic,
+        logger=loggers,
+        callbacks=callbacks,
+        enable_progress_bar=t.progress_bar,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,  # datamodules.ResumableSampler owns order and position
+        # no_grad instead of inference_mode for evaluation: metric states reset inside trainer.validate()
+        # (validate_first) would otherwise be inference tensors that fit's validation cannot update
+        inference_mode=False,
+        plugins=cluster_plugins(),
+    )
+
+
+def cluster_plugins() -> list[Any]:
+    """Under SLURM, Lightning's ``SLURMEnvironment`` supplies rank, world size and the main node, but famlab
+    handles SIGUSR1 itself (checkpoint to ``last.ckpt`` as on SIGTERM, then requeue; ``experiments.reliability``),
+    so Lightning's own requeue (an ``hpc_ckpt`` file that ``resume=auto`` does not read) is off."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
+def maybe_compile(cfg: Config, module: Any) -> Any:
+    """``torch.compile`` the network (inductor) when ``trainer.compile``; eager if compilation fails."""
+    if cfg.trainer.compile:
+        from famlab.families.compile import compile_network
+
+        compile_network(module.net)  # in place; logs and stays eager on failure
+    return module
+
+
+def wandb_loggers(loggers: list[Any]) -> list[Any]:
+    """The WandbLoggers among ``loggers`` (none when W&B is disabled or failed to start)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    return [logger for logger in loggers if isinstance(logger, WandbLogger)]
+
+
+def wandb_pretrain_results(cfg: Config, loggers: list[Any], run_dir: Path, results: dict[str, Any]) -> None:
+    """Evaluation results into the run's W&B summary, tokenizer + checkpoint artifacts; never raises."""
+    from famlab.experiments.tracking.wandb_metrics import pretrain_summary, record_summary
+
+    record_summary(loggers, pretrain_summary(results))
+    for logger in wandb_loggers(loggers):
+        try:
+            log_pretrain_artifacts(logger.experiment, run_dir, mode=log_model_mode(cfg.wandb.log_model),
+                                   final_step=int(results["steps"]))
+        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+            warnings.warn(f"W&B artifacts not logged ({type(e).__name__}: {e})", stacklevel=2)
+
+
+def wandb_use_pretrained(loggers: list[Any], source_dir: Path | None, ckpt: Path | None) -> None:
+    """Declare the pretraining run a fine-tune or probe starts from (W&B lineage); never raises."""
+    if source_dir is None:
+        return
+    for logger in wandb_loggers(loggers):
+        try:
+            use_run_artifacts(logger.experiment, source_dir, ckpt)
+        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+            warnings.warn(f"W&B lineage not recorded ({type(e).__name__}: {e})", stacklevel=2)
+
+
+def close_wandb(loggers: list[Any]) -> None:
+    """Finish the W&B run so the offline files are complete before the next run starts."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            try:
+                logger.experiment.finish()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def stop_console_capture(loggers: list[Any]) -> None:
+    """Stop copying the console into W&B runs that stay open while other runs train (a fine-tuning grid).
+
+    wandb copies every write to stdout / stderr into each open run's console log; a run kept open for its
+    test scores would collect the next runs' output. wandb has no public call for this, so this is its
+    ``Run._console_stop`` (what ``finish`` calls; calling it twice is harmless), skipped if it is gone.
+    """
+    for logger in wandb_loggers(loggers):
+        try:
+            stop = getattr(logger.experiment, "_console_stop", None)
+            if callable(stop):
+                stop()
+        except Exception:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+            pass

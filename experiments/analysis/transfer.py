@@ -218,9 +218,15 @@ def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any
                      f"{res['sizes']['test']} test examples, {steps} steps at batch "
                      f"{f.get('batch_size') or cfg['data']['batch_size']}, seeds "
                      f"{', '.join(sorted(res['seeds'], key=int))}.")
+        grids = {r["results"]["family"]: ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})"
+                                                   for g in r["results"].get("grid") or []) for r in ft}
         if grid:
-            points = ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})" for g in grid)
-            lines.append(f"Every arm, pretrained or scratch, gets the same grid of (body lr, head lr): {points}; "
+            if len(set(grids.values())) == 1:
+                who, points = "Every arm, pretrained or scratch, gets", next(iter(grids.values()))
+            else:  # a preset's per-family finetune.lr: both arms of a family still share one grid
+                who = "Both arms of a family, pretrained and scratch, get"
+                points = "; ".join(f"{family} {p}" for family, p in grids.items())
+            lines.append(f"{who} the same grid of (body lr, head lr): {points}; "
                          f"selection: {res.get('selection', 'best mean validation score over seeds')}, applied to "
                          "each arm separately; the test split is read once, by the selected setting's models.")
         edge = grid_edges(ft)

@@ -197,3 +197,26 @@ def test_grid_edges_names_arms_selected_at_the_ends_of_their_grid():
     ft = [run("bert", "runs/x/bert-pretrain-s0", 1e-3), run("bert", "scratch", 3e-3), run("gpt", "scratch", 3e-4),
           run("t5", "scratch", 1e-3, lrs=(1e-3,))]
     assert grid_edges(ft) == ["bert scratch (body lr 0.003, the largest)", "gpt scratch (body lr 0.0003, the smallest)"]
+
+
+def test_tiny_fine_tunes_t5_one_grid_step_higher_and_the_protocol_says_per_family():
+    """tiny.yaml's by_family gives T5 the body-lr grid {3e-3, 9e-3} (the others {1e-3, 3e-3}); both arms of a family
+    share one grid, and the report's protocol names each family's grid when they differ."""
+    from famlab.experiments.commands.compare import compose_all
+
+    _, cfgs = compose_all([], ["wandb.mode=disabled"])
+    grids = {arm: [round(lr, 6) for lr in c.finetune.lr_grid] for arm, c in cfgs.items()}
+    assert grids == {"bert": [0.001, 0.003], "gpt": [0.001, 0.003], "t5": [0.003, 0.009]}
+
+    def run(family, init, lrs):
+        results = {"job": "finetune", "family": family, "init": init, "grid": [{"lr": lr, "head_lr": 10 * lr}
+                   for lr in lrs], "sizes": {"train": 10, "val": 5, "test": 5}, "seeds": {"0": {}}}
+        return {"results": results, "config": {"finetune": {"max_steps": 20, "batch_size": 4}, "data": {}}}
+
+    same = transfer.protocol_lines([run("bert", "scratch", (1e-3, 3e-3)), run("t5", "scratch", (1e-3, 3e-3))], {})
+    assert any(line.startswith("Every arm, pretrained or scratch, gets the same grid") for line in same)
+    per_family = transfer.protocol_lines([run("bert", "x/bert-pretrain-s0", (1e-3, 3e-3)),
+                                          run("bert", "scratch", (1e-3, 3e-3)), run("t5", "scratch", (3e-3, 9e-3))], {})
+    assert any(line.startswith("Both arms of a family, pretrained and scratch, get the same grid of (body lr, head lr)"
+                               ": bert (body 0.001, head 0.01), (body 0.003, head 0.03); t5 (body 0.003, head 0.03), "
+                               "(body 0.009, head 0.09)") for line in per_family), per_family

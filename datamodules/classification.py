@@ -72,7 +72,8 @@ class ClassificationDataModule(SamplerStateMixin, pl.LightningDataModule):
         data = self.items["train"]
         self._new_train_sampler(ResumableSampler(len(data), shuffle=True, seed=self.seed, drop_last=True))
         return PositionTrackingLoader(data, batch_size=self.batch_size, sampler=self._train_sampler,
-                                       collate_fn=self.collate_fn, num_workers=self.num_workers)
+                                       collate_fn=self._train_collate(self.collate_fn, self.num_workers),
+                                       num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
         self.setup()

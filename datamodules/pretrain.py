@@ -210,7 +210,8 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
         dataset = BlockDataset(self.train_tokens, self.block_len)
         self._new_train_sampler(ResumableSampler(len(dataset), shuffle=self.shuffle, seed=self.seed, drop_last=True))
         return PositionTrackingLoader(
-            dataset, batch_size=self.batch_size, sampler=self._train_sampler, collate_fn=self.collate_fn,
+            dataset, batch_size=self.batch_size, sampler=self._train_sampler,
+            collate_fn=self._train_collate(self.collate_fn, self.num_workers),
             num_workers=self.num_workers, drop_last=True, persistent_workers=False,
         )
 

@@ -7,7 +7,9 @@ replays a fresh shuffle or loses the position (Lightning resumes mid-epoch from 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import collections
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -153,15 +155,64 @@ class PositionTrackingLoader(DataLoader):
         self.sampler.load_state_dict(state)  # type: ignore[union-attr]
 
 
+class CollationStream:
+    """Runs a collate function on its own torch RNG state and remembers the state before each call.
+
+    Why a stream of its own: Lightning prefetches one batch ahead, so batch k+1 is collated (masks drawn)
+    before step k runs its dropout. Saving the global RNG at a step boundary therefore cannot reproduce both
+    the next batch's masks and the next step's dropout on resume. The resume point of the stream is its state
+    before the oldest batch collated but not yet trained on (``started`` marks a batch as being trained on).
+
+    Args:
+        fn: the collator (``list[sample] -> batch``).
+        state: the torch RNG state (``torch.Generator.get_state()``) the stream starts from.
+    """
+
+    def __init__(self, fn: Callable[[list[Any]], Any], state: torch.Tensor) -> None:
+        self.fn, self.state = fn, state
+        self.pending: collections.deque[torch.Tensor] = collections.deque()  # pre-call states, not yet trained
+
+    def __call__(self, items: list[Any]) -> Any:
+        self.pending.append(self.state)
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.state)
+        try:
+            return self.fn(items)
+        finally:
+            self.state = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+    def started(self) -> None:
+        """The oldest collated batch is now being trained on."""
+        if self.pending:
+            self.pending.popleft()
+
+    def resume_state(self) -> torch.Tensor:
+        """The state to restart from: before the oldest collated-but-untrained batch, else the current one."""
+        return self.pending[0] if self.pending else self.state
+
+
+def collation_seed_state(seed: int, rank: int) -> torch.Tensor:
+    """The state a rank's collation stream starts from in a fresh run (distinct per rank)."""
+    return torch.Generator().manual_seed(seed * 1000 + rank + 12345).get_state()
+
+
 class SamplerStateMixin:
     """``state_dict`` / ``load_state_dict`` of a DataModule whose train loader uses a ``ResumableSampler``.
 
     Lightning restores DataModule state before the train loader exists, so a state that arrives early is kept
     in ``_pending_state`` and applied when the loader builds its sampler (``_new_train_sampler``).
+
+    After :meth:`use_collation_stream` the train loader collates on a :class:`CollationStream` per rank (main-process
+    loading only: workers collate in their own processes with their own seeds), and the state carries every rank's
+    stream position under ``"collate"``.
     """
 
     _train_sampler: ResumableSampler | None = None
     _pending_state: dict[str, Any] | None = None
+    _collation_seed: int | None = None
+    _collation: CollationStream | None = None
+    _collation_loaded: list[torch.Tensor | None] | None = None  # per rank, restored before the loader exists
 
     def _new_train_sampler(self, sampler: ResumableSampler) -> ResumableSampler:
         """Adopt ``sampler`` as the train sampler, applying a state restored before it existed."""
@@ -171,13 +222,58 @@ class SamplerStateMixin:
             self._pending_state = None
         return sampler
 
+    def use_collation_stream(self, seed: int) -> None:
+        """Collate training batches on an RNG stream of their own (seeded from ``seed`` and the rank), saved
+        in this DataModule's ``state_dict`` so that a resumed run draws the same corruption (exact resume)."""
+        self._collation_seed = seed
+
+    def _train_collate(self, fn: Callable[[list[Any]], Any], num_workers: int) -> Callable[[list[Any]], Any]:
+        """``fn``, or ``fn`` on this rank's collation stream (see :meth:`use_collation_stream`)."""
+        self._collation = None
+        if self._collation_seed is None or num_workers > 0:
+            return fn
+        rank, _ = dist_rank_world()
+        loaded, self._collation_loaded = self._collation_loaded, None
+        start = loaded[rank] if loaded is not None and rank < len(loaded) else None
+        if loaded is not None and start is None:
+            warnings.warn(f"checkpoint has collation RNG states for {len(loaded)} ranks, not rank {rank}; this "
+                          "rank starts a fresh stream (resume is not exact)", stacklevel=2)
+        self._collation = CollationStream(fn, start if start is not None else collation_seed_state(
+            self._collation_seed, rank))
+        return self._collation
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Lightning's hook for every batch it is about to use: a training batch leaves the stream's pending list."""
+        trainer = getattr(self, "trainer", None)
+        if self._collation is not None and trainer is not None and trainer.training:
+            self._collation.started()
+        return batch
+
+    def _collation_states(self) -> list[torch.Tensor | None]:
+        """Every rank's stream resume state, rank order (all ranks call this together, as Lightning's save does)."""
+        mine = self._collation.resume_state() if self._collation is not None else None
+        rank, world = dist_rank_world()
+        if world == 1:
+            return [mine]
+        states: list[Any] = [None] * world
+        dist.all_gather_object(states, mine)
+        return states
+
     def state_dict(self) -> dict[str, Any]:
-        """The training sampler's (seed, epoch, position), saved in Lightning checkpoints."""
+        """The training sampler's (seed, epoch, position) and the collation streams, saved in Lightning checkpoints."""
         if self._train_sampler is not None:
-            return {"train_sampler": self._train_sampler.state_dict()}
-        return {"train_sampler": self._pending_state} if self._pending_state else {}
+            state: dict[str, Any] = {"train_sampler": self._train_sampler.state_dict()}
+        else:
+            state = {"train_sampler": self._pending_state} if self._pending_state else {}
+        if self._collation is not None:
+            state["collate"] = self._collation_states()
+        elif self._collation_loaded is not None:
+            state["collate"] = list(self._collation_loaded)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("collate") is not None:
+            self._collation_loaded = list(state["collate"])  # applied when the train loader is built
         sampler_state = state.get("train_sampler")
         if not sampler_state:
             return

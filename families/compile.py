@@ -4,6 +4,11 @@
 eager runs load into each other (``torch.compile(net)`` would prefix every key with ``_orig_mod.``).
 Compilation is lazy: errors (no C++ compiler for inductor, an unsupported op) surface on the first call, so
 that call is guarded; if it fails the network runs eagerly from then on and a warning says why.
+
+torch has no public hook for that guard, so this module is where famlab touches torch internals:
+``nn.Module._compiled_call_impl`` (what ``nn.Module.compile`` sets and ``__call__`` runs when set) and
+``nn.Module._call_impl`` (the eager call). ``tests/experiments/test_compile.py`` checks both still behave so
+(docs/architecture.md, "Library internals we rely on").
 """
 
 from __future__ import annotations

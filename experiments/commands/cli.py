@@ -28,7 +28,6 @@ from famlab.experiments.configuration.compose import (
     sweep_names,
     sweep_path,
 )
-from famlab.experiments.perf.allocator import keep_freed_memory
 from omegaconf.errors import OmegaConfBaseException
 
 USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=value]... [--flag]..."
@@ -211,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         presets, overrides, flags = split_args(rest)
         _check_flags(name, flags)
-        keep_freed_memory()  # training steps stop re-faulting their activations (see experiments.allocator)
         return int(_resolve(name)(presets, overrides, flags) or 0)
     except OmegaConfBaseException as e:
         print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)

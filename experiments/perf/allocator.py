@@ -10,7 +10,9 @@ whether a process fell into it varied from run to run. Raising the trim threshol
 guide suggests jemalloc or tcmalloc for the same reason) keeps the pages of the step's peak mapped: the
 process keeps its peak resident size, as a CUDA caching allocator does on GPU.
 
-``famlab`` calls :func:`keep_freed_memory` once at start-up; ``FAMLAB_MALLOC_TUNING=0`` opts out.
+Only training steps gain from it, so it is applied where a run trains: ``make_trainer`` (every command that
+fits) calls :func:`keep_freed_memory`, as ``famlab bench`` does for both of its sides; commands that only read,
+print or report never change the allocator. ``FAMLAB_MALLOC_TUNING=0`` opts out.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""Test hooks: faults injected into a training run on request, to exercise the reliability callbacks.
+"""The test hook: faults injected into a training run on request, to exercise the reliability callbacks.
 
-Nothing here runs in a normal run: ``make_trainer`` adds :class:`FaultInjection` to the trainer's callbacks only
-when one of these environment variables is set (the tests set them; ``tests/experiments/test_faults.py``):
+This is famlab's one entry point for tests into a run: :func:`test_hook_callbacks` is what ``make_trainer`` asks,
+and it returns nothing in a normal run. Tests that run the ``famlab`` command (in this process or as separate
+processes, DDP ranks included) turn faults on through these environment variables, which every rank inherits;
+tests that build their own ``Trainer`` pass a :class:`FaultInjection` directly (``tests/experiments/test_faults.py``).
 
 - ``FAMLAB_FAULT_NAN_STEPS=3,4`` poisons the gradients of those optimizer steps (1-based step being
   taken, i.e. ``trainer.global_step + 1``) with NaN, to exercise non-finite skipping.
@@ -32,17 +34,21 @@ FITS_STARTED = [0]  # fits this process has started (FAMLAB_FAULT_SIGTERM_FIT pi
 
 
 class FaultInjection(pl.Callback):
-    """Poisons gradients, signals this process and slows steps as the ``FAMLAB_FAULT_*`` variables ask."""
+    """Poisons gradients, signals this process and slows steps.
 
-    def __init__(self) -> None:
-        knob = os.environ.get("FAMLAB_FAULT_NAN_STEPS", "")
-        self.nan_steps = {int(s) for s in knob.split(",") if s.strip()}
-        knob = os.environ.get("FAMLAB_FAULT_SIGTERM_STEP")
-        self.signal_step = int(knob) if knob else None
-        self.signal_name = "SIG" + os.environ.get("FAMLAB_FAULT_SIGNAL", "TERM")
-        self.step_sleep = float(os.environ.get("FAMLAB_FAULT_STEP_SLEEP") or 0)
-        fit = os.environ.get("FAMLAB_FAULT_SIGTERM_FIT")
-        self.signal_fit = int(fit) if fit else None
+    Args:
+        nan_steps: optimizer steps (1-based) whose first gradient becomes NaN.
+        signal_step: send ``signal_name`` to this process after that many optimizer steps (None: never).
+        signal_name: ``SIGTERM``, ``SIGUSR1``, ...
+        signal_fit: only in the fit with this number (1-based, counted in ``FITS_STARTED``); None: every fit.
+        step_sleep: seconds to sleep after every training step.
+    """
+
+    def __init__(self, nan_steps: set[int] | None = None, signal_step: int | None = None,
+                 signal_name: str = "SIGTERM", signal_fit: int | None = None, step_sleep: float = 0.0) -> None:
+        self.nan_steps = set(nan_steps or ())
+        self.signal_step, self.signal_name, self.signal_fit = signal_step, signal_name, signal_fit
+        self.step_sleep = step_sleep
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         FITS_STARTED[0] += 1
@@ -63,9 +69,25 @@ class FaultInjection(pl.Callback):
             os.kill(os.getpid(), getattr(signal, self.signal_name))
 
 
-def fault_callbacks() -> list[pl.Callback]:
-    """``[FaultInjection()]`` when a ``FAMLAB_FAULT_*`` variable is set, else ``[]``."""
-    return [FaultInjection()] if any(os.environ.get(k) for k in KNOBS) else []
+def faults_from_environment() -> FaultInjection:
+    """A :class:`FaultInjection` as the ``FAMLAB_FAULT_*`` variables ask."""
+    env = os.environ
+    step, fit = env.get("FAMLAB_FAULT_SIGTERM_STEP"), env.get("FAMLAB_FAULT_SIGTERM_FIT")
+    return FaultInjection(
+        nan_steps={int(s) for s in env.get("FAMLAB_FAULT_NAN_STEPS", "").split(",") if s.strip()},
+        signal_step=int(step) if step else None,
+        signal_name="SIG" + env.get("FAMLAB_FAULT_SIGNAL", "TERM"),
+        signal_fit=int(fit) if fit else None,
+        step_sleep=float(env.get("FAMLAB_FAULT_STEP_SLEEP") or 0),
+    )
 
 
-__all__ = ["FaultInjection", "fault_callbacks", "KNOBS"]
+def test_hook_callbacks() -> list[pl.Callback]:
+    """The test hook ``make_trainer`` calls: ``[faults_from_environment()]`` when a ``FAMLAB_FAULT_*`` variable is
+    set, else ``[]`` (a normal run)."""
+    return [faults_from_environment()] if any(os.environ.get(k) for k in KNOBS) else []
+
+
+test_hook_callbacks.__test__ = False  # type: ignore[attr-defined]  # a hook for tests, not a pytest test
+
+__all__ = ["FITS_STARTED", "KNOBS", "FaultInjection", "faults_from_environment", "test_hook_callbacks"]

@@ -20,6 +20,9 @@ from typing import Any
 
 from famlab.experiments.configuration.compose import flatten, to_plain, to_yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.perf.allocator import keep_freed_memory
+from famlab.experiments.plumbing.internals import stop_console_copy
+from famlab.experiments.plumbing.launch_env import inherited_run_dir, publish_run_dir
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
 from famlab.experiments.tracking.wandb_artifacts import (
     log_model_mode,
@@ -77,8 +80,8 @@ def make_run_dir(cfg: Config, name: str) -> Path:
     """
     if env_rank() != 0:
         # a DDP worker (Lightning relaunches the command per rank; torchrun / SLURM start every rank):
-        # rank 0 made and checked the directory, and names it in FAMLAB_RUN_DIR for the ranks it launches
-        path = Path(os.environ.get("FAMLAB_RUN_DIR") or cfg.run_dir or "")
+        # rank 0 made and checked the directory and published it (experiments/plumbing/launch_env.py)
+        path = Path(inherited_run_dir() or cfg.run_dir or "")
         if not str(path) or str(path) == ".":
             raise ConfigInputError("multi-process runs started by torchrun / SLURM need an explicit run_dir=")
         path.mkdir(parents=True, exist_ok=True)
@@ -99,7 +102,7 @@ def make_run_dir(cfg: Config, name: str) -> Path:
         probe.unlink()
     except OSError as e:
         raise ConfigInputError(f"run_dir={path} is not writable ({e.strerror})") from None
-    os.environ["FAMLAB_RUN_DIR"] = str(path.resolve())  # inherited by the DDP ranks Lightning launches
+    publish_run_dir(path)  # inherited by the DDP ranks Lightning launches
     return path
 
 
@@ -210,7 +213,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
     Every run is its own (``reinit="create_new"``): a fine-tuning grid keeps its runs open until selection,
     and Lightning's ``WandbLogger`` would otherwise reuse the global run still open.
     """
-    from famlab.experiments.plumbing.reliability import AppendingCSVLogger
+    from famlab.experiments.plumbing.csv_logger import AppendingCSVLogger
 
     # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
     loggers: list[Any] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
@@ -281,33 +284,23 @@ def make_trainer(
     val_check_interval: int | None = None,
     limit_val_batches: int | None = None,
 ) -> Any:
-    """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt, rich progress bar."""
+    """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt (the previous one kept as
+    last-prev.ckpt), the reliability callbacks, rich progress bar; glibc malloc tuned for training steps."""
     import lightning as L
     from famlab.experiments.configuration.lightning_check import check_lightning_settings
-    from famlab.experiments.plumbing.faults import fault_callbacks
-    from famlab.experiments.plumbing.reliability import KeepTwoCheckpoint, reliability_callbacks
+    from famlab.experiments.plumbing.checkpoints import checkpoint_callback, keep_previous_last
+    from famlab.experiments.plumbing.faults import test_hook_callbacks
+    from famlab.experiments.plumbing.reliability import reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
 
+    keep_freed_memory()  # training steps stop re-faulting their activations (experiments/perf/allocator.py)
     t = cfg.trainer
-    callbacks: list[Any] = [
-        # explicit dirpath: otherwise checkpoints land under the W&B run id and a requeued job finds none;
-        # the previous last.ckpt is kept as last-prev.ckpt (a truncated last.ckpt falls back to it)
-        KeepTwoCheckpoint(
-            dirpath=str(checkpoint_dir),
-            filename="best-step{step}",
-            auto_insert_metric_name=False,
-            monitor=monitor,
-            mode=mode,
-            save_top_k=1,
-            save_last=True,
-        ),
-        *fault_callbacks(),  # tests only: empty unless a FAMLAB_FAULT_* variable is set
-        *reliability_callbacks(cfg, checkpoint_dir),
-    ]
+    # the test hook's faults go first, so each reliability callback sees them in the same step
+    callbacks: list[Any] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
+                            *reliability_callbacks(cfg, checkpoint_dir)]
     if t.progress_bar:
         callbacks.append(RichProgressBar(leave=True))
-    devices = check_lightning_settings(t)["devices"]
-    return L.Trainer(
+    trainer = L.Trainer(
         default_root_dir=str(run_dir),
         max_steps=max_steps,
         max_epochs=max_epochs,
@@ -316,7 +309,7 @@ def make_trainer(
         limit_val_batches=limit_val_batches if limit_val_batches is not None else 1.0,
         log_every_n_steps=t.log_every_n_steps,
         accelerator=t.accelerator,
-        devices=devices,
+        devices=check_lightning_settings(t)["devices"],
         strategy=t.strategy,
         num_nodes=t.num_nodes,
         precision=precision(cfg),
@@ -334,12 +327,15 @@ def make_trainer(
         inference_mode=False,
         plugins=cluster_plugins(),
     )
+    keep_previous_last(trainer)  # every write of last.ckpt first moves the old one to last-prev.ckpt
+    return trainer
 
 
 def cluster_plugins() -> list[Any]:
     """Under SLURM, Lightning's ``SLURMEnvironment`` supplies rank, world size and the main node, but famlab
-    handles SIGUSR1 itself (checkpoint to ``last.ckpt`` as on SIGTERM, then requeue; ``experiments.reliability``),
-    so Lightning's own requeue (an ``hpc_ckpt`` file that ``resume=auto`` does not read) is off."""
+    handles SIGUSR1 itself (checkpoint to ``last.ckpt`` as on SIGTERM, then requeue; see
+    ``experiments/plumbing/signals.py``), so Lightning's own requeue (an ``hpc_ckpt`` file that ``resume=auto``
+    does not read) is off."""
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
@@ -401,13 +397,11 @@ def stop_console_capture(loggers: list[Any]) -> None:
     """Stop copying the console into W&B runs that stay open while other runs train (a fine-tuning grid).
 
     wandb copies every write to stdout / stderr into each open run's console log; a run kept open for its
-    test scores would collect the next runs' output. wandb has no public call for this, so this is its
-    ``Run._console_stop`` (what ``finish`` calls; calling it twice is harmless), skipped if it is gone.
+    test scores would collect the next runs' output. wandb has no public call for this
+    (``experiments/plumbing/internals.py``).
     """
     for logger in wandb_loggers(loggers):
         try:
-            stop = getattr(logger.experiment, "_console_stop", None)
-            if callable(stop):
-                stop()
+            stop_console_copy(logger.experiment)
         except Exception:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
             pass

@@ -65,3 +65,35 @@ def test_opt_out_and_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     assert allocator.keep_freed_memory() == ""
     monkeypatch.setenv("FAMLAB_MALLOC_TUNING", "1")
     assert allocator.keep_freed_memory() == ""  # decided once per process
+
+
+WHERE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from famlab.experiments.commands import cli
+    from famlab.experiments.configuration.compose import compose
+    from famlab.experiments.perf import allocator
+    from famlab.experiments.plumbing.run import make_trainer
+    assert cli.main(["config", "gpt", "tiny"]) == 0
+    after_config = allocator._applied
+    tmp = Path(sys.argv[1])
+    cfg = compose(["gpt", "tiny"], ["trainer.progress_bar=false"]).cfg
+    make_trainer(cfg, tmp, [], checkpoint_dir=tmp / "checkpoints", monitor="val/loss", mode="min")
+    print(repr(after_config), "|", repr(allocator._applied))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
+def test_only_training_tunes_the_allocator(tmp_path) -> None:
+    """A command that only prints (``famlab config``) leaves malloc alone; building a training Trainer tunes it."""
+    if not allocator.keep_freed_memory():
+        pytest.skip("no glibc mallopt here")
+    env = {k: v for k, v in os.environ.items() if k != "FAMLAB_MALLOC_TUNING"}
+    done = subprocess.run([sys.executable, "-c", WHERE, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    after_config, after_trainer = done.stdout.strip().splitlines()[-1].split(" | ")
+    assert after_config == "None"
+    assert "glibc malloc" in after_trainer

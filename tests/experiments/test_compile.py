@@ -80,3 +80,17 @@ def test_failing_backend_falls_back_to_eager_and_logs(caplog):
     assert "running eager" in caplog.text and "no compiler here" in caplog.text
     assert not is_compiled(net)
     torch.testing.assert_close(loss, eager_loss)
+
+
+def test_torch_module_compile_internals_are_what_compile_network_swaps():
+    """torch: ``nn.Module.compile`` stores the compiled call in ``_compiled_call_impl``, ``__call__`` goes through it
+    when set, and ``_call_impl`` is the eager call (families/compile.py swaps the first for its eager fallback)."""
+    net = torch.nn.Linear(2, 2)
+    assert callable(getattr(net, "_call_impl", None)), "torch removed nn.Module._call_impl"
+    assert getattr(net, "_compiled_call_impl", "gone") is None, "torch changed nn.Module._compiled_call_impl"
+    net.compile(backend="eager")  # lazy: nothing is traced until the first call
+    assert net._compiled_call_impl is not None, "torch: nn.Module.compile no longer sets _compiled_call_impl"
+    net._compiled_call_impl = lambda *args, **kwargs: "routed"
+    assert net(torch.zeros(1, 2)) == "routed", "torch: nn.Module.__call__ no longer calls _compiled_call_impl"
+    net._compiled_call_impl = None
+    torch.testing.assert_close(net(torch.ones(1, 2)), net._call_impl(torch.ones(1, 2)))

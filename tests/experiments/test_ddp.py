@@ -95,8 +95,9 @@ def test_ddp_run_interrupted_and_resumed_finishes_the_plan_seeing_every_sample_o
     assert "resume=auto" in first.stderr
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == cut
-    states = ckpt[RNG_KEY]
-    assert len(states) == 2 and not torch.equal(states[0]["collate"], states[1]["collate"])  # per rank
+    assert len(ckpt[RNG_KEY]) == 2  # per rank
+    streams = ckpt["PretrainDataModule"]["collate"]  # the DataModule's collation streams, per rank
+    assert len(streams) == 2 and not torch.equal(streams[0], streams[1])
     second, seen2 = _traced([*args, "resume=auto"], tmp_path, tmp_path / "trace2")
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads((run_dir / "results.json").read_text())["steps"] == plan

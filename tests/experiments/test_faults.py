@@ -14,7 +14,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from famlab.experiments.commands import cli
-from famlab.experiments.plumbing.faults import fault_callbacks
+from famlab.experiments.plumbing.faults import FaultInjection
 from famlab.experiments.plumbing.reliability import PREEMPTED_EXIT, PREV_NAME, NonFiniteCallback, resolve_resume
 
 from tests.experiments.reliability_helpers import fast_args, step_rows, write_corpus
@@ -112,13 +112,13 @@ class _Linear(pl.LightningModule):
         return torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4)
 
 
-def test_nan_step_is_skipped_without_touching_weights_or_optimizer(tmp_path, monkeypatch):
+def test_nan_step_is_skipped_without_touching_weights_or_optimizer(tmp_path):
     """A NaN gradient at step 2: parameters and AdamW moments unchanged by that step, later steps train."""
-    monkeypatch.setenv("FAMLAB_FAULT_NAN_STEPS", "2")
     torch.manual_seed(0)
     module, callback = _Linear(), NonFiniteCallback(max_bad_steps=3, checkpoint_dir=tmp_path)
     trainer = pl.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu", callbacks=[*fault_callbacks(), callback])
+                         enable_model_summary=False, accelerator="cpu",
+                         callbacks=[FaultInjection(nan_steps={2}), callback])  # the fault first, as make_trainer does
     trainer.fit(module)
     s = module.snapshots
     torch.testing.assert_close(s[1], s[0], rtol=0, atol=0)  # step 2 skipped

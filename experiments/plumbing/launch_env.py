@@ -1,0 +1,25 @@
+"""The one value rank 0 hands to the DDP ranks through the environment: the run directory.
+
+Lightning's launcher (``trainer.strategy=ddp`` on one machine) starts the other ranks by re-running the same
+command line, so they cannot be passed arguments; and a default run directory carries rank 0's start time, which
+the other ranks cannot recompute. Rank 0 therefore names it in ``FAMLAB_RUN_DIR``, which the ranks it launches
+inherit. Ranks started by torchrun or SLURM (every rank at once, before rank 0 chose anything) need an explicit
+``run_dir=`` instead. Everything else is passed explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RUN_DIR_ENV = "FAMLAB_RUN_DIR"
+
+
+def publish_run_dir(path: Path) -> None:
+    """On rank 0: name the run directory for the ranks Lightning's launcher will start from this process."""
+    os.environ[RUN_DIR_ENV] = str(path.resolve())
+
+
+def inherited_run_dir() -> str | None:
+    """On another rank: the run directory rank 0 published, if this rank was launched by it."""
+    return os.environ.get(RUN_DIR_ENV) or None

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import ast
 from functools import partial
+from pathlib import Path
 
 import famlab.families.blocks.norms as norms
 import pytest
@@ -201,3 +203,15 @@ def test_t5_forward_equals_its_reference_path() -> None:
         reference = run()
     for got, want in zip(fast, reference, strict=True):  # fp32 sums in another order: relative error ~1e-5
         assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_kernels_import_only_torch_and_the_standard_library() -> None:
+    """Kernels sit below the block library: none imports a famlab module (blocks import kernels, not back)."""
+    folder = Path(__file__).resolve().parents[2] / "families" / "kernels"
+    modules = sorted(folder.glob("*.py"))
+    assert {m.stem for m in modules} >= {"dispatch", "linear_cross_entropy", "rms_norm", "biased_attention"}
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += ["." if node.level else node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [n for n in names if n.split(".")[0] in ("famlab", "families", ".")], f"{path.name}: {names}"

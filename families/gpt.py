@@ -46,7 +46,7 @@ class GPT(nn.Module):
         """LM head on any ``(..., C)`` tensor, giving ``(..., V)``."""
         return self.head(hidden, self.embed.weight)
 
-    def lm_loss(self, hidden: Tensor, labels: Tensor, reduction: str = "sum") -> Tensor:
-        """Cross-entropy (``sum`` or ``mean``) of ``project(hidden)`` against ``labels`` (``-100`` skipped), without
-        keeping logits."""
-        return self.head.loss(hidden, labels, self.embed.weight, reduction=reduction)
+    def output_embedding(self) -> tuple[Tensor, float]:
+        """The LM head as ``(W, scale)``, ``project(h) == F.linear(scale * h, W)`` with ``W`` ``(V, C)`` the tied
+        embedding or the head's own weight: what the objective's fused LM loss multiplies by."""
+        return self.head.output_weight(self.embed.weight), self.head.scale

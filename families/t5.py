@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 from famlab.families.blocks.layers import LayerCache
 from famlab.families.config import Family, ModelConfig
 from famlab.families.heads import LMHead
+from famlab.families.kernels.dispatch import Kernel, use_fast
+from famlab.families.kernels.joint_embedding import embed_both
 from famlab.families.network import NetworkOutput, check_buildable, init_weights, make_stack
 from torch import Tensor, nn
 
@@ -71,21 +72,19 @@ class T5(nn.Module):
         """Encode ``input_ids`` ``(B, S)`` and decode ``decoder_input_ids`` ``(B, T)``; ``logits`` ``(B, T, V)``."""
         if decoder_input_ids is None:
             raise ValueError("T5 forward needs decoder_input_ids (the targets shifted right behind the start id)")
-        # One lookup for encoder and decoder tokens: the backward builds one dense (V, C) embedding gradient
-        # (a zero-filled V x C buffer plus an accumulation into the tied head's) instead of two.
-        embedded = self.embed(torch.cat((input_ids.reshape(-1), decoder_input_ids.reshape(-1))))
-        encoder_in, decoder_in = embedded.split((input_ids.numel(), decoder_input_ids.numel()))  # contiguous rows
-        encoder_hidden = self.encoder(encoder_in.view(*input_ids.shape, -1), attention_mask=attention_mask)
-        hidden = self._decode_embedded(
-            decoder_in.view(*decoder_input_ids.shape, -1), encoder_hidden, attention_mask, decoder_attention_mask
-        )
+        if use_fast(Kernel.JOINT_EMBEDDING, input_ids):
+            encoder_in, decoder_in = embed_both(self.embed, input_ids, decoder_input_ids)  # (B, S, C), (B, T, C)
+        else:
+            encoder_in, decoder_in = self.embed(input_ids), self.embed(decoder_input_ids)
+        encoder_hidden = self.encoder(encoder_in, attention_mask=attention_mask)
+        hidden = self._decode_embedded(decoder_in, encoder_hidden, attention_mask, decoder_attention_mask)
         return NetworkOutput(self.project(hidden) if compute_logits else None, hidden, encoder_hidden)
 
     def project(self, hidden: Tensor) -> Tensor:
         """LM head on any ``(..., C)`` tensor, giving ``(..., V)`` (T5's tied-head rescaling included)."""
         return self.head(hidden, self.embed.weight)
 
-    def lm_loss(self, hidden: Tensor, labels: Tensor, reduction: str = "sum") -> Tensor:
-        """Cross-entropy (``sum`` or ``mean``) of ``project(hidden)`` against ``labels`` (``-100`` skipped), without
-        keeping logits."""
-        return self.head.loss(hidden, labels, self.embed.weight, reduction=reduction)
+    def output_embedding(self) -> tuple[Tensor, float]:
+        """The LM head as ``(W, scale)``, ``project(h) == F.linear(scale * h, W)`` with ``W`` ``(V, C)`` the tied
+        embedding or the head's own weight: what the objective's fused LM loss multiplies by."""
+        return self.head.output_weight(self.embed.weight), self.head.scale

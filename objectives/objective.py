@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from famlab.families.kernels.dispatch import Kernel, use_fast
+from famlab.families.kernels.linear_cross_entropy import linear_cross_entropy
 from famlab.objectives.corruption import IGNORE, clm_shift, mlm_mask, span_corrupt, t5_lengths
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.tokens import TokenIds
@@ -54,10 +56,16 @@ def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
 def dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> LossOutput:
     """Mean cross-entropy of the network's LM head on `hidden` `(B, T, C)` against `labels` `(B, T)`, `-100` skipped.
 
-    `net.lm_loss` fuses the vocabulary projection with the loss (`famlab.families.heads.linear_cross_entropy`), so
-    the dense `(B, T, V)` logits are never materialised and the output carries `logits=None`.
+    The fast path (`famlab.families.kernels.dispatch`) fuses the head's projection (`net.output_embedding()`)
+    with the loss (`famlab.families.kernels.linear_cross_entropy`), so the dense `(B, T, V)` logits are never
+    materialised; the reference path projects with `net.project`. The output carries `logits=None` either way.
     """
-    mean = net.lm_loss(hidden, labels, reduction="mean")  # type: ignore[operator]
+    if use_fast(Kernel.LINEAR_CROSS_ENTROPY, hidden):
+        weight, scale = net.output_embedding()  # type: ignore[operator]
+        mean = linear_cross_entropy(hidden, weight, labels, scale=scale, reduction="mean")
+    else:
+        total, count = _summed_ce(net.project(hidden), labels)  # type: ignore[operator]  # (B, T, V) logits
+        mean = total / count.clamp(min=1)
     return LossOutput(mean, (labels != IGNORE).sum(), None, labels)
 
 

@@ -16,6 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 from famlab.families.blocks.positions import apply_rotary
+from famlab.families.kernels.biased_attention import biased_attention
+from famlab.families.kernels.dispatch import Kernel, use_fast
 from torch import Tensor, nn
 
 
@@ -32,11 +34,13 @@ def attend(
 ) -> Tensor:
     """Scaled dot-product attention ``(B, H, T, D) x (B, H, S, D) -> (B, H, T, D)``.
 
-    ``impl="sdpa"`` calls ``F.scaled_dot_product_attention``; ``impl="math"`` is the plain reference
+    ``impl="sdpa"`` calls ``F.scaled_dot_product_attention`` (or the biased-attention kernel where
+    ``famlab.families.kernels.dispatch`` picks it); ``impl="math"`` is the plain reference
     (matmul, mask, fp32 softmax, matmul) used by tests and by FLOP counting, which sees no FLOPs in SDPA on CPU.
     """
-    if impl == "sdpa" and mask is not None and mask.dtype != torch.bool and mask.requires_grad and not q.is_cuda:
-        return _biased(q, k, v, mask, scale=scale, dropout=dropout)
+    if impl == "sdpa" and use_fast(Kernel.BIASED_ATTENTION, q, mask):
+        assert mask is not None
+        return biased_attention(q, k, v, mask, scale=scale, dropout=dropout)
     if impl == "sdpa":
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale
@@ -52,23 +56,6 @@ def attend(
     if dropout > 0:
         weights = F.dropout(weights, p=dropout)
     return weights @ v  # (B, H, T, D)
-
-
-def _biased(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *, scale: float, dropout: float) -> Tensor:
-    """Attention with an additive bias that needs a gradient (T5's learned relative bias), off CUDA.
-
-    CPU SDPA has no fused kernel for a bias with a gradient and takes its math path, which scales q and k
-    separately (even by 1.0, as T5's scale is) and guards fully masked rows (isneginf / all / where): about
-    six extra passes over ``(B, H, T, S)`` per layer, forward and backward. Here: matmul, in-place bias add,
-    softmax, matmul; ``prepare_mask`` already opened fully masked rows, so none can give NaN.
-    """
-    if scale != 1.0:
-        q = q * scale  # (B, H, T, D): cheaper than scaling the (B, H, T, S) scores
-    scores = torch.matmul(q, k.transpose(-2, -1)).add_(bias)  # (B, H, T, S); matmul saves q, k, not its output
-    weights = scores.softmax(-1) if scores.dtype == torch.float32 else scores.float().softmax(-1).to(q.dtype)
-    if dropout > 0:
-        weights = F.dropout(weights, p=dropout)
-    return torch.matmul(weights, v)  # (B, H, T, D)
 
 
 class Attention(nn.Module):
@@ -138,7 +125,7 @@ class Attention(nn.Module):
         ``rope`` rotates q and k of the new tokens (self-attention only). ``cache`` is a dict owned by the
         caller: self-attention appends this call's k/v to it; cross-attention fills it once and reuses it.
         ``context_kv`` is ``self.kv(context)`` split into k and v ``(B, S, K * D)`` when the caller already
-        computed it (see :func:`project_context`).
+        computed it (``famlab.families.kernels.context_kv``).
         """
         B, T, _ = x.shape
         if self.cross:
@@ -179,18 +166,3 @@ class Attention(nn.Module):
             impl=self.impl,
         )  # (B, H, T, D)
         return self.o(y.transpose(1, 2).reshape(B, T, -1))  # (B, T, H*D) -> (B, T, C)
-
-
-def project_context(attentions: list[Attention], context: Tensor) -> list[tuple[Tensor, Tensor]]:
-    """``[a.kv(context).split(...) for a in attentions]`` (each layer's k and v) as one matmul.
-
-    A decoder's cross-attention layers all project the same encoder output: one ``(B*S, C) @ (C, L*2*K*D)``
-    matmul over the concatenated K/V weights (and one of each in the backward) instead of L narrow ones;
-    the encoder output's gradient comes out of one matmul instead of L summed ones, and the 2L slices are
-    cut in one split (one concatenation in the backward).
-    """
-    layers = [a.kv for a in attentions]
-    weight = torch.cat([kv.weight for kv in layers])  # (L * 2KD, C)
-    bias = torch.cat([kv.bias for kv in layers]) if layers[0].bias is not None else None
-    parts = F.linear(context, weight, bias).split([w for a in attentions for w in a.split_sizes[1:]], dim=-1)
-    return [(parts[2 * i], parts[2 * i + 1]) for i in range(len(attentions))]

@@ -9,10 +9,12 @@ reuses it).
 from __future__ import annotations
 
 import torch
-from famlab.families.blocks.attention import Attention, project_context
+from famlab.families.blocks.attention import Attention
 from famlab.families.blocks.feedforward import FeedForward
 from famlab.families.blocks.norms import make_norm
 from famlab.families.blocks.positions import LearnedPositions, Positions, SinusoidalPositions
+from famlab.families.kernels.context_kv import project_context
+from famlab.families.kernels.dispatch import Kernel, use_fast
 from torch import Tensor, nn
 
 LayerCache = dict[str, dict[str, Tensor]]
@@ -272,11 +274,12 @@ class Stack(nn.Module):
         if context_mask is not None:
             S_enc = context.shape[1] if context is not None else context_mask.shape[-1]
             cross_mask, _ = prepare_mask(context_mask, q_len=T, k_len=S_enc, causal=False)
-        context_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(self.layers)
+        context_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(self.layers)  # None: each layer projects
         cross = [layer.cross_attn for layer in self.layers if layer.cross_attn is not None]
         cached = cache is not None and "k" in cache[0]["cross"]  # later decoding steps reuse the cached K/V
         if context is not None and len(cross) == len(self.layers) > 1 and not cached:
-            context_kv = list(project_context(cross, context))  # typed as the Optional list above
+            if use_fast(Kernel.CONTEXT_KV, context):
+                context_kv = list(project_context(context, [a.kv for a in cross], cross[0].split_sizes[1:]))
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,

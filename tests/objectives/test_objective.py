@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from famlab.families.kernels.dispatch import reference_only
 from famlab.objectives import ObjectiveError, check_pair, make_objective, t5_lengths
 
 
@@ -120,3 +121,25 @@ def test_loss_is_summed_nll_over_label_token_count(ids, tiny_net, name, family):
     total, count = _reference_nll(logits, batch["labels"])
     assert int(out.num_label_tokens) == count
     torch.testing.assert_close(out.loss, total / count)
+
+
+@pytest.mark.parametrize("name,family", [("clm", "gpt"), ("span", "t5")])
+def test_dense_lm_loss_fused_equals_reference_path(ids, tiny_net, name, family):
+    """The fused projection + cross-entropy (no logits kept) gives the reference path's loss and gradients."""
+    net = tiny_net(family)
+    objective = make_objective(name, ids, seq_len=32)
+    batch = objective.collate(_samples(4, objective.raw_block_len))
+    batch["labels"] = batch["labels"].clone()  # CLM's labels are a view of the inputs
+    batch["labels"][0, 3:] = -100
+    fused = objective.loss(net, batch)
+    assert "LinearCrossEntropy" in type(fused.loss.grad_fn).__name__ and fused.logits is None
+    with reference_only():
+        reference = objective.loss(net, batch)
+    assert "LinearCrossEntropy" not in type(reference.loss.grad_fn).__name__ and reference.logits is None
+    torch.testing.assert_close(fused.loss, reference.loss)
+    assert int(fused.num_label_tokens) == int(reference.num_label_tokens)
+    params = list(net.parameters())
+    grads = torch.autograd.grad(fused.loss, params, allow_unused=True)
+    for got, want in zip(grads, torch.autograd.grad(reference.loss, params, allow_unused=True), strict=True):
+        if got is not None or want is not None:
+            torch.testing.assert_close(got, want)

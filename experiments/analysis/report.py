@@ -28,6 +28,7 @@ from famlab.experiments.analysis.suite_table import read_tasks
 from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.task import load_configured_task
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
@@ -214,17 +215,11 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
             if cache is not None and path != cache:
                 cache.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
             return saved["tfidf"]
-    from famlab.datamodules import load_task
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    task = load_task(
-        d["task"], text_column=d["text_column"], text_pair_column=d["text_pair_column"],
-        label_column=d["label_column"], split_column=d["split_column"],
-        val_fraction=d["val_fraction"] if d["val_fraction"] is not None else 0.1,
-        test_fraction=d["test_fraction"], seed=d["seed"],
-    )
+    task = load_configured_task(d)
 
     def text(e: Any) -> str:
         return e.text if e.text_pair is None else f"{e.text} [SEP] {e.text_pair}"

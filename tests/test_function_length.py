@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 60
-# Owned by another change in progress; remove the entry once it is split.
+# Owned by another change in progress; the test fails once an entry is no longer long, so it goes with the split.
 ALLOWED = {"experiments/plumbing/run.py:make_trainer"}
 
 
@@ -46,9 +46,11 @@ def test_the_count_sees_functions_methods_and_nested_ones():
 
 
 def test_no_function_in_experiments_is_longer_than_60_lines():
-    offenders = []
+    found = set()
     for path in sorted((ROOT / "experiments").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        offenders += [f"{rel}:{name} ({lines} lines)" for name, lines in long_functions(path.read_text("utf-8"))
-                      if f"{rel}:{name}" not in ALLOWED]
+        found |= {(f"{rel}:{name}", lines) for name, lines in long_functions(path.read_text("utf-8"))}
+    offenders = sorted(f"{where} ({lines} lines)" for where, lines in found if where not in ALLOWED)
     assert not offenders, "functions over 60 lines: " + ", ".join(offenders)
+    stale = ALLOWED - {where for where, _ in found}
+    assert not stale, f"no longer over 60 lines, remove from ALLOWED: {sorted(stale)}"

@@ -467,7 +467,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
     scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png") if suite is None else None
     zero_shot_runs = {arm: pretrain_runs(runs, arm, plan) for arm in families}
-    md = [*header(runs, families, plan, scale), "", *zero_shot_section(zero_shot_runs)]  # headline table
+    md = [*report_header(runs, families, plan, scale), "", *zero_shot_section(zero_shot_runs)]  # headline table
     zero_shot = zero_shot_rows(zero_shot_runs)
     md += ["", *pretraining_section(pre_table, crossed=_crossed(families))]
     if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
@@ -512,7 +512,9 @@ def _between(families: dict[str, dict[str, Any]]) -> str:
     return "arms (family x objective)" if _crossed(families) else "families"
 
 
-def header(runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], plan: Plan | None, scale: str) -> list[str]:
+def report_header(
+    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], plan: Plan | None, scale: str
+) -> list[str]:
     """The title, the scale line and the budget line."""
     first_cfg = runs[0]["config"]
     md = [f"# famlab comparison: {', '.join(families)}", ""]

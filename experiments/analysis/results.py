@@ -101,7 +101,7 @@ class PretrainResult:
 
     job: str = "pretrain"
     family: str
-    objective: str | None = None  # older files: the config's objective.name
+    objective: str | None = None  # the pretraining objective (registry name)
     run_dir: str
     steps: int
     num_params: int

@@ -216,7 +216,8 @@ def _ids(vocab_size: int = 2048, sentinels: int = 100):
 
 @pytest.mark.parametrize("match", ["flops", "tokens"])
 def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
-    from famlab.experiments.commands.compare import compose_all, plan_budget
+    from famlab.experiments.commands.compare import compose_all
+    from famlab.experiments.commands.compare_budget import plan_budget
     from famlab.experiments.configuration.budget import relative_spread
     from famlab.experiments.plumbing.run import set_vocab
 

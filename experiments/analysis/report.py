@@ -24,10 +24,12 @@ from typing import Any
 
 import yaml
 from famlab.experiments.analysis import suite_table, transfer
+from famlab.experiments.analysis.results import ArmBudget, FinetuneResult, Plan, PretrainResult
 from famlab.experiments.analysis.suite_table import read_tasks
 from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.task import load_configured_task
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
@@ -47,14 +49,14 @@ def _load(run_dir: Path) -> dict[str, Any] | None:
     return run
 
 
-def collect(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def collect(dirs: list[Path]) -> tuple[list[dict[str, Any]], Plan | None]:
     """Run records from comparison or run directories, plus the comparison's budget plan (if any)."""
     runs, plan = [], None
     for d in dirs:
         if not d.is_dir():
             raise ConfigInputError(f"famlab report: {d} is not a directory")
         if (d / "plan.json").is_file():
-            plan = json.loads((d / "plan.json").read_text(encoding="utf-8"))
+            plan = Plan.from_json(json.loads((d / "plan.json").read_text(encoding="utf-8")))
         candidates = [d] if (d / "results.json").is_file() and not (d / "plan.json").is_file() else sorted(d.iterdir())
         for c in candidates:
             run = _load(c) if c.is_dir() else None
@@ -74,7 +76,7 @@ def _mean_std(values: list[float]) -> tuple[float, float, int]:
 def _ft_scores(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
     scores: dict[str, list[float]] = {m: [] for m in METRICS}
     for r in runs:
-        for seed_scores in r["results"]["seeds"].values():
+        for seed_scores in FinetuneResult.from_json(r["results"]).seeds.values():
             for m in METRICS:
                 scores[m].append(float(seed_scores[m]))
     return scores
@@ -93,17 +95,17 @@ def _is_scratch(run: dict[str, Any]) -> bool:
     return run["results"]["job"] == "finetune" and run["results"].get("init") == "scratch"
 
 
-def label_arms(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> None:
+def label_arms(runs: list[dict[str, Any]], plan: Plan | None) -> None:
     """Set ``run["arm"]`` on every run: the comparison arm (family x objective) it belongs to.
 
-    Arm names come from the plan (``plan["families"]`` is keyed by arm, each entry naming its family and
+    Arm names come from the plan (``plan.arms`` is keyed by arm, each entry naming its family and
     objective; older plans are keyed by family only). Runs outside a plan are ``<family>`` when their family
     was pretrained with one objective, else ``<family>-<objective>``. Scratch fine-tunes belong to no arm
     (``None``): the baseline is per family.
     """
     lookup: dict[tuple[str, str | None], str] = {}
-    for name, p in ((plan or {}).get("families") or {}).items():
-        lookup[p.get("family", name), p.get("objective")] = name
+    for name, p in (plan.arms if plan is not None else {}).items():
+        lookup[p.family or name, p.objective] = name
     objectives: dict[str, set[str | None]] = {}
     for r in runs:
         if not _is_scratch(r):
@@ -118,11 +120,12 @@ def label_arms(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> None:
             r["arm"] = f"{fam}-{obj}" if len(objectives[fam]) > 1 else fam
 
 
-def pretrain_runs(runs: list[dict[str, Any]], arm: str, plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+def pretrain_runs(runs: list[dict[str, Any]], arm: str, plan: Plan | None) -> list[dict[str, Any]]:
     """The arm's budgeted pretraining runs: lr-grid trials count only at the lr the grid chose."""
     if any("arm" not in r for r in runs):
         label_arms(runs, plan)
-    chosen = (plan or {}).get("families", {}).get(arm, {}).get("lr")
+    planned = plan.arms.get(arm) if plan is not None else None
+    chosen = planned.lr if planned is not None else None
     out = []
     for r in runs:
         if r["arm"] != arm or r["results"]["job"] != "pretrain":
@@ -134,12 +137,12 @@ def pretrain_runs(runs: list[dict[str, Any]], arm: str, plan: dict[str, Any] | N
     return out
 
 
-def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+def summarize(runs: list[dict[str, Any]], plan: Plan | None) -> dict[str, dict[str, Any]]:
     """Per-arm numbers (the report table) from run records, keyed by arm name (the family when each family was
     pretrained with one objective). Each family's scratch baseline is in every row of that family; a family
     with only scratch runs gets a row of its own."""
     label_arms(runs, plan)
-    order = list(plan["families"]) if plan else []
+    order = list(plan.arms) if plan is not None else []
     for r in runs:
         if r["arm"] is not None and r["arm"] not in order:
             order.append(r["arm"])
@@ -152,31 +155,7 @@ def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[s
         tuned = [r for r in mine if r["results"]["job"] == "finetune"]
         row: dict[str, Any] = {"family": mine[0]["results"]["family"], "objective": _objective(mine[0])}
         if pre:
-            p0 = pre[0]
-            res, cfg = p0["results"], p0["config"]
-            final = [r["results"]["final"] for r in pre]
-            planned = (plan or {}).get("families", {}).get(arm, {})
-            row.update({
-                "objective": res.get("objective"),
-                "pretrain_seeds": len(pre),
-                "params": res["num_params"],
-                "non_embedding_params": planned.get("non_embedding_params"),
-                "steps": res["steps"],
-                "corpus_tokens": planned.get("corpus_tokens"),
-                "flops": res.get("budget", {}).get("flops") or planned.get("flops"),
-                "val_loss": statistics.fmean(f["val/loss"] for f in final),
-                "val_ppl": statistics.fmean(f["val/ppl"] for f in final),
-                "unigram_loss": statistics.fmean(f.get("val/unigram_loss", math.nan) for f in final),
-                "lr": cfg["optim"]["lr"] * cfg["optim"]["lr_scale"],
-                "tokens_per_s": statistics.fmean(_throughput(r["metrics"]) for r in pre),
-                "wall_s": statistics.fmean(r["results"]["wall_s"] for r in pre),
-            })
-            for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
-                losses = [(r["results"].get("length_extrapolation", {}).get(k) or {}).get("loss") for r in pre]
-                row[f"loss_{k}"] = statistics.fmean(losses) if losses and None not in losses else None
-            scores = [r["eval"]["byte_score"] for r in pre if "eval" in r]
-            if scores:
-                row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
+            row.update(pretrain_row(pre, plan.arms.get(arm) if plan is not None else None))
         if tuned:
             vals = _ft_scores(tuned)
             row["finetune"] = {m: _mean_std(vals[m]) for m in METRICS}
@@ -193,10 +172,41 @@ def summarize(runs: list[dict[str, Any]], plan: dict[str, Any] | None) -> dict[s
     return arms
 
 
+def pretrain_row(pre: list[dict[str, Any]], planned: ArmBudget | None) -> dict[str, Any]:
+    """An arm's pretraining numbers: sizes and budget (the plan's where the runs do not state them), validation
+    loss, perplexity and unigram floor, lr, throughput and wall time (means over pretraining seeds), the loss at
+    2x / 4x the training length and bits per byte."""
+    res = [PretrainResult.from_json(r["results"]) for r in pre]
+    optim = pre[0]["config"]["optim"]
+    row: dict[str, Any] = {
+        "objective": res[0].objective,
+        "pretrain_seeds": len(pre),
+        "params": res[0].num_params,
+        "non_embedding_params": planned.non_embedding_params if planned else None,
+        "steps": res[0].steps,
+        "corpus_tokens": planned.corpus_tokens if planned else None,
+        "flops": (res[0].budget or {}).get("flops") or (planned.flops if planned else None),
+        "val_loss": statistics.fmean(r.final["val/loss"] for r in res),
+        "val_ppl": statistics.fmean(r.final["val/ppl"] for r in res),
+        "unigram_loss": statistics.fmean(r.final.get("val/unigram_loss", math.nan) for r in res),
+        "lr": optim["lr"] * optim["lr_scale"],
+        "tokens_per_s": statistics.fmean(_throughput(r["metrics"]) for r in pre),
+        "wall_s": statistics.fmean(r.wall_s for r in res),
+    }
+    for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
+        losses = [((r.length_extrapolation or {}).get(k) or {}).get("loss") for r in res]
+        row[f"loss_{k}"] = statistics.fmean(losses) if losses and None not in losses else None
+    scores = [r["eval"]["byte_score"] for r in pre if "eval" in r]
+    if scores:
+        row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
+    return row
+
+
 def majority_reference(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The majority-class baseline the first fine-tune stored (every fine-tune of a task tests the same split)."""
     for r in runs:
         if r["results"]["job"] == "finetune" and "majority" in r["results"]:
-            return r["results"]["majority"]
+            return FinetuneResult.from_json(r["results"]).majority
     return None
 
 
@@ -214,17 +224,11 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
             if cache is not None and path != cache:
                 cache.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
             return saved["tfidf"]
-    from famlab.datamodules import load_task
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    task = load_task(
-        d["task"], text_column=d["text_column"], text_pair_column=d["text_pair_column"],
-        label_column=d["label_column"], split_column=d["split_column"],
-        val_fraction=d["val_fraction"] if d["val_fraction"] is not None else 0.1,
-        test_fraction=d["test_fraction"], seed=d["seed"],
-    )
+    task = load_configured_task(d)
 
     def text(e: Any) -> str:
         return e.text if e.text_pair is None else f"{e.text} [SEP] {e.text_pair}"
@@ -247,7 +251,7 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
 
 
 def suite_tasks(
-    dirs: list[Path], runs: list[dict[str, Any]], plan: dict[str, Any] | None, out_dir: Path
+    dirs: list[Path], runs: list[dict[str, Any]], plan: Plan | None, out_dir: Path
 ) -> list[suite_table.TaskRuns] | None:
     """The runs of each task of a suite comparison (its ``suite.json``), labelled with arms; None for one task.
 
@@ -354,7 +358,7 @@ def _curve(run: dict[str, Any], key: str) -> tuple[list[float], list[float], lis
 
 
 def plot_pretraining(
-    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path, plan: dict[str, Any] | None = None
+    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path, plan: Plan | None = None
 ) -> Path:
     """One panel pair per arm: loss vs tokens read and vs training FLOPs, with the arm's unigram floor.
 
@@ -457,48 +461,21 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     sig = significance(families)
     pre_table, ft_table = tables(families, majority, tfidf)
     tasks = suite_tasks(dirs, runs, plan, out_dir)
-    first_cfg = runs[0]["config"]
-    scale = first_cfg.get("size") or "custom"
+    scale = runs[0]["config"].get("size") or "custom"
     smoke = transfer.smoke_scale(scale, plan)
     suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, smoke) if tasks else None
     curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
     scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png") if suite is None else None
-    crossed = any(a != r["family"] for a, r in families.items())  # arms: families x compare.objectives
-    between = "arms (family x objective)" if crossed else "families"
-    md = [f"# famlab comparison: {', '.join(families)}", ""]
-    m = first_cfg["model"]
-    per_family = {r["results"]["family"]: r["config"]["data"]["batch_size"] for r in runs}
-    batches = " / ".join(f"{f} {b}" for f, b in per_family.items())  # size presets may set it per family
-    md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
-              f"seq_len {first_cfg['data']['seq_len']}, pretraining batch {batches}, "
-              f"corpus `{first_cfg['data']['corpus']}`, task `{first_cfg['data']['task']}`).")
-    if plan:
-        spread = plan["achieved_spread"]
-        what = {"flops": "training FLOPs (families.flops)", "tokens": "corpus tokens",
-                "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan["match"]]
-        md.append(f"Budget matched on **{what}**: largest relative difference between {between} "
-                  f"{spread:.2%} (tolerance {plan['tolerance']:.0%}); reference: {plan['reference']}.")
     zero_shot_runs = {arm: pretrain_runs(runs, arm, plan) for arm in families}
-    md += ["", *zero_shot_section(zero_shot_runs)]  # headline table
+    md = [*report_header(runs, families, plan, scale), "", *zero_shot_section(zero_shot_runs)]  # headline table
     zero_shot = zero_shot_rows(zero_shot_runs)
-    md += ["", "## Pretraining", "", pre_table, "",
-           "Validation losses of different objectives are not comparable with each other (different targets); "
-           "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
-           "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not."
-           + (" Each arm's bits per byte conditions on its own objective's input format (the scoring rules of "
-              "objectives/evaluation.py)." if crossed else ""), ""]
+    md += ["", *pretraining_section(pre_table, crossed=_crossed(families))]
     if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
         md += suite["markdown"]
         sig = []
     else:
-        md += ["## Fine-tuning (test split)", "", ft_table, "",
-               f"## Do {between} differ by more than seed variation?", "",
-               "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
-               "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
-    for s in sig:
-        p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
-        diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
-        md.append(f"- {s['pair']}: p = {p}{diff}: {s['verdict']}")
+        md += finetune_section(ft_table, _between(families))
+    md += [significance_line(s) for s in sig]
     bought = transfer.section(runs, probes, families, out_dir, dirs, smoke)
     md += ["", *bought["markdown"]]
     if suite is not None:  # the suite score's gains open "What pretraining bought"
@@ -509,7 +486,8 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     clean = {f: {k: v for k, v in r.items() if not k.endswith("_values")} for f, r in families.items()}
     results = {
-        "scale": scale, "plan": plan, "families": clean, "reference": {"majority": majority, "tfidf": tfidf},
+        "scale": scale, "plan": plan.to_json() if plan is not None else None, "families": clean,
+        "reference": {"majority": majority, "tfidf": tfidf},
         "significance": sig, "runs": [str(r["dir"]) for r in [*runs, *probes]],
         "tables": {"pretrain": pre_table, **({"finetune": ft_table} if suite is None else suite["tables"]),
                    **bought["tables"]},
@@ -523,6 +501,57 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite["summary"]}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results
+
+
+def _crossed(families: dict[str, dict[str, Any]]) -> bool:
+    """Whether the rows are arms of families x ``compare.objectives`` rather than one per family."""
+    return any(a != r["family"] for a, r in families.items())
+
+
+def _between(families: dict[str, dict[str, Any]]) -> str:
+    return "arms (family x objective)" if _crossed(families) else "families"
+
+
+def report_header(
+    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], plan: Plan | None, scale: str
+) -> list[str]:
+    """The title, the scale line and the budget line."""
+    first_cfg = runs[0]["config"]
+    md = [f"# famlab comparison: {', '.join(families)}", ""]
+    m = first_cfg["model"]
+    per_family = {r["results"]["family"]: r["config"]["data"]["batch_size"] for r in runs}
+    batches = " / ".join(f"{f} {b}" for f, b in per_family.items())  # size presets may set it per family
+    md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
+              f"seq_len {first_cfg['data']['seq_len']}, pretraining batch {batches}, "
+              f"corpus `{first_cfg['data']['corpus']}`, task `{first_cfg['data']['task']}`).")
+    if plan is not None:
+        what = {"flops": "training FLOPs (families.flops)", "tokens": "corpus tokens",
+                "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan.match]
+        md.append(f"Budget matched on **{what}**: largest relative difference between {_between(families)} "
+                  f"{plan.achieved_spread:.2%} (tolerance {plan.tolerance:.0%}); reference: {plan.reference}.")
+    return md
+
+
+def pretraining_section(pre_table: str, crossed: bool) -> list[str]:
+    return ["## Pretraining", "", pre_table, "",
+            "Validation losses of different objectives are not comparable with each other (different targets); "
+            "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
+            "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not."
+            + (" Each arm's bits per byte conditions on its own objective's input format (the scoring rules of "
+               "objectives/evaluation.py)." if crossed else ""), ""]
+
+
+def finetune_section(ft_table: str, between: str) -> list[str]:
+    return ["## Fine-tuning (test split)", "", ft_table, "",
+            f"## Do {between} differ by more than seed variation?", "",
+            "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
+            "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
+
+
+def significance_line(s: dict[str, Any]) -> str:
+    p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
+    diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
+    return f"- {s['pair']}: p = {p}{diff}: {s['verdict']}"
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:

@@ -21,6 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from famlab.experiments.analysis.results import Plan
 from famlab.experiments.analysis.stats import above, holm, welch
 
 ALPHA = 0.05
@@ -110,11 +111,11 @@ SMOKE = ("This is a smoke-scale run: the tiny shape with less pretraining than t
          "small` on one GPU.")
 
 
-def smoke_scale(scale: str | None, plan: dict[str, Any] | None) -> bool:
+def smoke_scale(scale: str | None, plan: Plan | None) -> bool:
     """A tiny comparison whose reference pretraining steps fall short of the ``cpu`` preset's."""
     from famlab.experiments.configuration.compose import load_yaml, preset_path
 
-    steps = (plan or {}).get("reference_steps")
+    steps = plan.reference_steps if plan is not None else None
     if scale != "tiny" or steps is None:
         return False
     return int(steps) < int(load_yaml(preset_path("cpu")).trainer.max_steps)

@@ -2,7 +2,7 @@
 
 Steps (each run is a run directory inside ``runs/compare-<name>-<ts>/``, all in one W&B group):
 1. one tokenizer for every family, trained once on the corpus (cached), its path passed to each run;
-2. budget plan (``compare.match``, :mod:`famlab.experiments.configuration.budget`): steps or sizes per arm;
+2. budget plan (``compare.match``, :mod:`famlab.experiments.commands.compare_budget`): steps or sizes per arm;
 3. optional ``compare.lr_grid``: the pretraining lr per arm with the lowest final validation loss;
 4. per arm and ``compare.pretrain_seeds``: pretrain, then bits per byte on validation documents;
 5. per pretrained model: fine-tune on ``data.task`` for ``compare.seeds``; per family the scratch baseline
@@ -24,24 +24,20 @@ minutes on 2 CPU cores); ``famlab compare small`` is the serious single-GPU sett
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from famlab.experiments.analysis.results import FinetuneResult, Plan, PretrainResult
 from famlab.experiments.commands import compare_suite
+from famlab.experiments.commands.compare_budget import plan_budget
 from famlab.experiments.commands.evaluate import BUNDLED, evaluate_run, read_items
 from famlab.experiments.commands.suite import read_suite
-from famlab.experiments.configuration.budget import (
-    BudgetError,
-    count_params,
-    match_steps,
-    relative_spread,
-    solve_params,
-    step_cost,
-)
 from famlab.experiments.configuration.compose import compose, flatten, load_yaml, parse_overrides, preset_path
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing.run import get_bundle, set_vocab, token_ids, write_json
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 
@@ -183,78 +179,6 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
     return arms, [f for f in families if not chosen[f]]
 
 
-def make_objective_for(cfg: Config, ids: Any) -> Any:
-    """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
-    from famlab.experiments.commands.pretrain import objective_settings
-    from famlab.objectives import make_objective
-
-    return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
-                          **objective_settings(cfg))
-
-
-def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> dict[str, Any]:
-    """Match the budget across arms in place (steps or sizes); returns what the report states.
-
-    ``cfgs`` maps arm names to configs (:func:`compose_all`). ``plan["families"]`` is keyed by arm name (the
-    key keeps its historical name: with ``compare.objectives=[]`` the arms are the families); each entry
-    names its ``family`` and ``objective``. FLOPs and corpus tokens per step come from each arm's own
-    objective batch shape, so arms of one family with different objectives get different step counts.
-    """
-    match, tol = base.compare.match.value, base.compare.tolerance
-    plan: dict[str, Any] = {"match": match, "tolerance": tol, "families": {}}
-    if match == "params":
-        ref_arm = next(iter(cfgs))
-        target = count_params(cfgs[ref_arm].model)[1]
-        for arm, cfg in cfgs.items():
-            if arm != ref_arm:
-                cfg.model, _ = solve_params(cfg.model, target)
-        plan["target_non_embedding_params"] = target
-        plan["reference"] = f"{ref_arm} at its preset size (non-embedding parameters)"
-    costs = {}
-    for arm, cfg in cfgs.items():
-        acc = cfg.trainer.accumulate_grad_batches
-        costs[arm] = step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size, acc)
-    if match in ("flops", "tokens"):
-        per_step = {f: (c.flops if match == "flops" else c.corpus_tokens) for f, c in costs.items()}
-        ordered = sorted(per_step.values())
-        median = ordered[len(ordered) // 2]
-        target = base.trainer.max_steps * median
-        steps = match_steps(per_step, target, tol, match)
-        checks = max(1, round(base.trainer.max_steps / base.trainer.val_check_interval))
-        for arm, cfg in cfgs.items():
-            cfg.trainer.max_steps = steps[arm]
-            cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, max(1, steps[arm] // 5))
-            cfg.trainer.val_check_interval = _divisor_near(steps[arm], steps[arm] / checks)
-        plan["target"] = target
-        plan["reference_steps"] = base.trainer.max_steps
-        plan["reference"] = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost " + (
-            "arm" if base.compare.objectives else "family")
-    for arm, cfg in cfgs.items():
-        total, non_emb = count_params(cfg.model)
-        c = costs[arm]
-        plan["families"][arm] = {
-            "family": cfg.model.family.value,
-            "objective": cfg.objective.name,
-            "steps": cfg.trainer.max_steps,
-            "flops_per_step": c.flops,
-            "corpus_tokens_per_step": c.corpus_tokens,
-            "flops": c.flops * cfg.trainer.max_steps,
-            "corpus_tokens": c.corpus_tokens * cfg.trainer.max_steps,
-            "params": total,
-            "non_embedding_params": non_emb,
-            "batch_shape": c.shape,
-            "dim": cfg.model.dim,
-            "ffn_dim": cfg.model.ffn_dim,
-            "num_layers": cfg.model.num_layers,
-        }
-    measure = {"flops": "flops", "tokens": "corpus_tokens", "params": "non_embedding_params"}[match]
-    spread = relative_spread({f: float(v[measure]) for f, v in plan["families"].items()})
-    plan["achieved_spread"] = spread
-    if spread > tol:
-        raise BudgetError(f"compare.match={match}: budgets differ by {spread:.2%} > compare.tolerance={tol}")
-    return plan
-
-
 def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None = None) -> Path:
     """Write a seeded subsample of ``data.task`` as CSV: ``limit`` train examples, ``eval_limit`` (default
     ``limit // 5``) each val/test.
@@ -265,15 +189,8 @@ def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None =
     import csv
     import random
 
-    from famlab.datamodules import load_task
-
-    d = cfg.data
-    task = load_task(
-        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
-        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
-        test_fraction=d.test_fraction, seed=d.seed,
-    )
-    rng = random.Random(d.seed)
+    task = load_configured_task(cfg.data)
+    rng = random.Random(cfg.data.seed)
     train = rng.sample(task.train, min(limit, len(task.train)))
     seen = {e.label for e in train}
     rows = [("train", e) for e in train]
@@ -297,15 +214,6 @@ def _has_pairs(path: Path) -> bool:
         return any(row["text_pair"] for row in csv.DictReader(f))
 
 
-def _divisor_near(n: int, want: float) -> int:
-    """The divisor of ``n`` closest to ``want`` (log scale): validating every that many steps ends on the last
-    step, so each family's final validation loss is measured at the end of its budget."""
-    import math
-
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return min(divisors, key=lambda d: (abs(math.log(d / want)), -d))
-
-
 def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[str, Any]:
     """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on validation documents."""
     from famlab.experiments.commands.finetune import Init, load_network
@@ -323,10 +231,22 @@ def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[st
     return {"measure": score.measure, "value": score.value, "num_texts": score.num_texts, "num_bytes": score.num_bytes}
 
 
+@dataclasses.dataclass
+class PretrainedRun:
+    """A comparison's pretraining run: its results and the config it ran with (fine-tunes start from both)."""
+
+    result: PretrainResult
+    cfg: Config
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.result.run_dir)
+
+
 def _pretrain_one(
     cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
     evaluate: Any = None,
-) -> dict:
+) -> PretrainedRun:
     from famlab.experiments.commands.pretrain import pretrain
 
     run = copy.deepcopy(cfg)
@@ -335,21 +255,79 @@ def _pretrain_one(
     run.name = Path(run.run_dir).name
     run.wandb.group = group
     run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
-    results = pretrain(run, evaluate=evaluate)
-    results["cfg"] = run
-    return results
+    return PretrainedRun(pretrain(run, evaluate=evaluate), run)
+
+
+@dataclasses.dataclass
+class Clock:
+    """The comparison's wall time per phase and its ``[done/total]`` progress lines."""
+
+    started: float
+    total_jobs: int
+    done: int = 0
+    phases: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"pretraining": 0.0, "evaluation": 0.0, "fine-tuning": 0.0, "probes": 0.0})
+
+    def timed(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn``, adding its wall time to ``phase`` (minus what nested timed calls already counted)."""
+        t0, before = time.time(), sum(self.phases.values())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.phases[phase] += (time.time() - t0) - (sum(self.phases.values()) - before)
+
+    def progress(self, what: str) -> None:
+        self.done += 1
+        log(f"[{self.done}/{self.total_jobs}] {what} ({time.time() - self.started:.0f} s elapsed)")
+
+
+@dataclasses.dataclass
+class Comparison:
+    """What every step of one comparison shares once its budget is planned."""
+
+    base: Config
+    cfgs: dict[str, Config]  # arm -> config
+    comp_dir: Path
+    corpus: Any
+    bundle: Any  # the one tokenizer of every family
+    suite: list[compare_suite.SuiteTask | None]  # [None]: one task, its runs in the compare directory itself
+    plan: Plan
+    clock: Clock
+
+    @property
+    def group(self) -> str:
+        return self.comp_dir.name  # unique per invocation (name + timestamp): W&B groups never mix two comparisons
+
+    @property
+    def budget_tag(self) -> str:
+        return f"budget-{self.base.compare.match.value}"
 
 
 def run_compare(presets: list[str], overrides: list[str]) -> Path:
     """Run the whole comparison; returns the comparison directory."""
-    from famlab.datamodules import load_corpus
-
     started = time.time()
     base, cfgs = compose_all(presets, overrides)
-    cmp = base.compare
     specs = read_suite(base.data.task)  # None: one task
     if specs is not None:
         compare_suite.check_tasks(base, specs)  # a bad suite fails before anything runs
+    comp_dir = make_compare_dir(base, cfgs)
+    corpus, bundle = share_tokenizer(base, cfgs, comp_dir)
+    suite = prepare_tasks(base, cfgs, specs, comp_dir)
+    plan = plan_budget(base, cfgs, token_ids(bundle))
+    plan.tokenizer_hash = bundle.hash
+    write_json(comp_dir / "plan.json", plan.to_json())
+    log_plan(base, plan)
+    clock = Clock(started, count_jobs(base, cfgs, suite))
+    comparison = Comparison(base, cfgs, comp_dir, corpus, bundle, suite, plan, clock)
+    for arm, cfg in cfgs.items():
+        run_arm(comparison, arm, cfg)
+    finish(comparison, presets, overrides)
+    return comp_dir
+
+
+def make_compare_dir(base: Config, cfgs: dict[str, Config]) -> Path:
+    """``runs/compare-<name>-<timestamp>/``, created (a second comparison in the same second gets an ``x``)."""
+    cmp = base.compare
     size = base.size or "custom"
     families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
     name = base.name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
@@ -357,133 +335,184 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     while comp_dir.exists():
         comp_dir = comp_dir.with_name(comp_dir.name + "x")
     comp_dir.mkdir(parents=True)
-    group = comp_dir.name  # unique per invocation (name + timestamp): W&B groups never mix two comparisons
     what = "arms" if cmp.objectives else "families"
     log(f"{comp_dir}: {what} {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size}")
+    return comp_dir
+
+
+def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path) -> tuple[Any, Any]:
+    """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings), pointed at by each
+    arm's config, with one W&B directory for the whole comparison; returns ``(corpus, bundle)``."""
+    from famlab.datamodules import load_corpus
 
     val_fraction = base.data.val_fraction if base.data.val_fraction is not None else 0.05
     corpus = load_corpus(base.data.corpus, val_fraction=val_fraction, seed=base.data.seed)
-    bundle = get_bundle(base, corpus, comp_dir)  # trained once (cached by corpus + settings), shared by all
+    bundle = get_bundle(base, corpus, comp_dir)
     shared = str((comp_dir / "tokenizer.json").resolve())
     for cfg in cfgs.values():
         cfg.data.tokenizer.path = shared
-        cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())  # one W&B directory for the whole comparison
+        cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())
         set_vocab(cfg, bundle.vocab_size)
-    if cmp.task_limit and specs is None:
-        task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
-        log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
-            f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
-        for cfg in cfgs.values():
-            d = cfg.data
-            d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
-            d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
-    suite: list[compare_suite.SuiteTask | None] = [None]  # one task: its runs in the compare directory itself
-    if specs is not None:
-        suite = list(compare_suite.prepare_tasks(base, specs, comp_dir, _subsampler(cmp) if cmp.task_limit else None))
-        log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
-    plan = plan_budget(base, cfgs, token_ids(bundle))
-    plan["tokenizer_hash"] = bundle.hash
-    write_json(comp_dir / "plan.json", plan)
-    for arm, p in plan["families"].items():
-        log(
-            f"budget {arm}: {p['steps']} steps x {p['batch_shape']}, {p['flops']:.3e} FLOPs, "
-            f"{p['corpus_tokens']} corpus tokens, {p['non_embedding_params']} non-embedding params"
-        )
-    log(f"budget spread on {cmp.match.value}: {plan['achieved_spread']:.3%} (tolerance {cmp.tolerance:.0%})")
+    return corpus, bundle
 
-    scratch_cfgs = {}  # family -> the config of its first arm (model size as budgeted; objective irrelevant)
+
+def prepare_tasks(
+    base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_dir: Path
+) -> list[compare_suite.SuiteTask | None]:
+    """The fine-tuning tasks: ``[None]`` for one task (subsampled to ``compare.task_limit`` into the compare
+    directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task."""
+    cmp = base.compare
+    if specs is None:
+        if cmp.task_limit:
+            use_subsample(base, cfgs, comp_dir)
+        return [None]
+    suite = list(compare_suite.prepare_tasks(base, specs, comp_dir, _subsampler(cmp) if cmp.task_limit else None))
+    log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
+    return suite
+
+
+def use_subsample(base: Config, cfgs: dict[str, Config], comp_dir: Path) -> None:
+    """Write ``task.csv`` (:func:`subsample_task`) and point every arm's ``data.*`` at it."""
+    cmp = base.compare
+    task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
+    log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
+        f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
     for cfg in cfgs.values():
-        scratch_cfgs.setdefault(cfg.model.family.value, cfg)
+        d = cfg.data
+        d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
+        d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
+
+
+def log_plan(base: Config, plan: Plan) -> None:
+    for arm, p in plan.arms.items():
+        log(
+            f"budget {arm}: {p.steps} steps x {p.batch_shape}, {p.flops:.3e} FLOPs, "
+            f"{p.corpus_tokens} corpus tokens, {p.non_embedding_params} non-embedding params"
+        )
+    cmp = base.compare
+    log(f"budget spread on {cmp.match.value}: {plan.achieved_spread:.3%} (tolerance {cmp.tolerance:.0%})")
+
+
+def scratch_configs(cfgs: dict[str, Config]) -> dict[str, Config]:
+    """Family -> the config of its first arm: its scratch baseline (model size as budgeted; objective irrelevant)."""
+    first: dict[str, Config] = {}
+    for cfg in cfgs.values():
+        first.setdefault(cfg.model.family.value, cfg)
+    return first
+
+
+def count_jobs(base: Config, cfgs: dict[str, Config], suite: list[Any]) -> int:
+    """The progress lines the comparison will print: pretraining runs, probes, fine-tunes, scratch baselines."""
+    cmp = base.compare
     per_seed = 1 + (bool(cmp.seeds) + cmp.probe) * len(suite)
-    total_jobs = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))
-    total_jobs += len(scratch_cfgs) * bool(cmp.scratch_seeds) * len(suite)
-    done = 0
+    total = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))
+    return total + len(scratch_configs(cfgs)) * bool(cmp.scratch_seeds) * len(suite)
 
-    def progress(what: str) -> None:
-        nonlocal done
-        done += 1
-        log(f"[{done}/{total_jobs}] {what} ({time.time() - started:.0f} s elapsed)")
 
-    budget_tag = f"budget-{cmp.match.value}"
-    phases = {"pretraining": 0.0, "evaluation": 0.0, "fine-tuning": 0.0, "probes": 0.0}
+def run_arm(c: Comparison, arm: str, cfg: Config) -> None:
+    """One arm: the lr grid (if any), then per pretraining seed: pretrain, evaluate, probe and fine-tune on every
+    task; after the family's first arm, its scratch baseline."""
+    cmp = c.base.compare
+    tags = [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
+    tuned = tune_lr(c, arm, cfg, tags) if cmp.lr_grid else None
+    for i, seed in enumerate(cmp.pretrain_seeds):
+        run = tuned if tuned is not None and i == 0 else pretrain_seed(c, arm, cfg, tags, seed)
+        evaluate_pretrained(c, arm, seed, run)
+        for task in c.suite:
+            transfer_to(c, task, arm, seed, run, tags)
+    if cmp.scratch_seeds and scratch_configs(c.cfgs).get(cfg.model.family.value) is cfg:
+        scratch_baseline(c, cfg)
 
-    def timed(phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn``, adding its wall time to ``phase`` (minus what nested timed calls already counted)."""
-        t0, before = time.time(), sum(phases.values())
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            phases[phase] += (time.time() - t0) - (sum(phases.values()) - before)
 
-    for arm, cfg in cfgs.items():
-        family = cfg.model.family.value
-        tags = [family, str(cfg.objective.name), budget_tag, "compare"]
-        if cmp.lr_grid:
-            tried = []
-            for lr in cmp.lr_grid:
-                trial = copy.deepcopy(cfg)
-                trial.optim.lr, trial.optim.lr_scale = lr, 1.0
-                r = timed("pretraining", _pretrain_one,
-                          trial, comp_dir, group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm)
-                tried.append((r["final"].get("val/loss", float("inf")), lr, r))
-                progress(f"lr {lr:g} {arm}: val/loss {r['final'].get('val/loss')}")
-            best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
-            cfg.optim.lr, cfg.optim.lr_scale = best_lr, 1.0
-            plan["families"][arm]["lr_grid"] = {f"{lr:g}": loss for loss, lr, _ in tried}
-            plan["families"][arm]["lr"] = best_lr
-            write_json(comp_dir / "plan.json", plan)
-            log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
-        for i, seed in enumerate(cmp.pretrain_seeds):
-            if cmp.lr_grid and i == 0:
-                run = next(r for loss, lr, r in tried if lr == best_lr)
-            else:
-                run = timed("pretraining", _pretrain_one, cfg, comp_dir, group, tags, seed, arm=arm,
-                            evaluate=lambda d, c: timed("evaluation", byte_scores, d, c, corpus, bundle))
-                progress(f"pretrain {arm} seed {seed}: val/loss {run['final'].get('val/loss')}")
-            run_dir, run_cfg = Path(run["run_dir"]), run["cfg"]
-            scores = run.get("byte_score") or timed("evaluation", byte_scores, run_dir, run_cfg, corpus, bundle)
-            evaluated = {"byte_score": scores}
-            try:  # the bundled zero-shot tasks; a model whose positions cannot hold their items skips them
-                evaluated["zero_shot"] = timed("evaluation", zero_shot_scores, run_dir, limit=COMPARE_ITEMS)
-            except ValueError as e:
-                log(f"{arm} seed {seed}: zero-shot tasks skipped ({e})")
-            write_json(run_dir / "eval.json", evaluated)
-            log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
-            for task in suite:
-                where, on = _task_place(comp_dir, task), _task_tag(task)
-                task_cfg = compare_suite.task_config(run_cfg, task)
-                if cmp.probe:
-                    r = timed("probes", _probe, task_cfg, str(run_dir), where / f"{arm}-probe-s{seed}", group,
-                              [*tags, *on])
-                    pre_acc, rand_acc = r["pretrained"]["test"]["test/acc"], r["random_mean"]["test/acc"]
-                    progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): test/acc {pre_acc:.3f} "
-                             f"vs random-init {rand_acc:.3f}")
-                if cmp.seeds:
-                    r = timed("fine-tuning", _finetune, task_cfg, str(run_dir), where / f"{arm}-ft-s{seed}",
-                              list(cmp.seeds), group, [*tags, *on])
-                    progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
-                             f"test/acc {r['mean']['test/acc']:.3f}")
-        if cmp.scratch_seeds and scratch_cfgs.get(family) is cfg:  # once per family, after its first arm
-            # the objective tag only where it is the family's single (preset) objective, as before arms existed
-            objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
-            for task in suite:
-                r = timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
-                          _task_place(comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds), group,
-                          [family, *objective_tag, budget_tag, "compare", "scratch", *_task_tag(task)])
-                progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds)}: "
-                         f"test/acc {r['mean']['test/acc']:.3f}")
+def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> PretrainedRun:
+    """``compare.lr_grid``: pretrain the first seed at each lr and keep the lr with the lowest final validation
+    loss (in ``cfg`` and ``plan.json``); returns the run at that lr, which stands for the first seed."""
+    cmp = c.base.compare
+    tried = []
+    for lr in cmp.lr_grid:
+        trial = copy.deepcopy(cfg)
+        trial.optim.lr, trial.optim.lr_scale = lr, 1.0
+        r = c.clock.timed("pretraining", _pretrain_one,
+                          trial, c.comp_dir, c.group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm)
+        tried.append((r.result.final.get("val/loss", float("inf")), lr, r))
+        c.clock.progress(f"lr {lr:g} {arm}: val/loss {r.result.final.get('val/loss')}")
+    best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
+    cfg.optim.lr, cfg.optim.lr_scale = best_lr, 1.0
+    c.plan.arms[arm].lr_grid = {f"{lr:g}": loss for loss, lr, _ in tried}
+    c.plan.arms[arm].lr = best_lr
+    write_json(c.comp_dir / "plan.json", c.plan.to_json())
+    log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
+    return next(r for _, lr, r in tried if lr == best_lr)
 
+
+def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
+    """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open."""
+    run = c.clock.timed("pretraining", _pretrain_one, cfg, c.comp_dir, c.group, tags, seed, arm=arm,
+                        evaluate=lambda d, rc: c.clock.timed("evaluation", byte_scores, d, rc, c.corpus, c.bundle))
+    c.clock.progress(f"pretrain {arm} seed {seed}: val/loss {run.result.final.get('val/loss')}")
+    return run
+
+
+def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) -> None:
+    """Bits per byte and the bundled zero-shot tasks of a pretrained model, into its ``eval.json``."""
+    scores = run.result.byte_score or c.clock.timed("evaluation", byte_scores, run.run_dir, run.cfg, c.corpus,
+                                                    c.bundle)
+    evaluated = {"byte_score": scores}
+    try:  # the bundled zero-shot tasks; a model whose positions cannot hold their items skips them
+        evaluated["zero_shot"] = c.clock.timed("evaluation", zero_shot_scores, run.run_dir, limit=COMPARE_ITEMS)
+    except ValueError as e:
+        log(f"{arm} seed {seed}: zero-shot tasks skipped ({e})")
+    write_json(run.run_dir / "eval.json", evaluated)
+    log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
+
+
+def transfer_to(
+    c: Comparison, task: compare_suite.SuiteTask | None, arm: str, seed: int, run: PretrainedRun, tags: list[str]
+) -> None:
+    """Probe (``compare.probe``) and fine-tune (``compare.seeds``) one pretrained model on one task."""
+    cmp = c.base.compare
+    where, on = _task_place(c.comp_dir, task), _task_tag(task)
+    task_cfg = compare_suite.task_config(run.cfg, task)
+    if cmp.probe:
+        r = c.clock.timed("probes", _probe, task_cfg, str(run.run_dir), where / f"{arm}-probe-s{seed}", c.group,
+                          [*tags, *on])
+        pre_acc, rand_acc = r["pretrained"]["test"]["test/acc"], r["random_mean"]["test/acc"]
+        c.clock.progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): test/acc {pre_acc:.3f} "
+                         f"vs random-init {rand_acc:.3f}")
+    if cmp.seeds:
+        ft = c.clock.timed("fine-tuning", _finetune, task_cfg, str(run.run_dir), where / f"{arm}-ft-s{seed}",
+                           list(cmp.seeds), c.group, [*tags, *on])
+        c.clock.progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
+                         f"test/acc {ft.mean['test/acc']:.3f}")
+
+
+def scratch_baseline(c: Comparison, cfg: Config) -> None:
+    """Fine-tune the family's network from scratch on every task (``compare.scratch_seeds``)."""
+    cmp = c.base.compare
+    family = cfg.model.family.value
+    # the objective tag only where it is the family's single (preset) objective, as before arms existed
+    objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
+    for task in c.suite:
+        ft = c.clock.timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
+                           _task_place(c.comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds), c.group,
+                           [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)])
+        c.clock.progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds)}: "
+                         f"test/acc {ft.mean['test/acc']:.3f}")
+
+
+def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
+    """``compare.json`` (wall time per phase), the report and its W&B run."""
     from famlab.experiments.analysis.report import build_report
 
-    wall = time.time() - started
-    (comp_dir / "compare.json").write_text(
-        json.dumps({"wall_s": round(wall, 1), "phases": {k: round(v, 1) for k, v in phases.items()},
+    wall = time.time() - c.clock.started
+    (c.comp_dir / "compare.json").write_text(
+        json.dumps({"wall_s": round(wall, 1), "phases": {k: round(v, 1) for k, v in c.clock.phases.items()},
                     "presets": presets, "overrides": overrides}, indent=2) + "\n"
     )
-    build_report([comp_dir], comp_dir)
-    log_report_run(base, comp_dir, group=group, name=f"{comp_dir.name}-report", sources=pretraining_dirs(comp_dir))
-    log(f"done in {time.time() - started:.0f} s: {comp_dir / 'report.md'}")
-    return comp_dir
+    build_report([c.comp_dir], c.comp_dir)
+    log_report_run(c.base, c.comp_dir, group=c.group, name=f"{c.comp_dir.name}-report",
+                   sources=pretraining_dirs(c.comp_dir))
+    log(f"done in {time.time() - c.clock.started:.0f} s: {c.comp_dir / 'report.md'}")
 
 
 def _subsampler(cmp: Any) -> compare_suite.Subsample:
@@ -510,7 +539,7 @@ def _task_note(task: compare_suite.SuiteTask | None) -> str:
     return "" if task is None else f" on {task.spec.name}"
 
 
-def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> dict:
+def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> FinetuneResult:
     from famlab.experiments.commands.finetune import finetune, parse_init
 
     ft = copy.deepcopy(cfg)

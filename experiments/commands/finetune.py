@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, to_dataclass, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing.reliability import (
     Preempted,
     PreemptionCallback,
@@ -318,13 +320,7 @@ def select_point(val: dict[GridPoint, dict[str, float]], mode: str) -> GridPoint
 
 def load_task_for(d: Any) -> Any:
     """``data.task`` with the data section's column and split settings."""
-    from famlab.datamodules import load_task
-
-    task = load_task(
-        d.task, text_column=d.text_column, text_pair_column=d.text_pair_column, label_column=d.label_column,
-        split_column=d.split_column, val_fraction=d.val_fraction if d.val_fraction is not None else 0.1,
-        test_fraction=d.test_fraction, seed=d.seed,
-    )
+    task = load_configured_task(d)
     if len(task.labels) < 2:
         raise ConfigInputError(f"data.task={d.task}: column {d.label_column!r} has {len(task.labels)} class "
                                f"({', '.join(map(str, task.labels))}); a classification task needs at least 2")
@@ -338,7 +334,7 @@ def default_pooling(family: str, has_pooler: bool = False) -> str:
     return "cls" if family == "bert" and has_pooler else family_defaults(family).pooling
 
 
-def finetune(cfg: Config, init: Init) -> dict[str, Any]:
+def finetune(cfg: Config, init: Init) -> FinetuneResult:
     """Fine-tune every grid point x seed, select on validation, test the selected models once.
 
     Protocol (the same for a pretrained and a from-scratch network): every (body lr, head lr) pair of the grid
@@ -350,7 +346,29 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     if cfg.resume not in ("never", "auto"):
         raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
                                "last.ckpt; use resume=auto with run_dir=<the fine-tune's run directory>")
-    d = cfg.data
+    has_pooler = settle_model(cfg, init)
+    task = load_task_for(cfg.data)
+    run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
+    bundle = finetune_bundle(cfg, init, run_dir)
+    family = cfg.model.family.value
+    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
+    if cfg.resume == "auto":
+        check_resumed_config(run_dir, to_plain(cfg))  # skipping recorded jobs under other settings would mix results
+        if (run_dir / "results.json").is_file():
+            print(f"famlab: {run_dir} is done (results.json); nothing to resume", file=sys.stderr)
+            return FinetuneResult.from_json(json.loads((run_dir / "results.json").read_text(encoding="utf-8")))
+    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
+    grid = _Grid(_Job(cfg, init, task, bundle, pooling, written), run_dir)
+    chosen = grid.run()
+    grid.drop_unselected(chosen)
+    results = grid.result(chosen, started)
+    write_json(run_dir / "results.json", results.to_json())
+    return results
+
+
+def settle_model(cfg: Config, init: Init) -> bool:
+    """Set ``cfg.model`` to the model that fine-tunes (an hf: model's own config; ``finetune.dropout``); returns
+    whether it brings a trained pooler (a Hugging Face BERT)."""
     hf_pooler = None
     if init.kind == "hf":
         # the family (and so the run name) is only known once the model is loaded; fail early if it cannot be
@@ -358,9 +376,11 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
         cfg.model = net0.config
     if cfg.finetune.dropout is not None:  # the fine-tune's model: config.yaml records the dropout it trains with
         cfg.model = dataclasses.replace(cfg.model, dropout=cfg.finetune.dropout)
-    has_pooler = init.kind == "hf" and hf_pooler is not None
-    task = load_task_for(d)
-    run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
+    return init.kind == "hf" and hf_pooler is not None
+
+
+def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> Any:
+    """The model's tokenizer: an hf: model's own, a run's, or one trained on the corpus for a scratch network."""
     if init.kind == "hf":
         bundle = hf_bundle(init.hf or "", run_dir)
     elif init.kind == "run":
@@ -368,116 +388,128 @@ def finetune(cfg: Config, init: Init) -> dict[str, Any]:
     else:
         from famlab.datamodules import load_corpus
 
-        corpus = load_corpus(d.corpus, val_fraction=0.05, seed=d.seed)
+        corpus = load_corpus(cfg.data.corpus, val_fraction=0.05, seed=cfg.data.seed)
         bundle = get_bundle(cfg, corpus, run_dir)
         set_vocab(cfg, bundle.vocab_size)
     if bundle.vocab_size > cfg.model.vocab_size:  # HF T5 pads its embedding to 32128 > 32100 tokens: fine
         raise ConfigInputError(
             f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {bundle.vocab_size} tokens"
         )
-    family = cfg.model.family.value
-    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
-    if cfg.resume == "auto":
-        check_resumed_config(run_dir, to_plain(cfg))  # skipping recorded jobs under other settings would mix results
-        if (run_dir / "results.json").is_file():
-            print(f"famlab: {run_dir} is done (results.json); nothing to resume", file=sys.stderr)
-            return json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
-    job = _Job(cfg, init, task, bundle, pooling, written)
+    return bundle
 
-    ft = cfg.finetune
-    points = grid_points(ft)
-    mode = "min" if ft.monitor.endswith("loss") else "max"
-    val: dict[GridPoint, dict[str, float]] = {}
-    best: dict[tuple[GridPoint, int], str] = {}
-    per_seed: dict[str, dict[str, float]] = {}
-    last: tuple[int, Path] | None = None  # the latest finished job's step and last.ckpt (named if stopped next)
-    # with a grid, each run's W&B run stays open until selection, so the selected point's test scores land in
-    # the run that trained the model (one id, one .wandb file, one `wandb sync`) and the others say they lost.
-    # Jobs skipped on resume finished in an earlier process: their W&B runs are closed and get no selection.
-    held: dict[tuple[GridPoint, int], tuple[list[Any], int]] = {}
+
+def _finish_wandb(loggers: list[Any], **selection: Any) -> None:
+    """Record a job's selection outcome in its W&B run and close the run."""
     try:
-        with SignalLatch() as latch:  # a stop signal outside the jobs' training steps stops at the next boundary
-            for point in points:
-                val[point] = {}
-                for seed in ft.seeds:
-                    if latch.requested():
-                        raise Preempted(*(last or (0, None)), signum=latch.signum)
-                    grid_name, seed_name = point if len(points) > 1 else None, seed if len(ft.seeds) > 1 else None
-                    seed_dir = _seed_dir(run_dir, grid_name, seed_name)
-                    name = "-".join([run_dir.name, *([point.name] if grid_name else []),
-                                     *([f"s{seed}"] if seed_name is not None else [])])  # seed 0 named too
-                    record = _read_job(seed_dir) if cfg.resume == "auto" else None
-                    if record is not None:
-                        print(f"famlab: fine-tuning job {name} is done ({seed_dir / JOB_FILE}); skipped",
-                              file=sys.stderr)
-                    else:
-                        record, loggers = job.fit(point, seed, seed_dir, name, test_now=len(points) == 1, latch=latch)
-                        if record["test"] is None:
-                            held[point, seed] = loggers, record["steps"]
-                        else:  # a one-point grid: tested already, nothing left to wait for
-                            try:
-                                record_selection(loggers, selected=True, point=point.name)
-                            finally:
-                                close_wandb(loggers)
-                    val[point][str(seed)], best[point, seed] = record["val"], record["best"]
-                    last = (record["steps"], seed_dir / "checkpoints" / "last.ckpt")
-                    if record["test"] is not None:
-                        per_seed[str(seed)] = record["test"]
-            chosen = select_point(val, mode)
-            if len(points) > 1:  # the test split is read once, after selection, by the selected point's models only
-                for seed in ft.seeds:
-                    if latch.requested():
-                        raise Preempted(*(last or (0, None)), signum=latch.signum)
-                    per_seed[str(seed)] = test = job.test(chosen, seed, best[chosen, seed])
-                    if (chosen, seed) in held:
-                        loggers, step = held.pop((chosen, seed))
-                        try:
-                            record_selection(loggers, selected=True, point=chosen.name, test=test, step=step)
-                        finally:
-                            close_wandb(loggers)
-                for key in list(held):
-                    loggers, step = held.pop(key)
-                    try:
-                        record_selection(loggers, selected=False, point=chosen.name, step=step)
-                    finally:
-                        close_wandb(loggers)
-    except Preempted as e:
-        e.run_dir = run_dir  # the fine-tune resumes as a whole; the checkpoint is one job's
-        raise
-    finally:  # a run stopped part-way (preemption, non-finite loss) leaves no W&B run open
-        for loggers, _ in held.values():
-            close_wandb(loggers)
-    if len(points) > 1:
-        for point in points:
-            if point != chosen:
-                for seed in ft.seeds:
-                    _drop_checkpoints(Path(best[point, seed]).parent)
-
-    mean = {k: statistics.fmean(s[k] for s in per_seed.values()) for k in METRICS}
-    std = {k: statistics.stdev([s[k] for s in per_seed.values()]) if len(per_seed) > 1 else 0.0 for k in METRICS}
-    results = {
-        "job": "finetune",
-        "family": family,
-        "init": cfg.init,
-        "task": task.name,
-        "num_classes": len(task.labels),
-        "sizes": {"train": len(task.train), "val": len(task.val), "test": len(task.test)},
-        "pooling": pooling,
-        "grid": [{"lr": p.lr, "head_lr": p.head_lr, "val": val[p], "val_mean": statistics.fmean(val[p].values())}
-                 for p in points],
-        "selected": {"lr": chosen.lr, "head_lr": chosen.head_lr},
-        "selection": f"{'highest' if mode == 'max' else 'lowest'} mean {ft.monitor} over seeds",
-        "seeds": per_seed,
-        "mean": mean,
-        "std": std,
-        "majority": majority_baseline(task),
-        "wall_s": round(time.time() - started, 1),
-    }
-    write_json(run_dir / "results.json", results)
-    return results
+        record_selection(loggers, **selection)
+    finally:
+        close_wandb(loggers)
 
 
+class _Grid:
+    """One fine-tune's grid: every (grid point, seed) job trained or, on resume, read back; the selected point's
+    models tested; every job's W&B run closed with its selection outcome.
+
+    With a grid, each job's W&B run stays open until selection, so the selected point's test scores land in the
+    run that trained the model (one id, one .wandb file, one `wandb sync`) and the others say they lost. Jobs
+    skipped on resume finished in an earlier process: their W&B runs are closed and get no selection.
+    """
+
+    def __init__(self, job: _Job, run_dir: Path) -> None:
+        self.job, self.run_dir = job, run_dir
+        self.points, self.seeds = grid_points(job.cfg.finetune), list(job.cfg.finetune.seeds)
+        self.val: dict[GridPoint, dict[str, float]] = {}
+        self.best: dict[tuple[GridPoint, int], str] = {}
+        self.per_seed: dict[str, dict[str, float]] = {}
+        self.last: tuple[int, Path] | None = None  # the latest finished job's step and last.ckpt (named if stopped)
+        self.held: dict[tuple[GridPoint, int], tuple[list[Any], int]] = {}
+
+    def run(self) -> GridPoint:
+        """Train every job, select the point on validation, test it (a one-point grid tested as it trained)."""
+        try:
+            with SignalLatch() as latch:  # a stop signal outside the jobs' training steps stops at the next boundary
+                for point in self.points:
+                    self.val[point] = {}
+                    for seed in self.seeds:
+                        self.stop_if_requested(latch)
+                        self.train(point, seed, latch)
+                chosen = select_point(self.val, self.job.mode)
+                if len(self.points) > 1:  # the test split is read once, after selection, by the selected point only
+                    self.test_selected(chosen, latch)
+        except Preempted as e:
+            e.run_dir = self.run_dir  # the fine-tune resumes as a whole; the checkpoint is one job's
+            raise
+        finally:  # a run stopped part-way (preemption, non-finite loss) leaves no W&B run open
+            for loggers, _ in self.held.values():
+                close_wandb(loggers)
+        return chosen
+
+    def stop_if_requested(self, latch: SignalLatch) -> None:
+        if latch.requested():
+            raise Preempted(*(self.last or (0, None)), signum=latch.signum)
+
+    def train(self, point: GridPoint, seed: int, latch: SignalLatch) -> None:
+        """Fit one job, or read its ``job.json`` under ``resume=auto``; note its validation score and checkpoint."""
+        grid_name = point if len(self.points) > 1 else None
+        seed_name = seed if len(self.seeds) > 1 else None
+        seed_dir = _seed_dir(self.run_dir, grid_name, seed_name)
+        name = "-".join([self.run_dir.name, *([point.name] if grid_name else []),
+                         *([f"s{seed}"] if seed_name is not None else [])])  # seed 0 named too
+        record = _read_job(seed_dir) if self.job.cfg.resume == "auto" else None
+        if record is not None:
+            print(f"famlab: fine-tuning job {name} is done ({seed_dir / JOB_FILE}); skipped", file=sys.stderr)
+        else:
+            record, loggers = self.job.fit(point, seed, seed_dir, name, test_now=len(self.points) == 1, latch=latch)
+            if record["test"] is None:
+                self.held[point, seed] = loggers, record["steps"]
+            else:  # a one-point grid: tested already, nothing left to wait for
+                _finish_wandb(loggers, selected=True, point=point.name)
+        self.val[point][str(seed)], self.best[point, seed] = record["val"], record["best"]
+        self.last = (record["steps"], seed_dir / "checkpoints" / "last.ckpt")
+        if record["test"] is not None:
+            self.per_seed[str(seed)] = record["test"]
+
+    def test_selected(self, chosen: GridPoint, latch: SignalLatch) -> None:
+        """Test the chosen point's best checkpoint per seed; close every held W&B run with its outcome."""
+        for seed in self.seeds:
+            self.stop_if_requested(latch)
+            self.per_seed[str(seed)] = test = self.job.test(chosen, seed, self.best[chosen, seed])
+            if (chosen, seed) in self.held:
+                loggers, step = self.held.pop((chosen, seed))
+                _finish_wandb(loggers, selected=True, point=chosen.name, test=test, step=step)
+        for key in list(self.held):
+            loggers, step = self.held.pop(key)
+            _finish_wandb(loggers, selected=False, point=chosen.name, step=step)
+
+    def drop_unselected(self, chosen: GridPoint) -> None:
+        if len(self.points) > 1:
+            for point in self.points:
+                if point != chosen:
+                    for seed in self.seeds:
+                        _drop_checkpoints(Path(self.best[point, seed]).parent)
+
+    def result(self, chosen: GridPoint, started: float) -> FinetuneResult:
+        """The fine-tune's results: the grid's validation scores, the selection, the test scores per seed."""
+        job, per_seed, val = self.job, self.per_seed, self.val
+        ft = job.cfg.finetune
+        return FinetuneResult(
+            family=job.family,
+            init=job.cfg.init,
+            task=job.task.name,
+            num_classes=len(job.task.labels),
+            sizes={"train": len(job.task.train), "val": len(job.task.val), "test": len(job.task.test)},
+            pooling=job.pooling,
+            grid=[{"lr": p.lr, "head_lr": p.head_lr, "val": val[p], "val_mean": statistics.fmean(val[p].values())}
+                  for p in self.points],
+            selected={"lr": chosen.lr, "head_lr": chosen.head_lr},
+            selection=f"{'highest' if job.mode == 'max' else 'lowest'} mean {ft.monitor} over seeds",
+            seeds=per_seed,
+            mean={k: statistics.fmean(s[k] for s in per_seed.values()) for k in METRICS},
+            std={k: statistics.stdev([s[k] for s in per_seed.values()]) if len(per_seed) > 1 else 0.0
+                 for k in METRICS},
+            majority=majority_baseline(job.task),
+            wall_s=round(time.time() - started, 1),
+        )
 
 
 def _seed_dir(run_dir: Path, point: GridPoint | None, seed: int | None) -> Path:
@@ -621,9 +653,9 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         return stop_exit_code(e, cfg, "finetune")
     if env_rank() != 0:
         return 0
-    m, s, b = r["mean"], r["std"], r["majority"]
+    m, s, b = r.mean, r.std, r.majority
     print(
-        f"done: {cfg.model.family.value} on {r['task']}: test/acc {m['test/acc']:.3f} +- {s['test/acc']:.3f}  "
-        f"f1 {m['test/f1']:.3f}  mcc {m['test/mcc']:.3f}  (majority acc {b['test/acc']:.3f})  {r['wall_s']} s"
+        f"done: {cfg.model.family.value} on {r.task}: test/acc {m['test/acc']:.3f} +- {s['test/acc']:.3f}  "
+        f"f1 {m['test/f1']:.3f}  mcc {m['test/mcc']:.3f}  (majority acc {b['test/acc']:.3f})  {r.wall_s} s"
     )
     return 0

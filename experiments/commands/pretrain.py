@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from famlab.experiments.analysis.results import PretrainResult
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.plumbing.prepare_once import wait_for_rank_zero
@@ -89,29 +90,70 @@ def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: di
 
 def pretrain(
     cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path, Config], dict[str, Any]] | None = None
-) -> dict[str, Any]:
+) -> PretrainResult:
     """Run one pretraining job; returns the results written to ``results.json``.
 
     ``evaluate(run_dir, cfg)``, when given, scores the finished run (a comparison's bits per byte) while its
-    W&B run is still open; its result is stored as ``results["byte_score"]`` and in the W&B summary.
+    W&B run is still open; its result is stored as ``byte_score`` and in the W&B summary.
     """
     import lightning as L
-    from famlab.datamodules import PretrainDataModule, load_corpus
-    from famlab.families import build_network
-    from famlab.objectives import PretrainModule, make_objective
 
     started = time.time()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    name = job_name or run_name(cfg, "pretrain")
-    run_dir = make_run_dir(cfg, name)
+    run_dir = make_run_dir(cfg, job_name or run_name(cfg, "pretrain"))
+    corpus, bundle, objective, dm = prepare_data(cfg, run_dir)
+    module = make_module(cfg, objective, dm)
+    num_params = sum(p.numel() for p in module.net.parameters())
+    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
+    loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
+    trainer = make_trainer(
+        cfg, run_dir, loggers,
+        checkpoint_dir=run_dir / "checkpoints",
+        monitor="val/loss",
+        mode="min",
+        max_steps=cfg.trainer.max_steps,
+        max_epochs=cfg.trainer.max_epochs,
+        val_check_interval=min(cfg.trainer.val_check_interval, max(1, dm.num_train_blocks // cfg.data.batch_size)),
+        limit_val_batches=cfg.trainer.limit_val_batches,
+    )
+    first, setup_s = fit(cfg, trainer, module, dm, run_dir, loggers, started)
+    results = PretrainResult(
+        family=cfg.model.family.value,
+        objective=cfg.objective.name,
+        run_dir=str(run_dir),
+        steps=int(trainer.global_step),
+        num_params=int(num_params),
+        first=first,
+        final={k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+        budget={"tokens": module.tokens_seen, "flops": module.flops_seen, "flops_per_step": module.flops_per_step},
+        wall_s=round(time.time() - started, 1),
+        setup_s=round(setup_s, 1),
+        cpu_s=round(time.process_time(), 1),
+        threads=torch.get_num_threads(),
+    )
+    if trainer.is_global_zero:
+        results.length_extrapolation = length_points(module.net, dm.val_tokens, token_ids(bundle), cfg,
+                                                     objective_settings(cfg))
+        if evaluate is not None:
+            results.byte_score = evaluate(run_dir, cfg)
+        write_json(run_dir / "results.json", results.to_json())
+        wandb_pretrain_results(cfg, loggers, run_dir, results.to_json())
+    close_wandb(loggers)
+    return results
+
+
+def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
+    """The corpus, its tokenizer (``model.vocab_size`` set from it), the objective and the data module with its
+    token files written (by rank 0 under DDP) and set up for fitting."""
+    from famlab.datamodules import PretrainDataModule, load_corpus
+    from famlab.objectives import make_objective
+
     val_fraction = cfg.data.val_fraction if cfg.data.val_fraction is not None else 0.05
     corpus = load_corpus(cfg.data.corpus, val_fraction=val_fraction, seed=cfg.data.seed)
     bundle = get_bundle(cfg, corpus, run_dir)
     set_vocab(cfg, bundle.vocab_size)
-    ids = token_ids(bundle)
-    settings = objective_settings(cfg)
-    objective = make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
-                               **settings)
+    objective = make_objective(cfg.objective.name, token_ids(bundle), seq_len=cfg.data.seq_len,
+                               family=cfg.model.family.value, **objective_settings(cfg))
     dm = PretrainDataModule(
         corpus,
         bundle,
@@ -128,40 +170,35 @@ def pretrain(
     wait_for_rank_zero(dm.ready_file, "the token files", rank=env_rank())  # DDP: rank 0 tokenizes, the other ranks load
     dm.prepare_data()  # tokenize once; also needed for the unigram floor below
     dm.setup("fit")
+    return corpus, bundle, objective, dm
+
+
+def make_module(cfg: Config, objective: Any, dm: Any) -> Any:
+    """The ``PretrainModule`` around a new network: the unigram floor of the training split, the FLOPs of one
+    micro-batch (budget/flops x-axis) and the device's peak (perf/mfu); compiled if ``trainer.compile``."""
+    from famlab.experiments.configuration.budget import step_cost
+    from famlab.experiments.perf.hardware import peak_flops, precision_dtype
+    from famlab.families import build_network
+    from famlab.objectives import PretrainModule
+
     net = build_network(cfg.model)
-    from famlab.experiments.configuration.budget import (
-        step_cost,  # budget/flops x-axis: FLOPs of one micro-batch (families.flops)
-    )
-
-    flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops
-    from famlab.experiments.perf.hardware import (  # perf/mfu: GPU datasheet peak at the run's dtype
-        peak_flops,
-        precision_dtype,
-    )
-
+    flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops  # families.flops
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
     peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,
-                         dtype=precision_dtype(precision(cfg)))
+                         dtype=precision_dtype(precision(cfg)))  # GPU datasheet peak at the run's dtype
     module = PretrainModule(
         net, objective, optim_settings(cfg, cfg.trainer.max_steps),
         unigram_log_probs=unigram_log_probs(dm.train_token_counts()), flops_per_step=flops_per_step,
         peak_flops=peak if peak == peak else None,  # NaN: a GPU with no datasheet entry -> no perf/mfu
     )
-    module = maybe_compile(cfg, module)
-    num_params = sum(p.numel() for p in net.parameters())
+    return maybe_compile(cfg, module)
 
-    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
-    loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
-    trainer = make_trainer(
-        cfg, run_dir, loggers,
-        checkpoint_dir=run_dir / "checkpoints",
-        monitor="val/loss",
-        mode="min",
-        max_steps=cfg.trainer.max_steps,
-        max_epochs=cfg.trainer.max_epochs,
-        val_check_interval=min(cfg.trainer.val_check_interval, max(1, dm.num_train_blocks // cfg.data.batch_size)),
-        limit_val_batches=cfg.trainer.limit_val_batches,
-    )
+
+def fit(
+    cfg: Config, trainer: Any, module: Any, dm: Any, run_dir: Path, loggers: list[Any], started: float
+) -> tuple[dict[str, float], float]:
+    """Train to ``trainer.max_steps`` (resuming under ``resume=``); returns the validation metrics before training
+    (``trainer.validate_first``, a fresh run only) and the setup time in seconds."""
     ckpt_path = resolve_resume(cfg, run_dir / "checkpoints")
     if ckpt_path is not None:
         check_checkpoint_matches(ckpt_path, module)
@@ -177,30 +214,7 @@ def pretrain(
     if trainer.global_step != cfg.trainer.max_steps:  # a silently short run would be reported as complete
         planned = cfg.trainer.max_steps
         raise RuntimeError(f"training stopped at step {trainer.global_step}, planned trainer.max_steps={planned}")
-    final = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    results = {
-        "job": "pretrain",
-        "family": cfg.model.family.value,
-        "objective": cfg.objective.name,
-        "run_dir": str(run_dir),
-        "steps": int(trainer.global_step),
-        "num_params": int(num_params),
-        "first": first,
-        "final": final,
-        "budget": {"tokens": module.tokens_seen, "flops": module.flops_seen, "flops_per_step": flops_per_step},
-        "wall_s": round(time.time() - started, 1),  # from composition to the end (imports not included)
-        "setup_s": round(setup_s, 1),  # corpus, tokenizer, token file, network, W&B start
-        "cpu_s": round(time.process_time(), 1),  # CPU seconds of this process: less sensitive to a busy machine
-        "threads": torch.get_num_threads(),
-    }
-    if trainer.is_global_zero:
-        results["length_extrapolation"] = length_points(module.net, dm.val_tokens, ids, cfg, settings)
-        if evaluate is not None:
-            results["byte_score"] = evaluate(run_dir, cfg)
-        write_json(run_dir / "results.json", results)
-        wandb_pretrain_results(cfg, loggers, run_dir, results)
-    close_wandb(loggers)
-    return results
+    return first, setup_s
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
@@ -212,9 +226,9 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         return stop_exit_code(e, cfg, "pretrain")
     if env_rank() != 0:
         return 0  # rank 0 reports
-    first, final = results["first"].get("val/loss"), results["final"].get("val/loss")
+    first, final = results.first.get("val/loss"), results.final.get("val/loss")
     print(
-        f"done: {results['run_dir']}  steps={results['steps']}  val/loss {first} -> {final}  "
-        f"(val/unigram_loss {results['final'].get('val/unigram_loss')})  {results['wall_s']} s"
+        f"done: {results.run_dir}  steps={results.steps}  val/loss {first} -> {final}  "
+        f"(val/unigram_loss {results.final.get('val/unigram_loss')})  {results.wall_s} s"
     )
     return 0

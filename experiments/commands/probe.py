@@ -103,9 +103,7 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
     """
     import torch
     from famlab.datamodules.classification import tokenize_examples
-    from famlab.experiments.analysis.stats import above
-    from famlab.experiments.commands.finetune import default_pooling, hf_bundle, load_network, load_task_for
-    from famlab.experiments.plumbing.run import get_bundle
+    from famlab.experiments.commands.finetune import default_pooling
     from famlab.families import build_network
     from famlab.objectives import ClassificationCollator
 
@@ -113,37 +111,24 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
         raise ConfigInputError("probe: init=scratch has no trained body to probe; give a run directory, "
                                "a checkpoint or hf:<name> (random-init bodies are probed alongside it anyway)")
     started = time.time()
-    ft, d = cfg.finetune, cfg.data
-    if init.kind == "hf":
-        net, _ = load_network(cfg, init)
-        cfg.model = net.config
-    task = load_task_for(d)
-    run_dir = make_run_dir(cfg, run_name(cfg, "probe", task.name))
-    bundle = hf_bundle(init.hf or "", run_dir) if init.kind == "hf" else get_bundle(cfg, None, run_dir)
-    if init.kind != "hf":
-        net, _ = load_network(cfg, init)
+    net, task, run_dir, bundle = load_body(cfg, init)
     family = cfg.model.family.value
-    pooling = ft.pooling.value if ft.pooling else default_pooling(family)
+    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family)
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
-    collate = ClassificationCollator(family, token_ids(bundle), d.max_len)
+    collate = ClassificationCollator(family, token_ids(bundle), cfg.data.max_len)
     splits = {name: tokenize_examples(getattr(task, name), bundle) for name in ("train", "val", "test")}
     labels = {name: np.array([int(item["label"]) for item in items]) for name, items in splits.items()}
 
     def score(body: Any) -> ProbeScore:
         x = {name: features(body, family, items, collate, pooling) for name, items in splits.items()}
         return fit_probe((x["train"], labels["train"]), (x["val"], labels["val"]), (x["test"], labels["test"]),
-                         list(ft.probe_c_grid), len(task.labels))
+                         list(cfg.finetune.probe_c_grid), len(task.labels))
 
     pretrained = score(net)
     random: dict[str, ProbeScore] = {}
-    for seed in ft.probe_seeds:
+    for seed in cfg.finetune.probe_seeds:
         torch.manual_seed(seed)
         random[str(seed)] = score(build_network(cfg.model))
-    rand_acc = [r.test["test/acc"] for r in random.values()]
-    gain = None
-    if len(rand_acc) >= 2:  # the pretrained probe is deterministic: one value against the seeded random bodies
-        w = above(pretrained.test["test/acc"], rand_acc)
-        gain = {"diff": w.diff, "ci_low": w.ci_low, "ci_high": w.ci_high, "p": w.p}
     results = {
         "job": "probe",
         "family": family,
@@ -152,6 +137,41 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
         "num_classes": len(task.labels),
         "sizes": {k: len(v) for k, v in splits.items()},
         "pooling": pooling,
+        **probe_scores(pretrained, random),
+        "wall_s": round(time.time() - started, 1),
+    }
+    write_json(run_dir / "results.json", results)
+    log_wandb(cfg, init, run_dir, written, results)
+    return results
+
+
+def load_body(cfg: Config, init: Any) -> tuple[Any, Any, Path, Any]:
+    """``(network, task, run directory, tokenizer)``; an hf: model sets ``cfg.model`` (and so the run's name)."""
+    from famlab.experiments.commands.finetune import hf_bundle, load_network, load_task_for
+    from famlab.experiments.plumbing.run import get_bundle
+
+    if init.kind == "hf":
+        net, _ = load_network(cfg, init)
+        cfg.model = net.config
+    task = load_task_for(cfg.data)
+    run_dir = make_run_dir(cfg, run_name(cfg, "probe", task.name))
+    bundle = hf_bundle(init.hf or "", run_dir) if init.kind == "hf" else get_bundle(cfg, None, run_dir)
+    if init.kind != "hf":
+        net, _ = load_network(cfg, init)
+    return net, task, run_dir, bundle
+
+
+def probe_scores(pretrained: ProbeScore, random: dict[str, ProbeScore]) -> dict[str, Any]:
+    """The results' scores: the pretrained probe, each random-init body's, their mean and std, and the pretrained
+    probe's gain over the random bodies (with two or more of them)."""
+    from famlab.experiments.analysis.stats import above
+
+    rand_acc = [r.test["test/acc"] for r in random.values()]
+    gain = None
+    if len(rand_acc) >= 2:  # the pretrained probe is deterministic: one value against the seeded random bodies
+        w = above(pretrained.test["test/acc"], rand_acc)
+        gain = {"diff": w.diff, "ci_low": w.ci_low, "ci_high": w.ci_high, "p": w.p}
+    return {
         "selection": "probe_c_grid strength with the highest validation accuracy",
         "pretrained": dataclasses.asdict(pretrained),
         "random": {k: dataclasses.asdict(v) for k, v in random.items()},
@@ -159,11 +179,7 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
         "random_std": {k: statistics.stdev([r.test[k] for r in random.values()]) if len(random) > 1 else 0.0
                        for k in METRICS},
         "gain": gain,
-        "wall_s": round(time.time() - started, 1),
     }
-    write_json(run_dir / "results.json", results)
-    log_wandb(cfg, init, run_dir, written, results)
-    return results
 
 
 def log_wandb(cfg: Config, init: Any, run_dir: Path, written: dict[str, Any], results: dict[str, Any]) -> None:

@@ -122,18 +122,18 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, 
         except Preempted as e:
             e.run_dir = suite_dir  # the suite resumes as a whole
             raise
-        result = TaskResult(spec.name, spec.metric, {s: v[spec.headline] for s, v in ft["seeds"].items()})
+        result = TaskResult(spec.name, spec.metric, {s: v[spec.headline] for s, v in ft.seeds.items()})
         interval = task_interval(result)
         results.append(result)
         rows.append({
             "name": spec.name, "task": spec.task, "metric": spec.metric, "run_dir": str(suite_dir / spec.name),
-            "num_classes": ft["num_classes"], "sizes": ft["sizes"], "seeds": dict(result.seeds),
+            "num_classes": ft.num_classes, "sizes": ft.sizes, "seeds": dict(result.seeds),
             "mean": interval.mean, "low": interval.low, "high": interval.high,
-            "majority": ft["majority"][spec.headline],
+            "majority": ft.majority[spec.headline],
             "tfidf": tfidf_reference(cfg, spec, tasks[spec.name])[spec.headline],
         })
     score = suite_score(results)
-    family = ft["family"]  # for init=hf:, known only once the model is loaded
+    family = ft.family  # for init=hf:, known only once the model is loaded
     references = {"majority class": {r["name"]: r["majority"] for r in rows},
                   "TF-IDF + LR": {r["name"]: r["tfidf"] for r in rows}}
     table = render_suite_table({f"{family} ({cfg.init})": results}, references)

@@ -202,47 +202,20 @@ def register_wandb(spec: dict[str, Any], project: str, entity: str | None) -> st
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.*=...]``."""
-    if len(presets) != 1:
-        got = f"got {presets[1]!r} after {presets[0]!r}" if presets else "got none"
-        raise SweepError(f"famlab sweep takes one sweep name or file.yaml ({got}); see famlab sweep --help")
-    bad = [f for f in flags if f not in ("--dry-run", "--wandb")]
-    if bad:
-        raise SweepError(f"famlab sweep: unknown flag {bad[0]} (valid: --dry-run, --wandb)")
-    bad_keys = [o for o in overrides if not o.lstrip("-").startswith(("sweep.", "wandb."))]
-    if bad_keys:
-        raise SweepError(f"famlab sweep: {bad_keys[0]} - only sweep.* and wandb.* settings apply to the sweep itself")
+    check_arguments(presets, overrides, flags)
     path = sweep_path(presets[0])
     spec = load_sweep(path, remote="--wandb" in flags)
     cfg = compose([], overrides).cfg
     if "--wandb" in flags:
         print(register_wandb(spec, cfg.wandb.project, cfg.wandb.entity))
         return 0
-    params = spec["parameters"]
-    if spec["method"] == "grid":
-        trials = expand_grid(params)
-    else:
-        trials = expand_random(params, cfg.sweep.count or int(spec.get("run_cap", 10)), cfg.sweep.seed)
-    if cfg.sweep.seeds:  # every trial once per seed, seeds varying fastest; the summary averages over them
-        if "seed" in params:
-            raise SweepError(f"{path}: sweep.seeds and a `seed` parameter both replicate trials; use one of them")
-        trials = [{**t, "seed": s} for t in trials for s in cfg.sweep.seeds]
-    name = path.stem
-    sweep_dir = Path("runs") / f"sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    trials = expand_trials(spec, cfg, path)
+    sweep_dir = Path("runs") / f"sweep-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     while sweep_dir.exists():  # two sweeps started in the same second
         sweep_dir = sweep_dir.with_name(sweep_dir.name + "x")
-    fixed = params.get("wandb.group", {}).get("value")  # a file that names its group keeps it
+    fixed = spec["parameters"].get("wandb.group", {}).get("value")  # a file that names its group keeps it
     group = cfg.wandb.group or fixed or sweep_dir.name  # default: one group per invocation (name + timestamp)
-    records, commands = [], []
-    for i, trial in enumerate(trials):
-        trial_name = f"trial-{i:03d}"
-        extra = [f"run_dir={sweep_dir / trial_name}", f"wandb.group={group}",
-                 f"wandb.dir={cfg.wandb.dir or sweep_dir.resolve()}"]
-        extra = [e for e in extra if e.split("=", 1)[0] not in trial]
-        cmd = trial_command(spec, trial, extra)
-        t_presets, t_over = _command_overrides(cmd)
-        compose(t_presets, [o for o in t_over if not o.startswith("run_dir=")])  # fail before running anything
-        commands.append(cmd)
-        records.append({"name": trial_name, "params": trial, "run_dir": str(sweep_dir / trial_name)})
+    records, commands = trial_commands(spec, trials, sweep_dir, group, cfg.wandb.dir)
     if warning := metric_warning(spec, commands):
         print(warning, flush=True)
     if "--dry-run" in flags:
@@ -253,8 +226,66 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         return 0
     sweep_dir.mkdir(parents=True)
     (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    statuses = run_trials(records, commands, trials, sweep_dir, max(1, cfg.sweep.parallel))
+    for r, rc in zip(records, statuses, strict=True):
+        r["status"] = "ok" if rc == 0 else f"failed ({rc})"
+    print(write_report(sweep_dir, spec, records, name=path.stem, group=group), end="")
+    log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
+    print_wandb_commands(sweep_dir)
+    return 0 if all(rc == 0 for rc in statuses) else 1
 
-    parallel = max(1, cfg.sweep.parallel)
+
+def check_arguments(presets: list[str], overrides: list[str], flags: list[str]) -> None:
+    """One sweep name or file, the two known flags, and only ``sweep.*`` / ``wandb.*`` settings."""
+    if len(presets) != 1:
+        got = f"got {presets[1]!r} after {presets[0]!r}" if presets else "got none"
+        raise SweepError(f"famlab sweep takes one sweep name or file.yaml ({got}); see famlab sweep --help")
+    bad = [f for f in flags if f not in ("--dry-run", "--wandb")]
+    if bad:
+        raise SweepError(f"famlab sweep: unknown flag {bad[0]} (valid: --dry-run, --wandb)")
+    bad_keys = [o for o in overrides if not o.lstrip("-").startswith(("sweep.", "wandb."))]
+    if bad_keys:
+        raise SweepError(f"famlab sweep: {bad_keys[0]} - only sweep.* and wandb.* settings apply to the sweep itself")
+
+
+def expand_trials(spec: dict[str, Any], cfg: Any, path: Path) -> list[dict[str, Any]]:
+    """The file's trials (grid, or ``sweep.count`` random draws), each once per ``sweep.seeds`` entry."""
+    params = spec["parameters"]
+    if spec["method"] == "grid":
+        trials = expand_grid(params)
+    else:
+        trials = expand_random(params, cfg.sweep.count or int(spec.get("run_cap", 10)), cfg.sweep.seed)
+    if cfg.sweep.seeds:  # every trial once per seed, seeds varying fastest; the summary averages over them
+        if "seed" in params:
+            raise SweepError(f"{path}: sweep.seeds and a `seed` parameter both replicate trials; use one of them")
+        trials = [{**t, "seed": s} for t in trials for s in cfg.sweep.seeds]
+    return trials
+
+
+def trial_commands(
+    spec: dict[str, Any], trials: list[dict[str, Any]], sweep_dir: Path, group: str, wandb_dir: str | None
+) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """Each trial's record (name, params, run_dir) and command line, every command composed first so a bad
+    trial fails before anything runs."""
+    records, commands = [], []
+    for i, trial in enumerate(trials):
+        trial_name = f"trial-{i:03d}"
+        extra = [f"run_dir={sweep_dir / trial_name}", f"wandb.group={group}",
+                 f"wandb.dir={wandb_dir or sweep_dir.resolve()}"]
+        extra = [e for e in extra if e.split("=", 1)[0] not in trial]
+        cmd = trial_command(spec, trial, extra)
+        t_presets, t_over = _command_overrides(cmd)
+        compose(t_presets, [o for o in t_over if not o.startswith("run_dir=")])  # fail before running anything
+        commands.append(cmd)
+        records.append({"name": trial_name, "params": trial, "run_dir": str(sweep_dir / trial_name)})
+    return records, commands
+
+
+def run_trials(
+    records: list[dict[str, Any]], commands: list[list[str]], trials: list[dict[str, Any]], sweep_dir: Path,
+    parallel: int,
+) -> list[int]:
+    """Run the trials, ``parallel`` at a time on disjoint device slots; returns their exit statuses."""
     slots: queue.Queue[str | None] = queue.Queue()
     for devices in device_slots(parallel, gpu_ids()):
         slots.put(devices)
@@ -272,10 +303,4 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         return rc
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        statuses = list(pool.map(go, range(len(records))))
-    for r, rc in zip(records, statuses, strict=True):
-        r["status"] = "ok" if rc == 0 else f"failed ({rc})"
-    print(write_report(sweep_dir, spec, records, name=name, group=group), end="")
-    log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
-    print_wandb_commands(sweep_dir)
-    return 0 if all(rc == 0 for rc in statuses) else 1
+        return list(pool.map(go, range(len(records))))

@@ -216,7 +216,8 @@ def _ids(vocab_size: int = 2048, sentinels: int = 100):
 
 @pytest.mark.parametrize("match", ["flops", "tokens"])
 def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
-    from famlab.experiments.commands.compare import compose_all, plan_budget
+    from famlab.experiments.commands.compare import compose_all
+    from famlab.experiments.commands.compare_budget import plan_budget
     from famlab.experiments.configuration.budget import relative_spread
     from famlab.experiments.plumbing.run import set_vocab
 
@@ -225,20 +226,20 @@ def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
     for cfg in cfgs.values():
         set_vocab(cfg, 2048)
     plan = plan_budget(base, cfgs, _ids())
-    arms = plan["families"]
+    arms = plan.arms
     assert list(arms) == ["gpt-clm", "gpt-span", "gpt-prefix_lm", "t5-span", "t5-prefix_lm"]
-    assert {a: (p["family"], p["objective"]) for a, p in arms.items()} == {
+    assert {a: (p.family, p.objective) for a, p in arms.items()} == {
         a: (c.model.family.value, c.objective.name) for a, c in cfgs.items()}
     key = {"flops": "flops", "tokens": "corpus_tokens"}[match]
-    totals = {a: float(p[key]) for a, p in arms.items()}
-    assert relative_spread(totals) <= base.compare.tolerance and plan["achieved_spread"] == relative_spread(totals)
+    totals = {a: float(getattr(p, key)) for a, p in arms.items()}
+    assert relative_spread(totals) <= base.compare.tolerance and plan.achieved_spread == relative_spread(totals)
     for a, p in arms.items():  # the configs train the planned steps, and steps x per-step cost is the total
-        assert cfgs[a].trainer.max_steps == p["steps"] and p[key] == p["steps"] * p[f"{key}_per_step"]
+        assert cfgs[a].trainer.max_steps == p.steps and getattr(p, key) == p.steps * getattr(p, f"{key}_per_step")
     # T5's span and prefix-LM batches differ in encoder / decoder lengths: the per-step cost is the arm's own
-    assert arms["t5-span"]["batch_shape"] != arms["t5-prefix_lm"]["batch_shape"]
+    assert arms["t5-span"].batch_shape != arms["t5-prefix_lm"].batch_shape
     if match == "flops":
-        assert arms["t5-span"]["flops_per_step"] != arms["t5-prefix_lm"]["flops_per_step"]
-        assert arms["t5-span"]["steps"] != arms["t5-prefix_lm"]["steps"]
+        assert arms["t5-span"].flops_per_step != arms["t5-prefix_lm"].flops_per_step
+        assert arms["t5-span"].steps != arms["t5-prefix_lm"].steps
 
 
 @pytest.fixture(scope="module")

@@ -93,14 +93,20 @@ def _run(family: str, job: str, objective: str, init: str | None = None) -> dict
 
 def test_runs_are_labelled_with_their_arm_with_or_without_a_plan():
     from famlab.experiments.analysis.report import label_arms
+    from famlab.experiments.analysis.results import ArmBudget, Plan
 
     runs = [_run("gpt", "pretrain", "span"), _run("gpt", "finetune", "span", "runs/x"),
             _run("gpt", "pretrain", "prefix_lm"), _run("t5", "pretrain", "span"),
             _run("gpt", "finetune", "clm", "scratch")]
     label_arms(runs, None)  # no plan: <family>-<objective> only where a family has several objectives
     assert [r["arm"] for r in runs] == ["gpt-span", "gpt-span", "gpt-prefix_lm", "t5", None]
-    plan = {"families": {"g-s": {"family": "gpt", "objective": "span"}, "g-p": {"family": "gpt", "objective":
-                                                                               "prefix_lm"}, "t5": {}}}
+    def arm(family: str | None = None, objective: str | None = None) -> ArmBudget:
+        return ArmBudget(family=family, objective=objective, steps=10, flops_per_step=1, corpus_tokens_per_step=8,
+                         flops=10, corpus_tokens=80, params=100, non_embedding_params=50, batch_shape="B=1 S=8",
+                         dim=8, ffn_dim=32, num_layers=1)
+
+    plan = Plan(match="flops", tolerance=0.02, arms={"g-s": arm("gpt", "span"), "g-p": arm("gpt", "prefix_lm"),
+                                                     "t5": arm()})
     label_arms(runs, plan)  # the plan's names win; a plan from before arms is keyed by family only
     assert [r["arm"] for r in runs] == ["g-s", "g-s", "g-p", "t5", None]
 

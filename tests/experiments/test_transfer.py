@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from famlab.experiments.analysis import transfer
+from famlab.experiments.analysis.results import Plan
 from famlab.experiments.commands.finetune import GridPoint, grid_points, select_point
 from famlab.experiments.commands.probe import fit_probe
 from famlab.experiments.configuration.compose import compose
@@ -43,9 +44,12 @@ def test_finetune_gains_match_scipy_and_holm_by_hand():
 def test_a_tiny_run_below_the_cpu_presets_budget_calls_itself_smoke_scale():
     """The smoke-scale statement follows the budget, not the outcome: it leads the verdict even when all pay off."""
     cpu_steps = compose(["tiny", "cpu"], []).cfg.trainer.max_steps
-    assert transfer.smoke_scale("tiny", {"reference_steps": cpu_steps - 1})
-    assert not transfer.smoke_scale("tiny", {"reference_steps": cpu_steps})
-    assert not transfer.smoke_scale("small", {"reference_steps": 10}) and not transfer.smoke_scale("tiny", None)
+    def plan(steps: int) -> Plan:
+        return Plan(match="flops", tolerance=0.02, arms={}, reference_steps=steps)
+
+    assert transfer.smoke_scale("tiny", plan(cpu_steps - 1))
+    assert not transfer.smoke_scale("tiny", plan(cpu_steps))
+    assert not transfer.smoke_scale("small", plan(10)) and not transfer.smoke_scale("tiny", None)
     paid = [transfer.Gain("gpt", "gpt", [0.5, 0.51, 0.52], [0.4, 0.41, 0.42], 0.1, 0.08, 0.12, 0.001, 0.001)]
     assert transfer.verdict(paid, smoke=True).startswith(transfer.SMOKE + " Pretraining pays off for every arm")
     assert transfer.verdict(paid).startswith("Pretraining pays off for every arm")

@@ -1,0 +1,155 @@
+"""The typed results the commands hand on and the report reads back: a comparison's budget ``Plan``, one
+pretraining run's ``PretrainResult`` and one fine-tune's ``FinetuneResult``.
+
+Each serialises to the JSON file it stands for (``plan.json``, a run's ``results.json``) with the same keys in the
+same order as the dicts these files were written from, and reads the files back. Optional fields hold what older
+files may lack (a plan written before ``reference_steps`` or before comparison arms named their family and
+objective); a field left unset is left out of the JSON, so an old file reads back and writes out as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def to_json(record: Any, renames: dict[str, str] | None = None) -> dict[str, Any]:
+    """A dataclass as a JSON dict in field order, fields that are ``None`` left out; ``renames`` maps a field to
+    its JSON key."""
+    renames = renames or {}
+    out = {}
+    for field in dataclasses.fields(record):
+        value = getattr(record, field.name)
+        if value is not None:
+            out[renames.get(field.name, field.name)] = value
+    return out
+
+
+def from_json(cls: type[T], data: dict[str, Any], renames: dict[str, str] | None = None) -> T:
+    """The dataclass ``cls`` from a JSON dict written by :func:`to_json` (keys it does not know are ignored)."""
+    renames = renames or {}
+    names = {renames.get(f.name, f.name): f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{names[key]: value for key, value in data.items() if key in names})
+
+
+@dataclasses.dataclass(kw_only=True)
+class ArmBudget:
+    """One arm's share of the matched budget (an entry of ``plan.json``'s ``families``)."""
+
+    family: str | None = None  # older plans: the arm is the family
+    objective: str | None = None
+    steps: int
+    flops_per_step: int
+    corpus_tokens_per_step: int
+    flops: int
+    corpus_tokens: int
+    params: int
+    non_embedding_params: int
+    batch_shape: str
+    dim: int
+    ffn_dim: int
+    num_layers: int
+    lr_grid: dict[str, float] | None = None  # compare.lr_grid: final validation loss per tried lr
+    lr: float | None = None  # compare.lr_grid: the lr chosen
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``plan.json`` entry."""
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ArmBudget:
+        """Read a ``plan.json`` entry (one from before arms named their family and objective included)."""
+        return from_json(cls, data)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Plan:
+    """A comparison's budget plan (``plan.json``): what each arm trains and how closely the budgets match.
+
+    ``arms`` is ``families`` in the JSON (the key keeps its historical name: with ``compare.objectives=[]`` the
+    arms are the families).
+    """
+
+    match: str  # compare.match: flops | tokens | params
+    tolerance: float
+    arms: dict[str, ArmBudget]
+    target_non_embedding_params: int | None = None  # match=params: the reference arm's count
+    target: float | None = None  # match=flops / tokens: the budget every arm matches
+    reference_steps: int | None = None  # match=flops / tokens: trainer.max_steps of the median-cost arm
+    reference: str | None = None  # what the target was taken from, in words
+    achieved_spread: float | None = None  # largest relative difference between arms on the matched measure
+    tokenizer_hash: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``plan.json`` dict."""
+        out = to_json(self, {"arms": "families"})
+        out["families"] = {arm: budget.to_json() for arm, budget in self.arms.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        """Read ``plan.json``."""
+        arms = {arm: ArmBudget.from_json(entry) for arm, entry in data["families"].items()}
+        return from_json(cls, {**data, "families": arms}, {"arms": "families"})
+
+
+@dataclasses.dataclass(kw_only=True)
+class PretrainResult:
+    """One pretraining run (its ``results.json``, ``job: pretrain``)."""
+
+    job: str = "pretrain"
+    family: str
+    objective: str | None = None  # the pretraining objective (registry name)
+    run_dir: str
+    steps: int
+    num_params: int
+    first: dict[str, float]  # validation metrics before training (trainer.validate_first)
+    final: dict[str, float]  # validation metrics at the end (val/loss, val/ppl, val/unigram_loss ...)
+    budget: dict[str, float] | None = None  # tokens, flops, flops_per_step
+    wall_s: float  # from composition to the end (imports not included)
+    setup_s: float | None = None  # corpus, tokenizer, token file, network, W&B start
+    cpu_s: float | None = None  # CPU seconds of the process: less sensitive to a busy machine
+    threads: int | None = None
+    length_extrapolation: dict[str, Any] | None = None  # validation loss at 1x, 2x, 4x the training length (rank 0)
+    byte_score: dict[str, Any] | None = None  # a comparison's bits per byte, scored while the W&B run is open
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results.json`` dict."""
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PretrainResult:
+        """Read a pretraining run's ``results.json`` (one from before ``objective`` or ``budget`` included)."""
+        return from_json(cls, data)
+
+
+@dataclasses.dataclass(kw_only=True)
+class FinetuneResult:
+    """One fine-tune over its grid and seeds (its ``results.json``, ``job: finetune``)."""
+
+    job: str = "finetune"
+    family: str
+    init: str
+    task: str
+    num_classes: int
+    sizes: dict[str, int]  # examples per split
+    pooling: str
+    grid: list[dict[str, Any]] | None = None  # per grid point: lr, head_lr, val per seed, val_mean
+    selected: dict[str, float] | None = None  # the grid point chosen on validation: lr, head_lr
+    selection: str | None = None  # the rule, in words (older files: no grid)
+    seeds: dict[str, dict[str, float]]  # seed -> test/acc, test/f1, test/mcc of the selected point
+    mean: dict[str, float]
+    std: dict[str, float]
+    majority: dict[str, Any]  # the majority-class baseline on the same test split
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results.json`` dict."""
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FinetuneResult:
+        """Read a fine-tune's ``results.json``."""
+        return from_json(cls, data)

@@ -1,0 +1,104 @@
+"""A comparison's budget plan: every arm's steps (or size) so that all arms spend the same training FLOPs, corpus
+tokens or non-embedding parameters (``compare.match``), stated as a :class:`~famlab.experiments.analysis.results.Plan`
+(``plan.json``). The cost models are :mod:`famlab.experiments.configuration.budget`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from famlab.experiments.analysis.results import ArmBudget, Plan
+from famlab.experiments.configuration.budget import (
+    BudgetError,
+    count_params,
+    match_steps,
+    relative_spread,
+    solve_params,
+    step_cost,
+)
+from famlab.experiments.configuration.config import Config
+
+
+def make_objective_for(cfg: Config, ids: Any) -> Any:
+    """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
+    from famlab.experiments.commands.pretrain import objective_settings
+    from famlab.objectives import make_objective
+
+    return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
+                          **objective_settings(cfg))
+
+
+def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> Plan:
+    """Match the budget across arms in place (steps or sizes); returns the plan the report states.
+
+    ``cfgs`` maps arm names to configs (:func:`compose_all`); so does ``plan.arms``, each entry naming its
+    family and objective. FLOPs and corpus tokens per step come from each arm's own objective batch shape, so
+    arms of one family with different objectives get different step counts.
+    """
+    match, tol = base.compare.match.value, base.compare.tolerance
+    plan = Plan(match=match, tolerance=tol, arms={})
+    if match == "params":
+        ref_arm = next(iter(cfgs))
+        plan.target_non_embedding_params = match_sizes(cfgs, ref_arm)
+        plan.reference = f"{ref_arm} at its preset size (non-embedding parameters)"
+    costs = {arm: step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size,
+                            cfg.trainer.accumulate_grad_batches) for arm, cfg in cfgs.items()}
+    if match in ("flops", "tokens"):
+        plan.target = match_step_counts(base, cfgs, costs)
+        plan.reference_steps = base.trainer.max_steps
+        plan.reference = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost " + (
+            "arm" if base.compare.objectives else "family")
+    plan.arms = {arm: arm_budget(cfg, costs[arm]) for arm, cfg in cfgs.items()}
+    measure = {"flops": "flops", "tokens": "corpus_tokens", "params": "non_embedding_params"}[match]
+    spread = relative_spread({arm: float(getattr(b, measure)) for arm, b in plan.arms.items()})
+    plan.achieved_spread = spread
+    if spread > tol:
+        raise BudgetError(f"compare.match={match}: budgets differ by {spread:.2%} > compare.tolerance={tol}")
+    return plan
+
+
+def match_sizes(cfgs: dict[str, Config], ref_arm: str) -> int:
+    """``compare.match=params``: resize every other arm's model to the reference arm's non-embedding parameter
+    count (in place); returns that count."""
+    target = count_params(cfgs[ref_arm].model)[1]
+    for arm, cfg in cfgs.items():
+        if arm != ref_arm:
+            cfg.model, _ = solve_params(cfg.model, target)
+    return target
+
+
+def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, Any]) -> int:
+    """``compare.match=flops / tokens``: give every arm the steps that spend what ``trainer.max_steps`` steps of
+    the median-cost arm spend, with its warmup and validation interval scaled to them (in place); returns the
+    budget."""
+    match, tol = base.compare.match.value, base.compare.tolerance
+    per_step = {f: (c.flops if match == "flops" else c.corpus_tokens) for f, c in costs.items()}
+    ordered = sorted(per_step.values())
+    target = base.trainer.max_steps * ordered[len(ordered) // 2]
+    steps = match_steps(per_step, target, tol, match)
+    checks = max(1, round(base.trainer.max_steps / base.trainer.val_check_interval))
+    for arm, cfg in cfgs.items():
+        cfg.trainer.max_steps = steps[arm]
+        cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, max(1, steps[arm] // 5))
+        cfg.trainer.val_check_interval = _divisor_near(steps[arm], steps[arm] / checks)
+    return target
+
+
+def arm_budget(cfg: Config, cost: Any) -> ArmBudget:
+    """What the arm's config trains: steps, FLOPs and corpus tokens (per step and in all), sizes, batch shape."""
+    total, non_emb = count_params(cfg.model)
+    steps = cfg.trainer.max_steps
+    return ArmBudget(
+        family=cfg.model.family.value, objective=cfg.objective.name, steps=steps, flops_per_step=cost.flops,
+        corpus_tokens_per_step=cost.corpus_tokens, flops=cost.flops * steps, corpus_tokens=cost.corpus_tokens * steps,
+        params=total, non_embedding_params=non_emb, batch_shape=cost.shape, dim=cfg.model.dim,
+        ffn_dim=cfg.model.ffn_dim, num_layers=cfg.model.num_layers,
+    )
+
+
+def _divisor_near(n: int, want: float) -> int:
+    """The divisor of ``n`` closest to ``want`` (log scale): validating every that many steps ends on the last
+    step, so each family's final validation loss is measured at the end of its budget."""
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: (abs(math.log(d / want)), -d))

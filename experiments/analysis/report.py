@@ -24,7 +24,14 @@ from typing import Any
 
 import yaml
 from famlab.experiments.analysis import suite_table, transfer
-from famlab.experiments.analysis.results import ArmBudget, FinetuneResult, Plan, PretrainResult
+from famlab.experiments.analysis.results import (
+    ArmBudget,
+    FinetuneResult,
+    Plan,
+    PretrainResult,
+    RunRecord,
+    read_result,
+)
 from famlab.experiments.analysis.suite_table import read_tasks
 from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
@@ -35,21 +42,27 @@ METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
 
 
-def _load(run_dir: Path) -> dict[str, Any] | None:
+def _load(run_dir: Path) -> RunRecord | None:
+    """The run directory's record; None unless it holds ``config.yaml`` and the ``results.json`` of a pretraining
+    run, a fine-tune or a probe."""
     if not (run_dir / "results.json").is_file() or not (run_dir / "config.yaml").is_file():
         return None
-    run = {
-        "dir": run_dir,
-        "results": json.loads((run_dir / "results.json").read_text(encoding="utf-8")),
-        "config": yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
-    }
+    data = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    try:
+        results = read_result(data)
+    except TypeError as e:  # a required key missing
+        path = run_dir / "results.json"
+        raise ConfigInputError(f"famlab report: {path}: not a {data['job']} run's results: {e}") from e
+    if results is None:
+        return None
+    evaluation = None
     if (run_dir / "eval.json").is_file():
-        run["eval"] = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
-    run["metrics"] = read_metrics(run_dir / "metrics.csv")
-    return run
+        evaluation = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
+    return RunRecord(path=run_dir, config=yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
+                     results=results, eval=evaluation, metrics=read_metrics(run_dir / "metrics.csv"))
 
 
-def collect(dirs: list[Path]) -> tuple[list[dict[str, Any]], Plan | None]:
+def collect(dirs: list[Path]) -> tuple[list[RunRecord], Plan | None]:
     """Run records from comparison or run directories, plus the comparison's budget plan (if any)."""
     runs, plan = [], None
     for d in dirs:
@@ -60,7 +73,7 @@ def collect(dirs: list[Path]) -> tuple[list[dict[str, Any]], Plan | None]:
         candidates = [d] if (d / "results.json").is_file() and not (d / "plan.json").is_file() else sorted(d.iterdir())
         for c in candidates:
             run = _load(c) if c.is_dir() else None
-            if run is not None and run["results"].get("job") in ("pretrain", "finetune", "probe"):
+            if run is not None:
                 runs.append(run)
     if not runs:
         raise ConfigInputError(f"famlab report: no run directories (config.yaml + results.json) in {dirs}")
@@ -73,10 +86,10 @@ def _mean_std(values: list[float]) -> tuple[float, float, int]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values)
 
 
-def _ft_scores(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+def _ft_scores(runs: list[RunRecord]) -> dict[str, list[float]]:
     scores: dict[str, list[float]] = {m: [] for m in METRICS}
-    for r in runs:
-        for seed_scores in FinetuneResult.from_json(r["results"]).seeds.values():
+    for result in [r.results for r in runs if isinstance(r.results, FinetuneResult)]:
+        for seed_scores in result.seeds.values():
             for m in METRICS:
                 scores[m].append(float(seed_scores[m]))
     return scores
@@ -87,16 +100,13 @@ def _throughput(metrics: list[dict[str, float]]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def _objective(run: dict[str, Any]) -> str | None:
-    return (run["config"].get("objective") or {}).get("name") or run["results"].get("objective")
+def _objective(run: RunRecord) -> str | None:
+    stated = run.results.objective if isinstance(run.results, PretrainResult) else None
+    return (run.config.get("objective") or {}).get("name") or stated
 
 
-def _is_scratch(run: dict[str, Any]) -> bool:
-    return run["results"]["job"] == "finetune" and run["results"].get("init") == "scratch"
-
-
-def label_arms(runs: list[dict[str, Any]], plan: Plan | None) -> None:
-    """Set ``run["arm"]`` on every run: the comparison arm (family x objective) it belongs to.
+def label_arms(runs: list[RunRecord], plan: Plan | None) -> None:
+    """Set ``run.arm`` on every run: the comparison arm (family x objective) it belongs to.
 
     Arm names come from the plan (``plan.arms`` is keyed by arm, each entry naming its family and
     objective; older plans are keyed by family only). Runs outside a plan are ``<family>`` when their family
@@ -108,52 +118,53 @@ def label_arms(runs: list[dict[str, Any]], plan: Plan | None) -> None:
         lookup[p.family or name, p.objective] = name
     objectives: dict[str, set[str | None]] = {}
     for r in runs:
-        if not _is_scratch(r):
-            objectives.setdefault(r["results"]["family"], set()).add(_objective(r))
+        if not r.is_scratch:
+            objectives.setdefault(r.family, set()).add(_objective(r))
     for r in runs:
-        fam, obj = r["results"]["family"], _objective(r)
-        if _is_scratch(r):
-            r["arm"] = None
+        fam, obj = r.family, _objective(r)
+        if r.is_scratch:
+            r.arm = None
         elif (fam, obj) in lookup or (fam, None) in lookup:
-            r["arm"] = lookup.get((fam, obj)) or lookup[fam, None]
+            r.arm = lookup.get((fam, obj)) or lookup[fam, None]
         else:
-            r["arm"] = f"{fam}-{obj}" if len(objectives[fam]) > 1 else fam
+            r.arm = f"{fam}-{obj}" if len(objectives[fam]) > 1 else fam
+        r.labelled = True
 
 
-def pretrain_runs(runs: list[dict[str, Any]], arm: str, plan: Plan | None) -> list[dict[str, Any]]:
+def pretrain_runs(runs: list[RunRecord], arm: str, plan: Plan | None) -> list[RunRecord]:
     """The arm's budgeted pretraining runs: lr-grid trials count only at the lr the grid chose."""
-    if any("arm" not in r for r in runs):
+    if any(not r.labelled for r in runs):
         label_arms(runs, plan)
     planned = plan.arms.get(arm) if plan is not None else None
     chosen = planned.lr if planned is not None else None
     out = []
     for r in runs:
-        if r["arm"] != arm or r["results"]["job"] != "pretrain":
+        if r.arm != arm or r.job != "pretrain":
             continue
-        o = r["config"]["optim"]
-        if "lr-tune" in r["config"]["wandb"]["tags"] and not (chosen and math.isclose(o["lr"] * o["lr_scale"], chosen)):
+        o = r.config["optim"]
+        if "lr-tune" in r.config["wandb"]["tags"] and not (chosen and math.isclose(o["lr"] * o["lr_scale"], chosen)):
             continue
         out.append(r)
     return out
 
 
-def summarize(runs: list[dict[str, Any]], plan: Plan | None) -> dict[str, dict[str, Any]]:
+def summarize(runs: list[RunRecord], plan: Plan | None) -> dict[str, dict[str, Any]]:
     """Per-arm numbers (the report table) from run records, keyed by arm name (the family when each family was
     pretrained with one objective). Each family's scratch baseline is in every row of that family; a family
     with only scratch runs gets a row of its own."""
     label_arms(runs, plan)
     order = list(plan.arms) if plan is not None else []
     for r in runs:
-        if r["arm"] is not None and r["arm"] not in order:
-            order.append(r["arm"])
+        if r.arm is not None and r.arm not in order:
+            order.append(r.arm)
     arms: dict[str, dict[str, Any]] = {}
     for arm in order:
-        mine = [r for r in runs if r["arm"] == arm]
+        mine = [r for r in runs if r.arm == arm]
         if not mine:
             continue
         pre = pretrain_runs(runs, arm, plan)
-        tuned = [r for r in mine if r["results"]["job"] == "finetune"]
-        row: dict[str, Any] = {"family": mine[0]["results"]["family"], "objective": _objective(mine[0])}
+        tuned = [r for r in mine if r.job == "finetune"]
+        row: dict[str, Any] = {"family": mine[0].family, "objective": _objective(mine[0])}
         if pre:
             row.update(pretrain_row(pre, plan.arms.get(arm) if plan is not None else None))
         if tuned:
@@ -161,8 +172,8 @@ def summarize(runs: list[dict[str, Any]], plan: Plan | None) -> dict[str, dict[s
             row["finetune"] = {m: _mean_std(vals[m]) for m in METRICS}
             row["finetune_values"] = vals
         arms[arm] = row
-    for fam in dict.fromkeys(r["results"]["family"] for r in runs if _is_scratch(r)):
-        vals = _ft_scores([r for r in runs if _is_scratch(r) and r["results"]["family"] == fam])
+    for fam in dict.fromkeys(r.family for r in runs if r.is_scratch):
+        vals = _ft_scores([r for r in runs if r.is_scratch and r.family == fam])
         rows = [row for row in arms.values() if row["family"] == fam]
         if not rows:
             rows = [arms.setdefault(fam, {"family": fam, "objective": None})]
@@ -172,12 +183,12 @@ def summarize(runs: list[dict[str, Any]], plan: Plan | None) -> dict[str, dict[s
     return arms
 
 
-def pretrain_row(pre: list[dict[str, Any]], planned: ArmBudget | None) -> dict[str, Any]:
+def pretrain_row(pre: list[RunRecord], planned: ArmBudget | None) -> dict[str, Any]:
     """An arm's pretraining numbers: sizes and budget (the plan's where the runs do not state them), validation
     loss, perplexity and unigram floor, lr, throughput and wall time (means over pretraining seeds), the loss at
     2x / 4x the training length and bits per byte."""
-    res = [PretrainResult.from_json(r["results"]) for r in pre]
-    optim = pre[0]["config"]["optim"]
+    res = [r.results for r in pre if isinstance(r.results, PretrainResult)]
+    optim = pre[0].config["optim"]
     row: dict[str, Any] = {
         "objective": res[0].objective,
         "pretrain_seeds": len(pre),
@@ -190,33 +201,33 @@ def pretrain_row(pre: list[dict[str, Any]], planned: ArmBudget | None) -> dict[s
         "val_ppl": statistics.fmean(r.final["val/ppl"] for r in res),
         "unigram_loss": statistics.fmean(r.final.get("val/unigram_loss", math.nan) for r in res),
         "lr": optim["lr"] * optim["lr_scale"],
-        "tokens_per_s": statistics.fmean(_throughput(r["metrics"]) for r in pre),
+        "tokens_per_s": statistics.fmean(_throughput(r.metrics) for r in pre),
         "wall_s": statistics.fmean(r.wall_s for r in res),
     }
     for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
         losses = [((r.length_extrapolation or {}).get(k) or {}).get("loss") for r in res]
         row[f"loss_{k}"] = statistics.fmean(losses) if losses and None not in losses else None
-    scores = [r["eval"]["byte_score"] for r in pre if "eval" in r]
+    scores = [r.eval["byte_score"] for r in pre if r.eval is not None]
     if scores:
         row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
     return row
 
 
-def majority_reference(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def majority_reference(runs: list[RunRecord]) -> dict[str, Any] | None:
     """The majority-class baseline the first fine-tune stored (every fine-tune of a task tests the same split)."""
     for r in runs:
-        if r["results"]["job"] == "finetune" and "majority" in r["results"]:
-            return FinetuneResult.from_json(r["results"]).majority
+        if isinstance(r.results, FinetuneResult):
+            return r.results.majority
     return None
 
 
-def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list[Path] = ()) -> dict[str, Any] | None:
+def tfidf_reference(runs: list[RunRecord], cache: Path | None, stored: list[Path] = ()) -> dict[str, Any] | None:
     """TF-IDF (word 1-2 grams) + logistic regression on the fine-tuning task's train split, scored on its test
     split (the split the fine-tunes are tested on). Cached in ``cache`` keyed by task and split settings."""
-    ft = next((r for r in runs if r["results"]["job"] == "finetune"), None)
+    ft = next((r for r in runs if r.job == "finetune"), None)
     if ft is None:
         return None
-    d = ft["config"]["data"]
+    d = ft.config["data"]
     key = {k: d.get(k) for k in ("task", "seed", "val_fraction", "test_fraction", "text_column", "label_column")}
     for path in [p for p in (cache, *stored) if p is not None and p.is_file()]:  # computed earlier: reuse
         saved = json.loads(path.read_text(encoding="utf-8"))
@@ -251,7 +262,7 @@ def tfidf_reference(runs: list[dict[str, Any]], cache: Path | None, stored: list
 
 
 def suite_tasks(
-    dirs: list[Path], runs: list[dict[str, Any]], plan: Plan | None, out_dir: Path
+    dirs: list[Path], runs: list[RunRecord], plan: Plan | None, out_dir: Path
 ) -> list[suite_table.TaskRuns] | None:
     """The runs of each task of a suite comparison (its ``suite.json``), labelled with arms; None for one task.
 
@@ -264,7 +275,7 @@ def suite_tasks(
     for spec, folder in found:
         task_runs, _ = collect([folder])
         label_arms([*runs, *task_runs], plan)
-        ft = [r for r in task_runs if r["results"]["job"] == "finetune"]
+        ft = [r for r in task_runs if r.job == "finetune"]
         cached = f"reference-{spec.name}.json"
         references = {"majority class": majority_reference(ft),
                       "TF-IDF + LR": tfidf_reference(ft, out_dir / cached, [d / cached for d in dirs])}
@@ -342,23 +353,23 @@ def _family_colors(families: list[str]) -> dict[str, str]:
     return {f: palette.get(f, f"C{i}") for i, f in enumerate(families)}
 
 
-def _curve(run: dict[str, Any], key: str) -> tuple[list[float], list[float], list[float], list[float]]:
+def _curve(run: RunRecord, key: str) -> tuple[list[float], list[float], list[float], list[float]]:
     """(train x, train loss, val x, val loss) with x = ``key`` (budget/tokens or budget/flops) per step.
 
     Validation rows carry no budget column, so x comes from the budget per step of the training rows
     (constant per step: same batch shape every step); the step-0 validation (before training) is at x = 0.
     """
-    train = [r for r in run["metrics"] if "train/loss" in r and key in r]
+    train = [r for r in run.metrics if "train/loss" in r and key in r]
     per_step = statistics.median(r[key] / (r["step"] + 1) for r in train) if train else math.nan
     tx = [r[key] for r in train]
     ty = [r["train/loss"] for r in train]
-    val = [r for r in run["metrics"] if "val/loss" in r]
+    val = [r for r in run.metrics if "val/loss" in r]
     vx = [0.0 if r["step"] == 0 and i == 0 else r["step"] * per_step for i, r in enumerate(val)]
     return tx, ty, vx, [r["val/loss"] for r in val]
 
 
 def plot_pretraining(
-    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], path: Path, plan: Plan | None = None
+    runs: list[RunRecord], families: dict[str, dict[str, Any]], path: Path, plan: Plan | None = None
 ) -> Path:
     """One panel pair per arm: loss vs tokens read and vs training FLOPs, with the arm's unigram floor.
 
@@ -384,7 +395,7 @@ def plot_pretraining(
             ax = axes[col][row] if tall else axes[row][col]
             for i, r in enumerate(rs):
                 tx, ty, vx, vy = _curve(r, key)
-                seed = r["config"]["seed"]
+                seed = r.config["seed"]
                 ax.plot(tx, ty, color=colors[fam], alpha=0.35, lw=1, label="train loss" if i == 0 else None)
                 ax.plot(vx, vy, "o-", color=colors[fam], ms=3, label=f"val loss (seed {seed})")
             floor = families[arm].get("unigram_loss")
@@ -450,8 +461,8 @@ def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any
 def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     """Write ``report.md``, ``pretrain_curves.png``, ``finetune_scores.png`` and ``results.json`` to ``out_dir``."""
     runs, plan = collect(dirs)
-    probes = [r for r in runs if r["results"]["job"] == "probe"]
-    runs = [r for r in runs if r["results"]["job"] != "probe"]
+    probes = [r for r in runs if r.job == "probe"]
+    runs = [r for r in runs if r.job != "probe"]
     if not runs:
         raise ConfigInputError(f"famlab report: no pretraining or fine-tuning runs in {[str(d) for d in dirs]}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -461,7 +472,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     sig = significance(families)
     pre_table, ft_table = tables(families, majority, tfidf)
     tasks = suite_tasks(dirs, runs, plan, out_dir)
-    scale = runs[0]["config"].get("size") or "custom"
+    scale = runs[0].config.get("size") or "custom"
     smoke = transfer.smoke_scale(scale, plan)
     suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, smoke) if tasks else None
     curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
@@ -471,7 +482,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     zero_shot = zero_shot_rows(zero_shot_runs)
     md += ["", *pretraining_section(pre_table, crossed=_crossed(families))]
     if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
-        md += suite["markdown"]
+        md += suite.markdown
         sig = []
     else:
         md += finetune_section(ft_table, _between(families))
@@ -480,7 +491,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     md += ["", *bought["markdown"]]
     if suite is not None:  # the suite score's gains open "What pretraining bought"
         at = md.index("## What pretraining bought") + 2
-        md[at:at] = suite["gains_markdown"]
+        md[at:at] = suite.gains_markdown
     md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", ""]
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
@@ -488,17 +499,17 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     results = {
         "scale": scale, "plan": plan.to_json() if plan is not None else None, "families": clean,
         "reference": {"majority": majority, "tfidf": tfidf},
-        "significance": sig, "runs": [str(r["dir"]) for r in [*runs, *probes]],
-        "tables": {"pretrain": pre_table, **({"finetune": ft_table} if suite is None else suite["tables"]),
+        "significance": sig, "runs": [str(r.path) for r in [*runs, *probes]],
+        "tables": {"pretrain": pre_table, **({"finetune": ft_table} if suite is None else suite.tables),
                    **bought["tables"]},
         "gains": bought["gains"], "probe_gains": bought["probe_gains"], "protocol": bought["protocol"],
         "wall": bought["wall"],
         "zero_shot": zero_shot, "wandb_summary": zero_shot_summary(zero_shot),  # scalars for the W&B report run
     }
     if suite is not None:
-        results["suite"] = suite["results"]
+        results["suite"] = suite.results
         # scalars for the W&B report run's summary (wandb_report.report_summary)
-        results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite["summary"]}
+        results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite.summary}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results
 
@@ -513,13 +524,13 @@ def _between(families: dict[str, dict[str, Any]]) -> str:
 
 
 def report_header(
-    runs: list[dict[str, Any]], families: dict[str, dict[str, Any]], plan: Plan | None, scale: str
+    runs: list[RunRecord], families: dict[str, dict[str, Any]], plan: Plan | None, scale: str
 ) -> list[str]:
     """The title, the scale line and the budget line."""
-    first_cfg = runs[0]["config"]
+    first_cfg = runs[0].config
     md = [f"# famlab comparison: {', '.join(families)}", ""]
     m = first_cfg["model"]
-    per_family = {r["results"]["family"]: r["config"]["data"]["batch_size"] for r in runs}
+    per_family = {r.family: r.config["data"]["batch_size"] for r in runs}
     batches = " / ".join(f"{f} {b}" for f, b in per_family.items())  # size presets may set it per family
     md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
               f"seq_len {first_cfg['data']['seq_len']}, pretraining batch {batches}, "

@@ -1,5 +1,6 @@
 """The typed results the commands hand on and the report reads back: a comparison's budget ``Plan``, one
-pretraining run's ``PretrainResult`` and one fine-tune's ``FinetuneResult``.
+pretraining run's ``PretrainResult``, one fine-tune's ``FinetuneResult``, one linear probe's ``ProbeResult``, and
+the ``RunRecord`` the report reads from a run directory (its config, results, evaluation and metrics).
 
 Each serialises to the JSON file it stands for (``plan.json``, a run's ``results.json``) with the same keys in the
 same order as the dicts these files were written from, and reads the files back. Optional fields hold what older
@@ -10,6 +11,7 @@ objective); a field left unset is left out of the JSON, so an old file reads bac
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -153,3 +155,80 @@ class FinetuneResult:
     def from_json(cls, data: dict[str, Any]) -> FinetuneResult:
         """Read a fine-tune's ``results.json``."""
         return from_json(cls, data)
+
+
+@dataclasses.dataclass(kw_only=True)
+class ProbeResult:
+    """One linear probe of a body and of random-initialised bodies of its shape (its ``results.json``,
+    ``job: probe``). Every key is always written (``gain`` as ``null`` with fewer than two random bodies)."""
+
+    job: str = "probe"
+    family: str
+    init: str  # the probed body: a run directory, a checkpoint or hf:<name>
+    task: str
+    num_classes: int
+    sizes: dict[str, int]  # examples per split
+    pooling: str
+    selection: str  # the rule choosing the probe's strength, in words
+    pretrained: dict[str, Any]  # c, val_acc, test (test/acc, test/f1, test/mcc) of the probed body
+    random: dict[str, dict[str, Any]]  # seed -> the same for a random-initialised body
+    random_mean: dict[str, float]
+    random_std: dict[str, float]
+    gain: dict[str, float] | None  # pretrained - random test/acc: diff, ci_low, ci_high, p (one-sample t-test)
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results.json`` dict (``gain`` included when it is ``None``)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeResult:
+        """Read a probe's ``results.json``."""
+        return from_json(cls, data)
+
+
+RESULTS: dict[str, type[PretrainResult] | type[FinetuneResult] | type[ProbeResult]] = {
+    "pretrain": PretrainResult, "finetune": FinetuneResult, "probe": ProbeResult}
+
+
+def read_result(data: Any) -> PretrainResult | FinetuneResult | ProbeResult | None:
+    """A run's ``results.json`` as the dataclass its ``job`` names; None for any other job (e.g. an evaluation)."""
+    job = data.get("job") if isinstance(data, dict) else None
+    return RESULTS[job].from_json(data) if job in RESULTS else None
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunRecord:
+    """One run directory as the report reads it back.
+
+    ``arm`` is the comparison arm the report assigns (``report.label_arms``; ``None`` for a scratch fine-tune,
+    which belongs to no arm) and ``labelled`` says whether it has been assigned yet.
+    """
+
+    path: Path  # the run directory
+    config: dict[str, Any]  # its config.yaml
+    results: PretrainResult | FinetuneResult | ProbeResult  # its results.json
+    eval: dict[str, Any] | None = None  # its eval.json (byte_score, zero_shot), where one was written
+    metrics: list[dict[str, float]] = dataclasses.field(default_factory=list)  # its metrics.csv rows
+    arm: str | None = None
+    labelled: bool = False
+
+    @property
+    def job(self) -> str:
+        """``pretrain``, ``finetune`` or ``probe``."""
+        return self.results.job
+
+    @property
+    def family(self) -> str:
+        """The run's model family."""
+        return self.results.family
+
+    @property
+    def is_scratch(self) -> bool:
+        """A fine-tune from a random initialisation (the per-family baseline)."""
+        return isinstance(self.results, FinetuneResult) and self.results.init == "scratch"
+
+    @property
+    def init(self) -> str:
+        """The body a fine-tune or probe started from (``scratch``, a run directory ...); empty for pretraining."""
+        return "" if isinstance(self.results, PretrainResult) else str(self.results.init)

@@ -25,6 +25,7 @@ from typing import Any
 
 from famlab.datamodules.suite import TaskSpec
 from famlab.experiments.analysis import transfer
+from famlab.experiments.analysis.results import FinetuneResult, ProbeResult, RunRecord
 from famlab.experiments.analysis.suite_score import (
     TaskResult,
     render_suite_table,
@@ -50,32 +51,36 @@ class TaskRuns:
     """
 
     spec: TaskSpec
-    runs: list[dict[str, Any]]
+    runs: list[RunRecord]
     references: dict[str, dict[str, float] | None]
 
 
-def _pretrained_from(run: dict[str, Any]) -> str:
+def _pretrained_from(run: RunRecord) -> str:
     """The pretraining run a fine-tune or probe started from (its folder name), or ``scratch``."""
-    return Path(str(run["results"].get("init", ""))).name
+    return Path(run.init).name
 
 
-def _finetune_seeds(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
+def _finetune_seeds(runs: list[RunRecord], metric: str) -> dict[str, float]:
     """Seed -> test score; seeds of fine-tunes from a pretrained run are ``<pretraining run>/<seed>``."""
     out = {}
     for r in runs:
+        if not isinstance(r.results, FinetuneResult):
+            continue
         start = _pretrained_from(r)
-        for seed, scores in r["results"]["seeds"].items():
+        for seed, scores in r.results.seeds.items():
             out[seed if start == "scratch" else f"{start}/{seed}"] = float(scores[metric])
     return out
 
 
-def _probe_seeds(runs: list[dict[str, Any]], metric: str) -> tuple[dict[str, float], dict[str, float]]:
+def _probe_seeds(runs: list[RunRecord], metric: str) -> tuple[dict[str, float], dict[str, float]]:
     """(pretrained body: pretraining run -> score, random-init bodies: ``<pretraining run>/<seed>`` -> score)."""
     body, rand = {}, {}
     for r in runs:
+        if not isinstance(r.results, ProbeResult):
+            continue
         start = _pretrained_from(r)
-        body[start] = float(r["results"]["pretrained"]["test"][metric])
-        rand.update({f"{start}/{s}": float(v["test"][metric]) for s, v in r["results"]["random"].items()})
+        body[start] = float(r.results.pretrained["test"][metric])
+        rand.update({f"{start}/{s}": float(v["test"][metric]) for s, v in r.results.random.items()})
     return body, rand
 
 
@@ -100,15 +105,15 @@ def suite_rows(tasks: list[TaskRuns], arms: dict[str, str]) -> dict[str, list[Ta
     for i, (arm, family) in enumerate(order):
         for t in tasks:
             metric = t.spec.headline
-            mine = [r for r in t.runs if r.get("arm") == arm]
-            add(f"{arm} pretrained", t, _finetune_seeds([r for r in mine if r["results"]["job"] == "finetune"], metric))
-            body, rand = _probe_seeds([r for r in mine if r["results"]["job"] == "probe"], metric)
+            mine = [r for r in t.runs if r.arm == arm]
+            add(f"{arm} pretrained", t, _finetune_seeds([r for r in mine if r.job == "finetune"], metric))
+            body, rand = _probe_seeds([r for r in mine if r.job == "probe"], metric)
             add(f"{arm} probe", t, body)
             add(f"{arm} probe, random-init body", t, rand)
         if all(f != family for _, f in order[i + 1:]):
             for t in tasks:
-                scratch = [r for r in t.runs if r["results"]["job"] == "finetune" and _pretrained_from(r) == "scratch"
-                           and r["results"]["family"] == family]
+                scratch = [r for r in t.runs if r.job == "finetune" and _pretrained_from(r) == "scratch"
+                           and r.family == family]
                 add(f"{family} scratch", t, _finetune_seeds(scratch, t.spec.headline))
     return {row: results for row, results in rows.items() if len(results) == len(tasks)}
 
@@ -149,7 +154,7 @@ def _protocol(tasks: list[TaskRuns]) -> list[str]:
     """Each task's sizes (and grid-edge selections); the grid and pooling lines once (the same for every task)."""
     lines: list[str] = []
     for i, t in enumerate(tasks):
-        ft = [r for r in t.runs if r["results"]["job"] == "finetune"]
+        ft = [r for r in t.runs if r.job == "finetune"]
         for line in transfer.protocol_lines(ft, {}):
             if line.startswith(("Fine-tuning:", "Selected at an edge")):
                 lines.append(f"{t.spec.name} ({t.spec.metric}): {line}")
@@ -158,19 +163,33 @@ def _protocol(tasks: list[TaskRuns]) -> list[str]:
     return lines
 
 
-def section(tasks: list[TaskRuns], arms: dict[str, str], smoke: bool = False) -> dict[str, Any]:
+@dataclass
+class SuiteSection:
+    """The report's suite section.
+
+    Attributes:
+        markdown: its lines.
+        gains_markdown: lines for the "what pretraining bought" section.
+        tables: ``suite``, and ``suite_gains`` where arms have 2 seeds a side.
+        results: per task and row: seeds, mean, interval; the suite score per row; references (``results.json``'s
+            ``suite``).
+        summary: W&B summary keys (:func:`summary_keys`).
+    """
+
+    markdown: list[str]
+    gains_markdown: list[str]
+    tables: dict[str, str]
+    results: dict[str, Any]
+    summary: dict[str, float]
+
+
+def section(tasks: list[TaskRuns], arms: dict[str, str], smoke: bool = False) -> SuiteSection:
     """The report's suite section.
 
     Args:
         tasks: the suite's tasks in order, their runs labelled with arms.
         arms: arm -> family, in report order.
         smoke: a smoke-scale comparison (:func:`transfer.smoke_scale`): the verdict says so first.
-
-    Returns:
-        ``markdown`` (lines), ``gains_markdown`` (lines for the "what pretraining bought" section), ``tables``
-        (``suite``, and ``suite_gains`` where arms have 2 seeds a side),
-        ``results`` (per task and row: seeds, mean, interval; the suite score per row; references) and
-        ``summary`` (W&B summary keys, :func:`summary_keys`).
     """
     rows = suite_rows(tasks, arms)
     names = [t.spec.name for t in tasks]
@@ -205,8 +224,8 @@ def section(tasks: list[TaskRuns], arms: dict[str, str], smoke: bool = False) ->
         md += ["### Suite protocol", "", *[f"- {line}" for line in protocol], ""]
     results["gains"] = [{"arm": g.arm, "diff": g.diff, "ci": [g.ci_low, g.ci_high], "p": g.p, "p_holm": g.p_holm}
                         for g in gains]
-    return {"markdown": md, "gains_markdown": gains_md, "tables": tables, "results": results,
-            "summary": summary_keys(rows, references)}
+    return SuiteSection(markdown=md, gains_markdown=gains_md, tables=tables, results=results,
+                        summary=summary_keys(rows, references))
 
 
 SUITE_FILE = "suite.json"  # a suite comparison's record of its tasks (written by compare_suite)

@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from famlab.experiments.analysis.results import Plan
+from famlab.experiments.analysis.results import FinetuneResult, Plan, ProbeResult, RunRecord
 from famlab.experiments.analysis.stats import above, holm, welch
 
 ALPHA = 0.05
@@ -60,17 +60,17 @@ def finetune_gains(arms: dict[str, dict[str, Any]], metric: str = "test/acc") ->
     return gains
 
 
-def probe_gains(probes: dict[str, list[dict[str, Any]]], families: dict[str, str]) -> list[Gain]:
+def probe_gains(probes: dict[str, list[ProbeResult]], families: dict[str, str]) -> list[Gain]:
     """Per arm: pretrained-body probe accuracy (mean over pretraining seeds) against the random-init bodies.
 
     Args:
-        probes: arm -> the ``results.json`` of its probe runs (one per pretraining seed).
+        probes: arm -> the results of its probe runs (one per pretraining seed).
         families: arm -> family.
     """
     gains = []
     for arm, results in probes.items():
-        pre = [r["pretrained"]["test"]["test/acc"] for r in results]
-        rand = [v["test"]["test/acc"] for r in results for v in r["random"].values()]
+        pre = [r.pretrained["test"]["test/acc"] for r in results]
+        rand = [v["test"]["test/acc"] for r in results for v in r.random.values()]
         if not pre or len(rand) < 2:
             continue
         t = above(statistics.fmean(pre), rand)
@@ -167,17 +167,17 @@ def plot_gains(finetune: list[Gain], probe: list[Gain], path: Path) -> Path:
 
 
 def section(
-    runs: list[dict[str, Any]], probes: list[dict[str, Any]], families: dict[str, dict[str, Any]], out_dir: Path,
+    runs: list[RunRecord], probes: list[RunRecord], families: dict[str, dict[str, Any]], out_dir: Path,
     dirs: list[Path], smoke: bool = False,
 ) -> dict[str, Any]:
     """The "what pretraining bought" section: gains, probe table, plot, protocol and wall-time split."""
     ft_gains = finetune_gains(families)
-    arm_of = {r["dir"].name: r["arm"] for r in runs if r["results"]["job"] == "pretrain"}
-    by_arm: dict[str, list[dict[str, Any]]] = {}
+    arm_of = {r.path.name: r.arm for r in runs if r.job == "pretrain"}
+    by_arm: dict[str, list[ProbeResult]] = {}
     for r in probes:
-        arm = arm_of.get(Path(str(r["results"].get("init", ""))).name)
-        if arm is not None:
-            by_arm.setdefault(arm, []).append(r["results"])
+        arm = arm_of.get(Path(r.init).name)
+        if arm is not None and isinstance(r.results, ProbeResult):
+            by_arm.setdefault(arm, []).append(r.results)
     pr_gains = probe_gains(by_arm, {a: row["family"] for a, row in families.items()})
     md = ["## What pretraining bought", ""]
     tables: dict[str, str] = {}
@@ -206,21 +206,22 @@ def section(
             "probe_gains": [dataclasses.asdict(g) for g in pr_gains]}
 
 
-def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any]]) -> list[str]:
+def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -> list[str]:
     """What the fine-tuning numbers mean: grid, seeds, selection, test once, pooling, pretraining seeds."""
-    ft = [r for r in runs if r["results"]["job"] == "finetune"]
+    ft = [r for r in runs if isinstance(r.results, FinetuneResult)]
+    tuned = [r.results for r in runs if isinstance(r.results, FinetuneResult)]
     lines = []
     if ft:
-        res, cfg = ft[0]["results"], ft[0]["config"]
+        res, cfg = tuned[0], ft[0].config
         f = cfg["finetune"]
-        grid = res.get("grid") or []
+        grid = res.grid or []
         steps = f.get("max_steps") or f"{f.get('epochs')} epochs"
-        lines.append(f"Fine-tuning: {res['sizes']['train']} training / {res['sizes']['val']} validation / "
-                     f"{res['sizes']['test']} test examples, {steps} steps at batch "
+        lines.append(f"Fine-tuning: {res.sizes['train']} training / {res.sizes['val']} validation / "
+                     f"{res.sizes['test']} test examples, {steps} steps at batch "
                      f"{f.get('batch_size') or cfg['data']['batch_size']}, seeds "
-                     f"{', '.join(sorted(res['seeds'], key=int))}.")
-        grids = {r["results"]["family"]: ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})"
-                                                   for g in r["results"].get("grid") or []) for r in ft}
+                     f"{', '.join(sorted(res.seeds, key=int))}.")
+        grids = {t.family: ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})" for g in t.grid or [])
+                 for t in tuned}
         if grid:
             if len(set(grids.values())) == 1:
                 who, points = "Every arm, pretrained or scratch, gets", next(iter(grids.values()))
@@ -228,13 +229,13 @@ def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any
                 who = "Both arms of a family, pretrained and scratch, get"
                 points = "; ".join(f"{family} {p}" for family, p in grids.items())
             lines.append(f"{who} the same grid of (body lr, head lr): {points}; "
-                         f"selection: {res.get('selection', 'best mean validation score over seeds')}, applied to "
+                         f"selection: {_selection(res)}, applied to "
                          "each arm separately; the test split is read once, by the selected setting's models.")
         edge = grid_edges(ft)
         if edge:
             lines.append("Selected at an edge of the body-lr grid (a wider `finetune.lr_grid` might score higher): "
                          + ", ".join(edge) + ".")
-        pooling = {r["results"]["family"]: r["results"].get("pooling") for r in ft}
+        pooling = {t.family: t.pooling for t in tuned}
         lines.append("Pooling: " + ", ".join(f"{k} `{v}`" for k, v in pooling.items()) + ".")
     seeds = {row["family"]: row.get("pretrain_seeds") for row in families.values() if row.get("pretrain_seeds")}
     if seeds and max(seeds.values()) < 2:
@@ -246,17 +247,21 @@ def protocol_lines(runs: list[dict[str, Any]], families: dict[str, dict[str, Any
     return lines
 
 
-def grid_edges(ft: list[dict[str, Any]]) -> list[str]:
+def _selection(res: FinetuneResult) -> str:
+    """The grid's selection rule, in words (files from before it was written: the rule they followed)."""
+    return res.selection if res.selection is not None else "best mean validation score over seeds"
+
+
+def grid_edges(ft: list[RunRecord]) -> list[str]:
     """``"<family> <arm> (body lr X, the largest)"`` for each fine-tune whose selected body lr ends its grid."""
     out = []
-    for r in ft:
-        res = r["results"]
-        lrs = sorted({g["lr"] for g in res.get("grid") or []})
-        chosen = (res.get("selected") or {}).get("lr")
+    for res in [r.results for r in ft if isinstance(r.results, FinetuneResult)]:
+        lrs = sorted({g["lr"] for g in res.grid or []})
+        chosen = (res.selected or {}).get("lr")
         if len(lrs) < 2 or chosen not in (lrs[0], lrs[-1]):
             continue
-        arm = "scratch" if str(res.get("init")) == "scratch" else "pretrained"
-        out.append(f"{res['family']} {arm} (body lr {chosen:g}, the {'largest' if chosen == lrs[-1] else 'smallest'})")
+        arm = "scratch" if str(res.init) == "scratch" else "pretrained"
+        out.append(f"{res.family} {arm} (body lr {chosen:g}, the {'largest' if chosen == lrs[-1] else 'smallest'})")
     return out
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from famlab.experiments.analysis.results import RunRecord
 from famlab.objectives.zeroshot import headline
 
 EXPLAINER = (
@@ -33,16 +34,16 @@ def _headline(result: dict[str, Any], task: str) -> float:
     return float(result[headline(task)]["acc"])
 
 
-def zero_shot_rows(arm_runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def zero_shot_rows(arm_runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Any]]:
     """{arm: {task: mean headline accuracy over seeds, task/groups...}} plus ``chance``, ``bigram`` and ``length``
     (the shortest candidate wins) rows.
 
-    ``arm_runs`` maps an arm to its pretraining run records (``report.collect``'s dicts with ``eval``).
+    ``arm_runs`` maps an arm to its pretraining run records (``report.collect``'s, with ``eval``).
     """
     rows: dict[str, dict[str, Any]] = {}
     reference: dict[str, dict[str, Any]] = {"chance": {}, "bigram": {}, "length": {}}
     for arm, runs in arm_runs.items():
-        evals = [r["eval"]["zero_shot"] for r in runs if "zero_shot" in (r.get("eval") or {})]
+        evals = [r.eval["zero_shot"] for r in runs if r.eval is not None and "zero_shot" in r.eval]
         if not evals:
             continue
         row: dict[str, Any] = {"seeds": len(evals)}
@@ -86,7 +87,7 @@ def zero_shot_summary(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
             for column, value in row.items() if column != "seeds"}
 
 
-def zero_shot_section(arm_runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+def zero_shot_section(arm_runs: dict[str, list[RunRecord]]) -> list[str]:
     """The report's zero-shot section from each arm's pretraining run records (empty when none has results)."""
     rows = zero_shot_rows(arm_runs)
     if not rows:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from famlab.experiments.analysis.results import ProbeResult
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.run import make_run_dir, provenance, run_name, token_ids, write_config, write_json
 
@@ -129,17 +130,16 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
     for seed in cfg.finetune.probe_seeds:
         torch.manual_seed(seed)
         random[str(seed)] = score(build_network(cfg.model))
-    results = {
-        "job": "probe",
-        "family": family,
-        "init": cfg.init,
-        "task": task.name,
-        "num_classes": len(task.labels),
-        "sizes": {k: len(v) for k, v in splits.items()},
-        "pooling": pooling,
+    results = ProbeResult(
+        family=family,
+        init=cfg.init,
+        task=task.name,
+        num_classes=len(task.labels),
+        sizes={k: len(v) for k, v in splits.items()},
+        pooling=pooling,
         **probe_scores(pretrained, random),
-        "wall_s": round(time.time() - started, 1),
-    }
+        wall_s=round(time.time() - started, 1),
+    ).to_json()
     write_json(run_dir / "results.json", results)
     log_wandb(cfg, init, run_dir, written, results)
     return results

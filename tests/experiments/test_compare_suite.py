@@ -10,6 +10,7 @@ import statistics
 import pytest
 import yaml
 from famlab.datamodules.suite import TaskSpec
+from famlab.experiments.analysis.results import RunRecord
 from famlab.experiments.analysis.stats import welch
 from famlab.experiments.analysis.suite_table import TaskRuns, suite_gains, suite_rows
 from famlab.experiments.commands import cli
@@ -17,6 +18,8 @@ from famlab.experiments.configuration.compose import compose
 from famlab.experiments.tracking.wandb_report import log_report_run
 from test_compare import tiny_inputs
 from test_wandb_dashboards import inspect, summary
+
+from tests.experiments.record_helpers import finetune_record
 
 TOPICS = {"animal": ["dog", "cat", "horse", "bird", "fish", "cow"], "colour": ["red", "blue", "green", "white"],
           "motion": ["run", "walk", "swim", "fly", "jump"]}
@@ -134,9 +137,9 @@ def test_a_bad_suite_stops_the_compare_before_it_starts(tmp_path, monkeypatch, c
     assert not (tmp_path / "runs").exists()
 
 
-def _ft(init: str, family: str, seeds: dict[str, float]) -> dict:
-    return {"results": {"job": "finetune", "family": family, "init": init, "seeds": {
-        s: {"test/acc": v, "test/f1": v / 2} for s, v in seeds.items()}}, "arm": None if init == "scratch" else family}
+def _ft(init: str, family: str, seeds: dict[str, float]) -> RunRecord:
+    return finetune_record(family, init, seeds={s: {"test/acc": v, "test/f1": v / 2} for s, v in seeds.items()},
+                           arm=None if init == "scratch" else family)
 
 
 def test_suite_rows_key_seeds_by_pretraining_run_and_gains_test_the_suite_scores():

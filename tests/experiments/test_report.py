@@ -6,8 +6,11 @@ import statistics
 
 import pytest
 from famlab.experiments.analysis.report import significance
+from famlab.experiments.analysis.results import RunRecord
 from famlab.experiments.commands import cli
 from test_compare import compare_in_tmp
+
+from tests.experiments.record_helpers import finetune_record, pretrain_record
 
 OUTPUTS = ("report.md", "results.json", "pretrain_curves.png", "finetune_scores.png", "reference.json")
 
@@ -87,8 +90,11 @@ def test_welch_test_matches_the_formula():
     assert row["verdict"].startswith("exceeds") == (row["p"] < 0.05)
 
 
-def _run(family: str, job: str, objective: str, init: str | None = None) -> dict:
-    return {"results": {"family": family, "job": job, "init": init}, "config": {"objective": {"name": objective}}}
+def _run(family: str, job: str, objective: str, init: str | None = None) -> RunRecord:
+    config = {"objective": {"name": objective}}
+    if job == "pretrain":
+        return pretrain_record(family, config=config)
+    return finetune_record(family, init or "", config=config)
 
 
 def test_runs_are_labelled_with_their_arm_with_or_without_a_plan():
@@ -99,7 +105,7 @@ def test_runs_are_labelled_with_their_arm_with_or_without_a_plan():
             _run("gpt", "pretrain", "prefix_lm"), _run("t5", "pretrain", "span"),
             _run("gpt", "finetune", "clm", "scratch")]
     label_arms(runs, None)  # no plan: <family>-<objective> only where a family has several objectives
-    assert [r["arm"] for r in runs] == ["gpt-span", "gpt-span", "gpt-prefix_lm", "t5", None]
+    assert [r.arm for r in runs] == ["gpt-span", "gpt-span", "gpt-prefix_lm", "t5", None]
     def arm(family: str | None = None, objective: str | None = None) -> ArmBudget:
         return ArmBudget(family=family, objective=objective, steps=10, flops_per_step=1, corpus_tokens_per_step=8,
                          flops=10, corpus_tokens=80, params=100, non_embedding_params=50, batch_shape="B=1 S=8",
@@ -108,7 +114,7 @@ def test_runs_are_labelled_with_their_arm_with_or_without_a_plan():
     plan = Plan(match="flops", tolerance=0.02, arms={"g-s": arm("gpt", "span"), "g-p": arm("gpt", "prefix_lm"),
                                                      "t5": arm()})
     label_arms(runs, plan)  # the plan's names win; a plan from before arms is keyed by family only
-    assert [r["arm"] for r in runs] == ["g-s", "g-s", "g-p", "t5", None]
+    assert [r.arm for r in runs] == ["g-s", "g-s", "g-p", "t5", None]
 
 
 def test_finetune_table_has_one_row_per_arm_and_each_scratch_baseline_once():
@@ -126,3 +132,14 @@ def test_finetune_table_has_one_row_per_arm_and_each_scratch_baseline_once():
     assert names == ["gpt-span pretrained", "gpt-prefix_lm pretrained", "gpt scratch", "bert-mlm pretrained",
                      "t5 scratch"]
     assert "| gpt-prefix_lm pretrained | 0.500 ± 0.000 (n=1) |" in ft
+
+
+def test_a_results_file_missing_a_required_key_is_one_line_naming_it(tmp_path, capsys):
+    run = tmp_path / "cmp" / "gpt-ft-s0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "results.json").write_text(json.dumps({"job": "finetune", "family": "gpt", "init": "scratch"}))
+    assert cli.main(["report", str(tmp_path / "cmp"), f"--out={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("famlab: error: ") and str(run / "results.json") in err[0], err
+    assert "majority" in err[0] and not (tmp_path / "out").exists()

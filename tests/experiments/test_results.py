@@ -1,8 +1,17 @@
 """The typed results serialise to the JSON files they stand for, key for key, and read those files back."""
 
 import json
+import math
 
-from famlab.experiments.analysis.results import ArmBudget, FinetuneResult, Plan, PretrainResult
+from famlab.experiments.analysis.results import (
+    ArmBudget,
+    FinetuneResult,
+    Plan,
+    PretrainResult,
+    ProbeResult,
+    read_result,
+)
+from famlab.experiments.commands.probe import ProbeScore, probe_scores
 from famlab.experiments.configuration.config import DataConfig
 from famlab.experiments.configuration.task import load_configured_task
 
@@ -63,6 +72,36 @@ def test_run_results_round_trip_with_job_first():
           "seeds": {"0": {"test/acc": 0.5}}, "mean": {"test/acc": 0.5}, "std": {"test/acc": 0.0},
           "majority": {"label": "a", "test/acc": 0.5}, "wall_s": 3.0}
     assert json.dumps(FinetuneResult.from_json(ft).to_json()) == json.dumps(ft)
+
+
+# a probe's results.json as famlab probe wrote it before the probe's results were typed (keys in that order)
+PROBE_KEYS = ["job", "family", "init", "task", "num_classes", "sizes", "pooling", "selection", "pretrained", "random",
+              "random_mean", "random_std", "gain", "wall_s"]
+
+
+def _probe(random_accs: list[float]) -> ProbeResult:
+    scores = probe_scores(ProbeScore(c=1.0, val_acc=0.4, test={"test/acc": 0.4, "test/f1": 0.3, "test/mcc": 0.2}),
+                          {str(s): ProbeScore(c=0.1, val_acc=0.3, test={"test/acc": a, "test/f1": a, "test/mcc": 0.0})
+                           for s, a in enumerate(random_accs)})
+    return ProbeResult(family="gpt", init="runs/x/gpt-pretrain-s0", task="task.csv", num_classes=2,
+                       sizes={"train": 8, "val": 2, "test": 2}, pooling="mean", **scores, wall_s=1.5)
+
+
+def test_probe_results_keep_their_key_order_and_gain_as_null_and_read_back():
+    one = _probe([0.3]).to_json()  # one random body: no gain, still written (as null)
+    assert list(one) == PROBE_KEYS and one["gain"] is None and one["pretrained"]["test"]["test/acc"] == 0.4
+    three = _probe([0.3, 0.31, 0.29])
+    assert three.gain is not None and math.isclose(three.random_mean["test/acc"], 0.3)
+    text = json.dumps(three.to_json(), indent=2)
+    assert json.dumps(ProbeResult.from_json(json.loads(text)).to_json(), indent=2) == text
+    assert isinstance(read_result(json.loads(text)), ProbeResult)
+
+
+def test_read_result_names_the_class_by_job_and_skips_other_jobs():
+    pre = {"job": "pretrain", "family": "gpt", "run_dir": "r", "steps": 1, "num_params": 1, "first": {},
+           "final": {}, "wall_s": 0.0}
+    assert isinstance(read_result(pre), PretrainResult)
+    assert read_result({"job": "eval", "family": "gpt"}) is None and read_result([1, 2]) is None
 
 
 def test_the_task_loads_the_same_from_the_config_and_from_config_yaml(tmp_path):

@@ -243,15 +243,17 @@ def test_compare_zero_shot_step_fills_the_report_table_and_the_wandb_report_run(
     from famlab.experiments.tracking.wandb_report import log_report_run
     from famlab.objectives.zeroshot import headline
 
+    from tests.experiments.record_helpers import pretrain_record
+
     scores = {f: zero_shot_scores(pretrained[f], limit=8) for f in arms}
-    rows = zero_shot_rows({f: [{"eval": {"zero_shot": z}}] for f, z in scores.items()})
+    rows = zero_shot_rows({f: [pretrain_record(f, eval={"zero_shot": z})] for f, z in scores.items()})
     assert set(rows) == {*arms, "chance", "bigram", "length"}
     for f in arms:
         for task in BUNDLED:
             assert rows[f][task] == scores[f][task][headline(task)]["acc"] and scores[f][task]["num_items"] == 8
     assert rows["chance"]["wordnet-reverse-dictionary"] == pytest.approx(0.2)
     assert rows["chance"]["wordnet-minimal-pairs"] == pytest.approx(0.5)
-    section = zero_shot_section({f: [{"eval": {"zero_shot": z}}] for f, z in scores.items()})
+    section = zero_shot_section({f: [pretrain_record(f, eval={"zero_shot": z})] for f, z in scores.items()})
     out = tmp_path / "cmp"
     out.mkdir()
     (out / "report.md").write_text("# comparison\n\n" + "\n".join(section))

@@ -10,6 +10,8 @@ from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
 from scipy import stats as sps
 
+from tests.experiments.record_helpers import finetune_record, probe_result
+
 
 def _arm(family, pretrained, scratch):
     return {"family": family, "finetune_values": {"test/acc": pretrained}, "scratch_values": {"test/acc": scratch}}
@@ -71,8 +73,7 @@ def test_arms_without_two_seeds_a_side_are_not_tested():
 
 def test_probe_gains_compare_the_pretrained_body_with_random_bodies():
     """One pretrained value per pretraining seed against seeded random bodies (one-sample t-test)."""
-    result = {"pretrained": {"test": {"test/acc": 0.40}},
-              "random": {str(s): {"test": {"test/acc": a}} for s, a in enumerate([0.30, 0.31, 0.29, 0.30, 0.32])}}
+    result = probe_result(0.40, [0.30, 0.31, 0.29, 0.30, 0.32])
     (g,) = transfer.probe_gains({"gpt": [result]}, {"gpt": "gpt"})
     ref = sps.ttest_1samp([0.30, 0.31, 0.29, 0.30, 0.32], 0.40, alternative="less")
     assert g.diff == pytest.approx(0.40 - 0.304) and g.p == pytest.approx(ref.pvalue) and g.significant
@@ -196,7 +197,7 @@ def test_grid_edges_names_arms_selected_at_the_ends_of_their_grid():
 
     def run(family, init, chosen, lrs=(3e-4, 1e-3, 3e-3)):
         grid = [{"lr": lr, "head_lr": 10 * lr} for lr in lrs]
-        return {"results": {"family": family, "init": init, "grid": grid, "selected": {"lr": chosen}}}
+        return finetune_record(family, init, grid=grid, selected={"lr": chosen})
 
     ft = [run("bert", "runs/x/bert-pretrain-s0", 1e-3), run("bert", "scratch", 3e-3), run("gpt", "scratch", 3e-4),
           run("t5", "scratch", 1e-3, lrs=(1e-3,))]
@@ -213,9 +214,9 @@ def test_tiny_fine_tunes_t5_one_grid_step_higher_and_the_protocol_says_per_famil
     assert grids == {"bert": [0.001, 0.003], "gpt": [0.001, 0.003], "t5": [0.003, 0.009]}
 
     def run(family, init, lrs):
-        results = {"job": "finetune", "family": family, "init": init, "grid": [{"lr": lr, "head_lr": 10 * lr}
-                   for lr in lrs], "sizes": {"train": 10, "val": 5, "test": 5}, "seeds": {"0": {}}}
-        return {"results": results, "config": {"finetune": {"max_steps": 20, "batch_size": 4}, "data": {}}}
+        return finetune_record(family, init, grid=[{"lr": lr, "head_lr": 10 * lr} for lr in lrs],
+                               sizes={"train": 10, "val": 5, "test": 5}, seeds={"0": {}},
+                               config={"finetune": {"max_steps": 20, "batch_size": 4}, "data": {}})
 
     same = transfer.protocol_lines([run("bert", "scratch", (1e-3, 3e-3)), run("t5", "scratch", (1e-3, 3e-3))], {})
     assert any(line.startswith("Every arm, pretrained or scratch, gets the same grid") for line in same)

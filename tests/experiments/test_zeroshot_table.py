@@ -3,6 +3,8 @@
 import pytest
 from famlab.experiments.analysis.zeroshot_table import zero_shot_markdown, zero_shot_rows, zero_shot_summary
 
+from tests.experiments.record_helpers import pretrain_record
+
 
 def _result(raw: float, per_byte: float, *, chance: float = 0.5, length: float = 0.25) -> dict:
     """One task's results as ``famlab eval`` writes them (only the keys the table reads)."""
@@ -16,7 +18,8 @@ def test_rows_average_seeds_on_each_tasks_headline_with_chance_bigram_and_length
     """Minimal pairs read raw, the reverse dictionary per byte; seeds are averaged; W&B keys name task and arm."""
     seeds = [{"wordnet-minimal-pairs": _result(0.8, 0.1), "wordnet-reverse-dictionary": _result(0.1, 0.3)},
              {"wordnet-minimal-pairs": _result(0.6, 0.1), "wordnet-reverse-dictionary": _result(0.1, 0.5)}]
-    rows = zero_shot_rows({"gpt": [{"eval": {"zero_shot": z}} for z in seeds], "bert": [{"eval": {}}]})
+    rows = zero_shot_rows({"gpt": [pretrain_record("gpt", eval={"zero_shot": z}) for z in seeds],
+                           "bert": [pretrain_record("bert", eval={})]})
     assert set(rows) == {"gpt", "chance", "bigram", "length"}  # an arm without results has no row
     assert rows["gpt"]["seeds"] == 2
     assert rows["gpt"]["wordnet-minimal-pairs"] == pytest.approx(0.7)

@@ -4,7 +4,7 @@ Lightning checks these only when a ``Trainer`` is built - after the tokenizer ha
 run opened. The choices come from Lightning itself, so a new Lightning strategy or accelerator is accepted
 without a change here: ``AcceleratorRegistry`` and ``StrategyRegistry`` are public; the precision values
 are the ``Literal`` types Lightning's connector checks against (``lightning.fabric.connector``), which are
-private, so they are read in this one module and ``tests/experiments/test_lightning_check.py`` fails if
+private, so they are read in this one module and ``tests/experiments/test_validation.py`` fails if
 Lightning moves them.
 """
 

@@ -36,9 +36,27 @@ def from_json(cls: type[T], data: dict[str, Any], renames: dict[str, str] | None
     return cls(**{names[key]: value for key, value in data.items() if key in names})
 
 
+R = TypeVar("R", bound="JsonRecord")
+
+
+class JsonRecord:
+    """Base of the dataclasses below that are one JSON mapping, key for field: :func:`to_json` writes it and
+    :func:`from_json` reads it back (an older file lacking an optional field included)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON dict."""
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls: type[R], data: dict[str, Any]) -> R:
+        """Read the JSON dict."""
+        return from_json(cls, data)
+
+
 @dataclasses.dataclass(kw_only=True)
-class ArmBudget:
-    """One arm's share of the matched budget (an entry of ``plan.json``'s ``families``)."""
+class ArmBudget(JsonRecord):
+    """One arm's share of the matched budget (an entry of ``plan.json``'s ``families``; older plans lack
+    ``family`` and ``objective``)."""
 
     family: str | None = None  # older plans: the arm is the family
     objective: str | None = None
@@ -55,15 +73,6 @@ class ArmBudget:
     num_layers: int
     lr_grid: dict[str, float] | None = None  # compare.lr_grid: final validation loss per tried lr
     lr: float | None = None  # compare.lr_grid: the lr chosen
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``plan.json`` entry."""
-        return to_json(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ArmBudget:
-        """Read a ``plan.json`` entry (one from before arms named their family and objective included)."""
-        return from_json(cls, data)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -98,8 +107,9 @@ class Plan:
 
 
 @dataclasses.dataclass(kw_only=True)
-class PretrainResult:
-    """One pretraining run (its ``results.json``, ``job: pretrain``)."""
+class PretrainResult(JsonRecord):
+    """One pretraining run (its ``results.json``, ``job: pretrain``; older files lack ``objective`` or
+    ``budget``)."""
 
     job: str = "pretrain"
     family: str
@@ -117,18 +127,9 @@ class PretrainResult:
     length_extrapolation: dict[str, Any] | None = None  # validation loss at 1x, 2x, 4x the training length (rank 0)
     byte_score: dict[str, Any] | None = None  # a comparison's bits per byte, scored while the W&B run is open
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``results.json`` dict."""
-        return to_json(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PretrainResult:
-        """Read a pretraining run's ``results.json`` (one from before ``objective`` or ``budget`` included)."""
-        return from_json(cls, data)
-
 
 @dataclasses.dataclass(kw_only=True)
-class FinetuneResult:
+class FinetuneResult(JsonRecord):
     """One fine-tune over its grid and seeds (its ``results.json``, ``job: finetune``)."""
 
     job: str = "finetune"
@@ -147,18 +148,9 @@ class FinetuneResult:
     majority: dict[str, Any]  # the majority-class baseline on the same test split
     wall_s: float
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``results.json`` dict."""
-        return to_json(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FinetuneResult:
-        """Read a fine-tune's ``results.json``."""
-        return from_json(cls, data)
-
 
 @dataclasses.dataclass(kw_only=True)
-class ProbeResult:
+class ProbeResult(JsonRecord):
     """One linear probe of a body and of random-initialised bodies of its shape (its ``results.json``,
     ``job: probe``). Every key is always written (``gain`` as ``null`` with fewer than two random bodies)."""
 
@@ -180,11 +172,6 @@ class ProbeResult:
     def to_json(self) -> dict[str, Any]:
         """The ``results.json`` dict (``gain`` included when it is ``None``)."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProbeResult:
-        """Read a probe's ``results.json``."""
-        return from_json(cls, data)
 
 
 RESULTS: dict[str, type[PretrainResult] | type[FinetuneResult] | type[ProbeResult]] = {

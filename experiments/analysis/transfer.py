@@ -214,7 +214,6 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -
     if ft:
         res, cfg = tuned[0], ft[0].config
         f = cfg["finetune"]
-        grid = res.grid or []
         steps = f.get("max_steps") or f"{f.get('epochs')} epochs"
         lines.append(f"Fine-tuning: {res.sizes['train']} training / {res.sizes['val']} validation / "
                      f"{res.sizes['test']} test examples, {steps} steps at batch "
@@ -222,7 +221,7 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -
                      f"{', '.join(sorted(res.seeds, key=int))}.")
         grids = {t.family: ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})" for g in t.grid or [])
                  for t in tuned}
-        if grid:
+        if res.grid:
             if len(set(grids.values())) == 1:
                 who, points = "Every arm, pretrained or scratch, gets", next(iter(grids.values()))
             else:  # a preset's per-family finetune.lr: both arms of a family still share one grid

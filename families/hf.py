@@ -17,15 +17,23 @@ from famlab.families.config import ModelConfig
 from famlab.families.hf_settings import HFConversionError, config_from_hf, config_to_hf
 from torch import Tensor, nn
 
-__all__ = ["HFConversionError", "config_from_hf", "from_hf", "hf_pooler_state", "to_hf"]
+__all__ = [
+    "HFConversionError", "bert_head_weight_map", "bert_weight_map", "config_from_hf", "copy_weights", "from_hf",
+    "hf_pooler_state", "to_hf",
+]
 
-def _bert_map(cfg: ModelConfig, prefix: str = "bert.") -> list[tuple[str, list[str], str]]:
-    """(our key, HF keys, how) triples; how is ``copy``, ``cat`` (concatenate rows) or ``t`` (transpose)."""
+
+def bert_weight_map(cfg: ModelConfig, prefix: str = "bert.") -> list[tuple[str, list[str], str]]:
+    """(our key, HF keys, how) triples of a BERT body; how is ``copy``, ``cat`` (concatenate rows) or ``t``
+    (transpose). ``prefix="roformer."`` maps RoFormer's body, which has the same names and no position table."""
     p = prefix
     m = [
         ("embed.weight", [f"{p}embeddings.word_embeddings.weight"], "copy"),
         ("token_types.weight", [f"{p}embeddings.token_type_embeddings.weight"], "copy"),
-        ("encoder.positions.weight", [f"{p}embeddings.position_embeddings.weight"], "copy"),
+    ]
+    if cfg.pos.value == "learned":
+        m.append(("encoder.positions.weight", [f"{p}embeddings.position_embeddings.weight"], "copy"))
+    m += [
         ("encoder.embed_norm.weight", [f"{p}embeddings.LayerNorm.weight"], "copy"),
         ("encoder.embed_norm.bias", [f"{p}embeddings.LayerNorm.bias"], "copy"),
     ]
@@ -43,7 +51,8 @@ def _bert_map(cfg: ModelConfig, prefix: str = "bert.") -> list[tuple[str, list[s
     return m
 
 
-def _bert_head_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
+def bert_head_weight_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
+    """The MLM head's triples (``cls.predictions.*``, the same in ``BertForMaskedLM`` and ``RoFormerForMaskedLM``)."""
     c = "cls.predictions."
     untied = [] if cfg.tie_embeddings else [("head.weight", [f"{c}decoder.weight"], "copy")]
     return untied + [
@@ -52,6 +61,9 @@ def _bert_head_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
         ("head.norm.weight", [f"{c}transform.LayerNorm.weight"], "copy"),
         ("head.norm.bias", [f"{c}transform.LayerNorm.bias"], "copy"),
         ("head.bias", [f"{c}bias"], "copy"),
+        # the forward adds decoder.bias, which transformers ties to cls.predictions.bias only when the word
+        # embeddings are tied too: an untied head needs it written (and from_hf reads it, the last entry)
+        ("head.bias", [f"{c}decoder.bias"], "copy"),
     ]
 
 
@@ -123,9 +135,9 @@ def _weight_map(cfg: ModelConfig, kind_of_model: str) -> list[tuple[str, list[st
     fam = cfg.family.value
     if fam == "bert":
         prefix = "" if kind_of_model == "BertModel" else "bert."
-        m = _bert_map(cfg, prefix)
+        m = bert_weight_map(cfg, prefix)
         if kind_of_model != "BertModel":
-            m += _bert_head_map(cfg)
+            m += bert_head_weight_map(cfg)
         return m
     return _gpt_map(cfg) if fam == "gpt" else _t5_map(cfg)
 
@@ -177,12 +189,19 @@ def to_hf(net: nn.Module) -> Any:
         model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
         if hasattr(model.config, "tie_word_embeddings"):
             model.config.tie_word_embeddings = False
-    ours = net.state_dict()
+    copy_weights(model, net.state_dict(), _weight_map(cfg, cls.__name__))
+    return model.train(net.training)
+
+
+def copy_weights(model: Any, ours: dict[str, Tensor], weight_map: list[tuple[str, list[str], str]]) -> None:
+    """Copy the famlab state dict ``ours`` into the Hugging Face ``model`` along ``weight_map`` (a ``cat`` key is
+    split into its targets' row counts, a ``t`` key transposed); a tied HF parameter is found under any of its names."""
+    state = model.state_dict()
     hf: dict[str, Tensor] = {}
-    for key, targets, how in _weight_map(cfg, cls.__name__):
+    for key, targets, how in weight_map:
         value = ours[key]
         if how == "cat":
-            sizes = [model.state_dict()[t].shape[0] for t in targets]
+            sizes = [state[t].shape[0] for t in targets]
             for t, part in zip(targets, value.split(sizes, dim=0), strict=True):
                 hf[t] = part
         else:
@@ -191,4 +210,3 @@ def to_hf(net: nn.Module) -> Any:
         params = dict(model.named_parameters(remove_duplicate=False)) | dict(model.named_buffers())
         for name, value in hf.items():
             params[name].copy_(value)
-    return model.train(net.training)

@@ -4,9 +4,10 @@ The folder holds the model (``model.safetensors`` + ``config.json``; ``BertForMa
 ``GPT2LMHeadModel`` or ``T5ForConditionalGeneration`` for a pretraining run, ``BertForSequenceClassification``
 or ``GPT2ForSequenceClassification`` with label names for a fine-tuned classifier), the run's tokenizer as a
 ``PreTrainedTokenizerFast`` (famlab's special tokens, sentinels and ``[PAD]``; it adds the family's special
-tokens as the fine-tuning collator does) and a model card ``README.md``. Every setting HF cannot express is
-refused on one line before anything is written. A multi-seed fine-tune exports ``seed=<s>`` (default: the
-first seed); a fine-tune exports its best checkpoint, as its test scores were read from it.
+tokens as the fine-tuning collator does) and a model card ``README.md``. A BERT with ``model.pos=rope`` is written
+as ``RoFormerForMaskedLM``, BERT with rotary q/k (Su et al. 2021; ``famlab.families.hf_roformer``). Every setting
+HF cannot express is refused on one line before anything is written. A multi-seed fine-tune exports ``seed=<s>``
+(default: the first seed); a fine-tune exports its best checkpoint, as its test scores were read from it.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     from famlab.experiments.configuration.compose import to_dataclass
     from famlab.families.config import ModelConfig
     from famlab.families.hf_classifier import check_classifier_expressible
+    from famlab.families.hf_roformer import check_roformer_expressible, is_roformer, roformer_classifier_error
     from famlab.families.hf_settings import check_expressible
     from omegaconf import OmegaConf
 
@@ -87,7 +89,7 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
         raise ConfigInputError(f"{out} exists and is not an empty directory")
     saved = yaml.safe_load((src / "config.yaml").read_text(encoding="utf-8"))
     model = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
-    check_expressible(model)
+    (check_roformer_expressible if is_roformer(model) else check_expressible)(model)
     if model.family.value == "t5" and not model.tie_embeddings:
         # transformers 5 re-ties T5's lm_head to the shared embedding when it loads a folder
         raise ConfigInputError("export: model.tie_embeddings=false has no Hugging Face T5 equivalent (always tied)")
@@ -99,6 +101,8 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     if finetune or "num_classes" in hparams:
         if "num_classes" not in hparams:
             raise ConfigInputError(f"{ckpt}: a fine-tune checkpoint without the classifier's hyper-parameters")
+        if is_roformer(model):
+            raise roformer_classifier_error(model, hparams["pooling"])
         check_classifier_expressible(model.family.value, hparams["pooling"])
         plan.classifier = dict(hparams)
         plan.labels = _labels(saved, int(hparams["num_classes"]))
@@ -117,6 +121,7 @@ def build_hf_model(plan: ExportPlan) -> tuple[Any, Any]:
     from famlab.families.heads import ClassificationHead
     from famlab.families.hf import to_hf
     from famlab.families.hf_classifier import classifier_to_hf
+    from famlab.families.hf_roformer import is_roformer, roformer_to_hf
 
     state = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
     state = {k.replace("_orig_mod.", ""): v for k, v in state.items()}
@@ -124,7 +129,7 @@ def build_hf_model(plan: ExportPlan) -> tuple[Any, Any]:
     net.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("net.")})
     net.eval()
     if plan.classifier is None:
-        return to_hf(net).eval(), net
+        return (roformer_to_hf(net) if is_roformer(plan.model) else to_hf(net)).eval(), net
     h = plan.classifier
     head = ClassificationHead(
         plan.model.dim, int(h["num_classes"]), float(h.get("head_dropout", 0.1)), pooler=h["pooling"] == "cls",

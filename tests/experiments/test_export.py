@@ -54,6 +54,10 @@ def make_run(bundle, task_file, tmp_path):
                                               max_seq_len=48) | overrides  # fmt: skip
         torch.manual_seed(0)
         net = build_network(ModelConfig(**model))
+        if pooling is None:  # a trained network: off its init, attention far from uniform (so positions and the
+            with torch.no_grad():  # rotary layout show in the logits), a nonzero MLM bias
+                for p in net.parameters():
+                    p.add_(torch.randn_like(p), alpha=0.3)
         tokenizer = {"kind": "bpe", "num_sentinels": 10}
         config = {"model": model, "objective": {"name": "mlm"}, "data": {"tokenizer": tokenizer}}
         (run_dir / "checkpoints").mkdir()
@@ -100,6 +104,8 @@ def _load(out):
         ("bert", dict(tie_embeddings=False, activation="gelu_tanh")),
         ("gpt", dict(qk_scale=1.0, tie_embeddings=False)),  # config.json: scale_attn_weights=false
         ("t5", dict(head_scale=1.0, ffn="gated", activation="gelu")),  # unscaled head, gated exact GELU
+        ("bert", dict(pos="rope")),  # RoFormerForMaskedLM: q/k rows reordered for its interleaved rotation
+        ("bert", dict(pos="rope", tie_embeddings=False, activation="relu", type_vocab_size=3)),
     ],
 )
 def test_exported_language_model_loads_offline_with_the_same_logits(make_run, tmp_path, family, overrides):
@@ -110,6 +116,8 @@ def test_exported_language_model_loads_offline_with_the_same_logits(make_run, tm
     assert main(["export", str(run_dir), str(out)]) == 0
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= {p.name for p in out.iterdir()}
     model = getattr(transformers, LM_CLASS[family]).from_pretrained(str(out), local_files_only=True).eval()
+    if overrides.get("pos") == "rope":
+        assert isinstance(model, transformers.RoFormerForMaskedLM) and not model.config.rotary_value
     tok, batch = _load(out)
     assert isinstance(tok, transformers.PreTrainedTokenizerFast)
     assert tok.pad_token == "[PAD]" and tok.pad_token_id == net.config.pad_token_id
@@ -163,6 +171,11 @@ def test_exported_t5_classifier_is_refused_before_writing(make_run, tmp_path, ca
     ("family", "overrides", "pooling", "named"),
     [
         ("gpt", dict(pos="rope"), None, "model.pos=rope"),
+        ("t5", dict(pos="rope"), None, "model.pos=rope"),
+        ("bert", dict(pos="rope", rope_theta=500000.0), None, "model.rope_theta=500000 is not expressible"),
+        ("bert", dict(pos="rope", qk_scale=0.5), None, "model.qk_scale=0.5"),
+        ("bert", dict(pos="rope"), "cls", "finetune.pooling=cls on a model.pos=rope BERT"),
+        ("bert", dict(pos="rope"), "mean", "finetune.pooling=mean on a model.pos=rope BERT"),
         ("gpt", dict(qk_scale=0.5), None, "model.qk_scale=0.5"),
         ("t5", dict(qk_scale=None), None, "model.qk_scale=None"),
         ("t5", dict(tie_embeddings=False), None, "model.tie_embeddings=false"),

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from famlab.families import build_network, from_hf, to_hf
+from famlab.families.faithful import family_defaults
 from famlab.families.hf import config_from_hf, hf_pooler_state
 from hf_models import SPECS, VOCAB, make_hf, parity_diff, transformers
 
@@ -107,6 +108,21 @@ def test_to_hf_rejects_settings_hf_cannot_express(make_net):
         to_hf(make_net("bert", pos="rope"))
     with pytest.raises(ValueError, match="num_kv_heads"):
         to_hf(make_net("gpt", num_kv_heads=2))
+
+
+def test_untied_bert_mlm_bias_is_the_decoder_bias_both_ways(make_net):
+    """With untied embeddings transformers also unties cls.predictions.decoder.bias, the bias BertForMaskedLM adds,
+    from cls.predictions.bias: to_hf writes it and from_hf reads it."""
+    net = make_net("bert", **{**family_defaults("bert").model, "tie_embeddings": False})
+    with torch.no_grad():
+        net.head.bias.normal_()
+    hf = to_hf(net).eval()
+    with torch.no_grad():
+        hf.cls.predictions.bias.zero_()  # the copy the forward does not add: neither side may depend on it
+    ids = torch.randint(1, net.config.vocab_size, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(input_ids=ids).logits, net(ids).logits, atol=1e-4, rtol=0)
+        torch.testing.assert_close(from_hf(hf).eval()(ids).logits, net(ids).logits, atol=1e-4, rtol=0)
 
 
 def test_from_hf_rejects_unknown_model():

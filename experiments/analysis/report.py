@@ -35,6 +35,7 @@ from famlab.experiments.analysis.results import (
 from famlab.experiments.analysis.suite_table import read_tasks
 from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
+from famlab.experiments.configuration.compose import family_settings
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.configuration.task import load_configured_task
 
@@ -535,12 +536,32 @@ def report_header(
     md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
               f"seq_len {first_cfg['data']['seq_len']}, pretraining batch {batches}, "
               f"corpus `{first_cfg['data']['corpus']}`, task `{first_cfg['data']['task']}`).")
+    departures = architecture_departures(runs)
+    if departures:
+        md.append(f"Settings that differ from each family's reference architecture (`famlab config <family>`): "
+                  f"{departures}.")
     if plan is not None:
         what = {"flops": "training FLOPs (families.flops)", "tokens": "corpus tokens",
                 "params": "non-embedding parameters (all but nn.Embedding tables)"}[plan.match]
         md.append(f"Budget matched on **{what}**: largest relative difference between {_between(families)} "
                   f"{plan.achieved_spread:.2%} (tolerance {plan.tolerance:.0%}); reference: {plan.reference}.")
     return md
+
+
+def architecture_departures(runs: list[RunRecord]) -> str:
+    """Each pretrained family's ``model`` settings that differ from its faithful ones, such as a size preset's
+    ``pos=rope`` for BERT: ``bert pos=rope (reference learned); gpt dropout=0.0 (reference 0.1)``; ``""`` if none."""
+    parts, seen = [], set()
+    for run in runs:
+        if run.job != "pretrain" or run.family in seen:
+            continue
+        seen.add(run.family)
+        model = run.config.get("model", {})
+        differ = [f"{key}={model[key]} (reference {ref})" for key, ref in family_settings(run.family).items()
+                  if key in model and str(model[key]).lower() != str(ref).lower()]
+        if differ:
+            parts.append(f"{run.family} " + ", ".join(differ))
+    return "; ".join(parts)
 
 
 def pretraining_section(pre_table: str, crossed: bool) -> list[str]:

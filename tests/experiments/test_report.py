@@ -143,3 +143,18 @@ def test_a_results_file_missing_a_required_key_is_one_line_naming_it(tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("famlab: error: ") and str(run / "results.json") in err[0], err
     assert "majority" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_the_header_names_settings_that_differ_from_a_family_reference():
+    """A size preset's departures (BERT's rotary positions at tiny) are stated; a faithful family is not named."""
+    from famlab.experiments.analysis.report import architecture_departures
+    from famlab.experiments.configuration.compose import compose, family_settings, to_plain
+
+    tiny_bert = {"model": to_plain(compose(["bert", "tiny"], []).cfg)["model"]}  # as config.yaml holds it
+    faithful_gpt = {"model": family_settings("gpt")}
+    runs = [pretrain_record("bert", config=tiny_bert), pretrain_record("gpt", config=faithful_gpt),
+            finetune_record("gpt", "scratch", config={"model": {"pos": "rope"}})]  # fine-tunes are not read
+    line = architecture_departures(runs)
+    assert "bert pos=rope (reference learned)" in line and "dropout=0.0 (reference 0.1)" in line
+    assert "gpt" not in line
+    assert architecture_departures(runs[1:]) == ""

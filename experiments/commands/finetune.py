@@ -418,6 +418,8 @@ class _Grid:
     def __init__(self, job: _Job, run_dir: Path) -> None:
         self.job, self.run_dir = job, run_dir
         self.points, self.seeds = grid_points(job.cfg.finetune), list(job.cfg.finetune.seeds)
+        k = job.cfg.finetune.select_seeds
+        self.selecting = self.seeds if k is None or len(self.points) == 1 else self.seeds[:k]  # train at every point
         self.val: dict[GridPoint, dict[str, float]] = {}
         self.best: dict[tuple[GridPoint, int], str] = {}
         self.per_seed: dict[str, dict[str, float]] = {}
@@ -430,10 +432,13 @@ class _Grid:
             with SignalLatch() as latch:  # a stop signal outside the jobs' training steps stops at the next boundary
                 for point in self.points:
                     self.val[point] = {}
-                    for seed in self.seeds:
+                    for seed in self.selecting:
                         self.stop_if_requested(latch)
                         self.train(point, seed, latch)
                 chosen = select_point(self.val, self.job.mode)
+                for seed in self.seeds[len(self.selecting):]:  # the seeds that did not select: chosen point only
+                    self.stop_if_requested(latch)
+                    self.train(chosen, seed, latch)
                 if len(self.points) > 1:  # the test split is read once, after selection, by the selected point only
                     self.test_selected(chosen, latch)
         except Preempted as e:
@@ -485,13 +490,22 @@ class _Grid:
         if len(self.points) > 1:
             for point in self.points:
                 if point != chosen:
-                    for seed in self.seeds:
+                    for seed in self.selecting:
                         _drop_checkpoints(Path(self.best[point, seed]).parent)
+
+    def rule(self) -> str:
+        """The selection rule in words, as the report states it."""
+        ft = self.job.cfg.finetune
+        best = "highest" if self.job.mode == "max" else "lowest"
+        if self.selecting == self.seeds:
+            return f"{best} mean {ft.monitor} over seeds"
+        seeds = ", ".join(str(s) for s in self.selecting)
+        return (f"{best} mean {ft.monitor} over seed{'s' if len(self.selecting) > 1 else ''} {seeds} "
+                f"(finetune.select_seeds={len(self.selecting)}; the other seeds train at the selected point only)")
 
     def result(self, chosen: GridPoint, started: float) -> FinetuneResult:
         """The fine-tune's results: the grid's validation scores, the selection, the test scores per seed."""
         job, per_seed, val = self.job, self.per_seed, self.val
-        ft = job.cfg.finetune
         return FinetuneResult(
             family=job.family,
             init=job.cfg.init,
@@ -499,10 +513,10 @@ class _Grid:
             num_classes=len(job.task.labels),
             sizes={"train": len(job.task.train), "val": len(job.task.val), "test": len(job.task.test)},
             pooling=job.pooling,
-            grid=[{"lr": p.lr, "head_lr": p.head_lr, "val": val[p], "val_mean": statistics.fmean(val[p].values())}
-                  for p in self.points],
+            grid=[{"lr": p.lr, "head_lr": p.head_lr, "val": val[p],
+                   "val_mean": statistics.fmean(val[p][str(s)] for s in self.selecting)} for p in self.points],
             selected={"lr": chosen.lr, "head_lr": chosen.head_lr},
-            selection=f"{'highest' if job.mode == 'max' else 'lowest'} mean {ft.monitor} over seeds",
+            selection=self.rule(),
             seeds=per_seed,
             mean={k: statistics.fmean(s[k] for s in per_seed.values()) for k in METRICS},
             std={k: statistics.stdev([s[k] for s in per_seed.values()]) if len(per_seed) > 1 else 0.0

@@ -210,6 +210,9 @@ class FinetuneConfig:
     warmup_ratio: float = 0.1  # fraction of fine-tuning steps spent in linear warmup
     pooling: Pooling | None = None  # cls | last | mean | decoder; None = mean (hf: BERT with a pooler: cls)
     seeds: list[int] = field(default_factory=lambda: [0])  # one fine-tune per seed; results give mean +- std
+    # seeds that train at every grid point for the selection (the first k of `seeds`); the others train at the
+    # selected point only, so a grid of P points costs P*k + (seeds - k) fine-tunes. None = every seed selects.
+    select_seeds: int | None = None
     val_every: int | None = None  # validate every N steps; None = each epoch (4 times over max_steps if set)
     monitor: str = "val/acc"  # validation metric that picks the best checkpoint (val/acc | val/f1 | val/mcc | val/loss)
     probe_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])  # probe: random-init bodies compared
@@ -220,8 +223,11 @@ class FinetuneConfig:
             "epochs": (1, 1_000_000, "[]"), "max_steps": (1, BIG, "[]"), "lr": (0, 10, "(]"), "head_lr": (0, 10, "(]"),
             "head_dropout": (0, 1, "[)"), "dropout": (0, 1, "[)"), "weight_decay": (0, 10, "[]"),
             "warmup_ratio": (0, 1, "[)"), "seeds": SEED,
-            "val_every": (1, BIG, "[]"),
+            "val_every": (1, BIG, "[]"), "select_seeds": (1, BIG, "[]"),
         })
+        if self.select_seeds is not None and self.select_seeds > len(self.seeds):
+            raise ConfigInputError(f"finetune.select_seeds={self.select_seeds} is more than the {len(self.seeds)} "
+                                   f"finetune.seeds={list(self.seeds)}")
 
 
 @dataclass

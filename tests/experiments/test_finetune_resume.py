@@ -255,3 +255,23 @@ def test_a_suite_resumes_task_by_task(env, monkeypatch, capsys):
     assert losses(run_dir / "a") == losses(run_dir / "b") and len(losses(run_dir / "b")) == STEPS
     results = json.loads((run_dir / "results.json").read_text())
     assert [t["name"] for t in results["tasks"]] == ["a", "b"]
+
+
+@pytest.mark.slow
+def test_select_seeds_trains_the_other_seeds_at_the_selected_point_only(env):
+    """finetune.select_seeds=1: each grid point trains seed 0; the point with the better seed-0 validation score is
+    the only one to train seeds 1 and 2, and every seed of it reads the test split."""
+    root = env[0]
+    run_dir = root / "select-one"
+    args = [*_args(env, run_dir, "grid"), "finetune.seeds=[0,1,2]", "finetune.select_seeds=1"]
+    assert cli.main(args) == 0
+    results = json.loads((run_dir / "results.json").read_text())
+    val0 = {(g["lr"], g["head_lr"]): g["val"]["0"] for g in results["grid"]}
+    chosen = max(val0, key=lambda p: val0[p])
+    assert (results["selected"]["lr"], results["selected"]["head_lr"]) == chosen
+    assert all(g["val_mean"] == g["val"]["0"] for g in results["grid"])  # what the selection read
+    assert sorted(results["seeds"]) == ["0", "1", "2"] and "select_seeds=1" in results["selection"]
+    for point in CASES["grid"][1]:
+        trained = sorted(p.name for p in (run_dir / point).glob("seed-*") if (p / "job.json").is_file())
+        is_chosen = point == f"lr{chosen[0]:g}-head{chosen[1]:g}"
+        assert trained == (["seed-0", "seed-1", "seed-2"] if is_chosen else ["seed-0"]), point

@@ -180,14 +180,17 @@ def test_bad_compare_objectives_fail_with_one_line_naming_the_key(tmp_path, caps
 
 
 def test_a_named_preset_keeps_its_keys_over_the_tiny_comparisons_defaults():
-    """``famlab compare cpu``: cpu.yaml's trainer.max_steps wins over the tiny default; the other defaults stay."""
+    """``famlab compare cpu``: cpu.yaml's trainer.max_steps and fine-tuning protocol win over the tiny defaults; the
+    other defaults stay."""
     from famlab.experiments.commands.compare import TINY_DEFAULTS, compose_all
 
     default = dict(d.split("=", 1) for d in TINY_DEFAULTS)
     base, cfgs = compose_all(["cpu"], [])
     cpu = yaml.safe_load((Path(famlab.experiments.__file__).parent / "configs" / "cpu.yaml").read_text())
     assert base.trainer.max_steps == cpu["trainer"]["max_steps"] != int(default["trainer.max_steps"])
-    assert base.finetune.max_steps == int(default["finetune.max_steps"]) and base.size == "tiny"
+    assert base.finetune.max_steps == cpu["finetune"]["max_steps"] != int(default["finetune.max_steps"])
+    assert base.finetune.select_seeds is None and default["finetune.select_seeds"] == "1"
+    assert base.compare.task_limit == int(default["compare.task_limit"]) and base.size == "tiny"
     assert all(c.trainer.max_steps == cpu["trainer"]["max_steps"] for c in cfgs.values())
     over, _ = compose_all(["cpu"], ["trainer.max_steps=7"])  # the command line still wins over both
     assert over.trainer.max_steps == 7

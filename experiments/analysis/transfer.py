@@ -105,10 +105,10 @@ def probe_table(gains: list[Gain]) -> str:
     return gain_table(gains, baseline="random-init body").replace("| pretrained |", "| pretrained body |", 1)
 
 
-SMOKE = ("This is a smoke-scale run: the tiny shape with less pretraining than the `cpu` preset's, so its "
-         "pretrained-vs-scratch result is not expected to be significant for every family (see the README's 'What "
-         "the default comparison measures'). Rank families with `famlab compare cpu` on a CPU or `famlab compare "
-         "small` on one GPU.")
+SMOKE = ("This is a smoke-scale run: the tiny shape with less pretraining than the `cpu` preset's and a lighter "
+         "fine-tuning protocol, so its pretrained-vs-scratch gains sit close to seed variation and may miss "
+         "significance for a family on other data (see the README's 'What the default comparison measures'). Rank "
+         "families with `famlab compare cpu` on a CPU or `famlab compare small` on one GPU.")
 
 
 def smoke_scale(scale: str | None, plan: Plan | None) -> bool:

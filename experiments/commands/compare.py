@@ -43,8 +43,8 @@ from famlab.experiments.tracking.wandb_report import log_report_run, pretraining
 
 SIZES = ("tiny", "small", "base")
 # The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
-# within 15 minutes on 2 CPU cores, a smoke-scale run: BERT's pretraining pays off only at a larger budget (the cpu
-# preset; the README's "What the default comparison measures"). Most of the time goes to pretraining: the
+# within 15 minutes on 2 CPU cores, a smoke-scale run whose gains sit close to seed variation (the cpu preset pretrains
+# 2.6 times as long; the README's "What the default comparison measures"). Most of the time goes to pretraining: the
 # median-cost family trains trainer.max_steps steps (T5, 1.05e13 FLOPs) and the others match its FLOPs. Fine-tuning is
 # low-resource (1,000 labelled definitions; 500 each for validation and test), where what pretraining put into the
 # body shows, and every arm, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
@@ -56,8 +56,8 @@ TINY_DEFAULTS = [
     "trainer.limit_val_batches=4",
     "compare.task_limit=1000",
     "compare.task_eval_limit=500",
-    # 150 steps, validated twice; the grid selects on seed 0 and seeds 1, 2 train at the selected point only: the
-    # fine-tuning share fell from 32 % to 20 % of the wall time (320 s -> 166 s), and every family still paid off
+    # 150 steps, validated twice; the grid selects on seed 0 and seeds 1, 2 train at the selected point only (4
+    # fine-tunes per arm instead of 6): fine-tuning fell from 32 % to 20 % of the wall time, every family paid off
     "finetune.max_steps=150",
     "finetune.val_every=75",
     "finetune.select_seeds=1",

@@ -499,9 +499,10 @@ class _Grid:
         best = "highest" if self.job.mode == "max" else "lowest"
         if self.selecting == self.seeds:
             return f"{best} mean {ft.monitor} over seeds"
-        seeds = ", ".join(str(s) for s in self.selecting)
-        return (f"{best} mean {ft.monitor} over seed{'s' if len(self.selecting) > 1 else ''} {seeds} "
-                f"(finetune.select_seeds={len(self.selecting)}; the other seeds train at the selected point only)")
+        over = (f"mean {ft.monitor} over seeds {', '.join(str(s) for s in self.selecting)}" if len(self.selecting) > 1
+                else f"{ft.monitor} of seed {self.selecting[0]}")
+        return (f"{best} {over} (finetune.select_seeds={len(self.selecting)}; the other seeds train at the selected "
+                "point only)")
 
     def result(self, chosen: GridPoint, started: float) -> FinetuneResult:
         """The fine-tune's results: the grid's validation scores, the selection, the test scores per seed."""

@@ -119,9 +119,11 @@ def test_report_states_what_pretraining_bought_and_rebuilds_the_same(twice, tmp_
     assert "same grid of (body lr, head lr): (body 0.001, head 0.01), (body 0.003, head 0.03)" in md
     assert "the test split is read once" in md and "Wall time" in md and "pretraining" in results["wall"]["phases"]
     ft = json.loads((comp / "gpt-ft-s0" / "results.json").read_text())
-    assert len(ft["grid"]) == 2 and set(ft["grid"][0]["val"]) == {"0", "1"}
     chosen = max(ft["grid"], key=lambda g: g["val_mean"])  # the selected point is the best on validation
     assert ft["selected"] == {"lr": chosen["lr"], "head_lr": chosen["head_lr"]}
+    # the default selects on seed 0 (finetune.select_seeds=1): seed 1 trains at the selected point only
+    assert len(ft["grid"]) == 2 and [set(g["val"]) for g in ft["grid"]].count({"0"}) == 1
+    assert set(chosen["val"]) == {"0", "1"} and "of seed 0 (finetune.select_seeds=1" in ft["selection"]
     unselected = [g for g in ft["grid"] if g["lr"] != chosen["lr"]][0]
     assert not list((comp / "gpt-ft-s0" / f"lr{unselected['lr']:g}-head{unselected['head_lr']:g}").rglob("*.ckpt"))
     assert cli.main(["report", str(comp), f"--out={tmp_path}"]) == 0

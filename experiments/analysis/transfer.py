@@ -264,6 +264,10 @@ def grid_edges(ft: list[RunRecord]) -> list[str]:
     return out
 
 
+def _threads(n: int | None) -> str:
+    return "torch's default threads" if n is None else f"{n} torch thread{'' if n == 1 else 's'}"
+
+
 def wall_split(dirs: list[Path]) -> dict[str, Any] | None:
     """The comparison's wall time by phase, from ``compare.json`` (written by ``famlab compare``)."""
     for d in dirs:
@@ -273,9 +277,16 @@ def wall_split(dirs: list[Path]) -> dict[str, Any] | None:
             phases = info.get("phases")
             if not phases:
                 return None
-            total = info["wall_s"]
-            parts = ", ".join(f"{k} {v:.0f} s ({v / total:.0%})" for k, v in phases.items())
-            return {"total_s": total, "phases": phases,
-                    "line": f"Wall time {total:.0f} s: {parts}; the rest ({total - sum(phases.values()):.0f} s) is "
-                            "setup, data and tokenizer (the report itself comes after)."}
+            total, workers = info["wall_s"], info.get("workers") or 1
+            if workers == 1:
+                parts = ", ".join(f"{k} {v:.0f} s ({v / total:.0%})" for k, v in phases.items())
+                line = (f"Wall time {total:.0f} s: {parts}; the rest ({total - sum(phases.values()):.0f} s) is "
+                        "setup, data and tokenizer (the report itself comes after).")
+            else:
+                busy = sum(phases.values())
+                parts = ", ".join(f"{k} {v:.0f} s ({v / busy:.0%})" for k, v in phases.items())
+                line = (f"Wall time {total:.0f} s, with {workers} worker processes running jobs side by side "
+                        f"({_threads(info.get('threads'))} each, compare.workers); of the {busy:.0f} s they "
+                        f"ran jobs: {parts}.")
+            return {"total_s": total, "phases": phases, "workers": workers, "line": line}
     return None

@@ -11,6 +11,9 @@ Steps (each run is a run directory inside ``runs/compare-<name>-<ts>/``, all in 
    (:mod:`famlab.experiments.commands.compare_suite`);
 6. :func:`famlab.experiments.analysis.report.build_report` writes ``report.md``, PNG plots and ``results.json``.
 
+Steps 3-5 are jobs (:func:`run_jobs`) run ``compare.workers`` at a time: in this process, or side by side in worker
+processes that share the cores (:mod:`famlab.experiments.plumbing.workers`).
+
 An *arm* is one (family, objective) pair. With ``compare.objectives=[]`` there is one arm per family, named
 after the family, with its preset's objective. ``compare.objectives=[span,prefix_lm,gpt:ul2]`` crosses
 objectives with families (the T5 paper's Table 2 layout): a bare objective is given to every family in
@@ -23,9 +26,11 @@ minutes on 2 CPU cores); ``famlab compare small`` is the serious single-GPU sett
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import copy
 import dataclasses
 import json
+import multiprocessing as mp
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,7 @@ from famlab.experiments.commands.suite import read_suite
 from famlab.experiments.configuration.compose import compose, flatten, load_yaml, parse_overrides, preset_path
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.task import load_configured_task
+from famlab.experiments.plumbing import workers
 from famlab.experiments.plumbing.run import get_bundle, set_vocab, token_ids, write_json
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 
@@ -52,6 +58,7 @@ SIZES = ("tiny", "small", "base")
 # validation chooses per arm).
 TINY_DEFAULTS = [
     "trainer.max_steps=4500",  # the whole run: 729-842 s on 2 quiet cores, pretraining 73 % of it
+    "compare.workers=2",  # two jobs side by side, one thread each
     "trainer.val_check_interval=500",
     "trainer.limit_val_batches=4",
     "compare.task_limit=1000",
@@ -64,6 +71,7 @@ TINY_DEFAULTS = [
     "finetune.batch_size=32",
     "trainer.progress_bar=false",
 ]
+PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
 BPB_DOCS = 100  # validation documents scored for bits per byte (BERT: pseudo-log-likelihood, one mask at a time)
 
 COMPARE_ITEMS = 300  # items per bundled task in ``famlab compare`` (the first 300 hold every group)
@@ -113,7 +121,22 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
         raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
     if not base.compare.pretrain_seeds:
         raise ConfigInputError("compare.pretrain_seeds=[] must name at least one seed")
+    check_workers(base)
     return base, cfgs
+
+
+def check_workers(base: Config) -> None:
+    """``compare.workers`` > 1 runs each job in one process: a job that would launch its own processes (several
+    devices or nodes) cannot run in a worker."""
+    import torch
+
+    t = base.trainer
+    several = str(t.devices) not in ("1", "auto") or (
+        t.devices == "auto" and t.accelerator != "cpu" and torch.cuda.device_count() > 1)
+    if base.compare.workers > 1 and (t.num_nodes > 1 or several):
+        raise ConfigInputError(f"compare.workers={base.compare.workers} runs every job in one process; it cannot "
+                               f"run on trainer.devices={t.devices} / trainer.num_nodes={t.num_nodes} (set "
+                               "compare.workers=1, or trainer.devices=1)")
 
 
 def preset_keys(preset: str) -> set[str]:
@@ -217,15 +240,14 @@ def _has_pairs(path: Path) -> bool:
         return any(row["text_pair"] for row in csv.DictReader(f))
 
 
-def byte_scores(run_dir: Path, cfg: Config, corpus: Any, bundle: Any) -> dict[str, Any]:
-    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on validation documents."""
+def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: Any) -> dict[str, Any]:
+    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents)."""
     from famlab.experiments.commands.finetune import Init, load_network
     from famlab.objectives.evaluation import byte_score
 
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
     net.eval()
-    texts = corpus.val[:BPB_DOCS]
 
     def encode(text: str) -> list[int]:
         return bundle.tokenizer.encode(text, add_special_tokens=False).ids
@@ -263,13 +285,16 @@ def _pretrain_one(
 
 @dataclasses.dataclass
 class Clock:
-    """The comparison's wall time per phase and its ``[done/total]`` progress lines."""
+    """One job's wall time per phase, and the comparison's ``[done/total]`` progress lines.
+
+    ``done`` is a counter shared by every worker process (a ``multiprocessing.Value``), so the lines count the whole
+    comparison's jobs whichever process prints them.
+    """
 
     started: float
     total_jobs: int
-    done: int = 0
-    phases: dict[str, float] = dataclasses.field(
-        default_factory=lambda: {"pretraining": 0.0, "evaluation": 0.0, "fine-tuning": 0.0, "probes": 0.0})
+    done: Any
+    phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
     def timed(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn``, adding its wall time to ``phase`` (minus what nested timed calls already counted)."""
@@ -280,8 +305,14 @@ class Clock:
             self.phases[phase] += (time.time() - t0) - (sum(self.phases.values()) - before)
 
     def progress(self, what: str) -> None:
-        self.done += 1
-        log(f"[{self.done}/{self.total_jobs}] {what} ({time.time() - self.started:.0f} s elapsed)")
+        with self.done.get_lock():
+            self.done.value += 1
+            done = self.done.value
+        log(f"[{done}/{self.total_jobs}] {what} ({time.time() - self.started:.0f} s elapsed)")
+
+    def fresh(self) -> Clock:
+        """A clock for the next job: the same start and counter, no phase time yet."""
+        return Clock(self.started, self.total_jobs, self.done)
 
 
 @dataclasses.dataclass
@@ -291,7 +322,7 @@ class Comparison:
     base: Config
     cfgs: dict[str, Config]  # arm -> config
     comp_dir: Path
-    corpus: Any
+    bpb_texts: list[str]  # the validation documents scored for bits per byte
     bundle: Any  # the one tokenizer of every family
     suite: list[compare_suite.SuiteTask | None]  # [None]: one task, its runs in the compare directory itself
     plan: Plan
@@ -320,10 +351,10 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     plan.tokenizer_hash = bundle.hash
     write_json(comp_dir / "plan.json", plan.to_json())
     log_plan(base, plan)
-    clock = Clock(started, count_jobs(base, cfgs, suite))
-    comparison = Comparison(base, cfgs, comp_dir, corpus, bundle, suite, plan, clock)
-    for arm, cfg in cfgs.items():
-        run_arm(comparison, arm, cfg)
+    clock = Clock(started, count_jobs(base, cfgs, suite), mp.get_context("spawn").Value("i", 0))
+    comparison = Comparison(base, cfgs, comp_dir, list(corpus.val[:BPB_DOCS]), bundle, suite, plan, clock)
+    del corpus  # each pretraining run loads its own; the parent of worker processes keeps only what they share
+    run_jobs(comparison)
     finish(comparison, presets, overrides)
     return comp_dir
 
@@ -412,19 +443,128 @@ def count_jobs(base: Config, cfgs: dict[str, Config], suite: list[Any]) -> int:
     return total + len(scratch_configs(cfgs)) * bool(cmp.scratch_seeds) * len(suite)
 
 
-def run_arm(c: Comparison, arm: str, cfg: Config) -> None:
-    """One arm: the lr grid (if any), then per pretraining seed: pretrain, evaluate, probe and fine-tune on every
-    task; after the family's first arm, its scratch baseline."""
-    cmp = c.base.compare
-    tags = [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
-    tuned = tune_lr(c, arm, cfg, tags) if cmp.lr_grid else None
-    for i, seed in enumerate(cmp.pretrain_seeds):
-        run = tuned if tuned is not None and i == 0 else pretrain_seed(c, arm, cfg, tags, seed)
-        evaluate_pretrained(c, arm, seed, run)
-        for task in c.suite:
-            transfer_to(c, task, arm, seed, run, tags)
-    if cmp.scratch_seeds and scratch_configs(c.cfgs).get(cfg.model.family.value) is cfg:
-        scratch_baseline(c, cfg)
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One unit of a comparison that a worker runs whole: ``pretrain`` (an arm's seed: the lr grid first for the
+    first seed when ``compare.lr_grid`` is set, then pretraining and evaluation), ``transfer`` (probe and fine-tunes
+    of one pretrained model on one task) or ``scratch`` (a family's baseline on one task)."""
+
+    kind: str
+    arm: str  # the family, for ``scratch``
+    seed: int = 0
+    task: int = 0  # index into ``Comparison.suite``
+    run: PretrainedRun | None = None  # the pretrained model a ``transfer`` starts from
+    tune: bool = False  # ``pretrain``: choose the lr on ``compare.lr_grid`` first
+    cfg: Config | None = None  # ``pretrain``: the arm's config when it changed after the workers started (lr tuned)
+
+
+@dataclasses.dataclass
+class Done:
+    """What a job hands back: its phase times, and for ``pretrain`` the run (and, tuned, the chosen lr's config)."""
+
+    phases: dict[str, float]
+    run: PretrainedRun | None = None
+    tuned: tuple[Config, Any] | None = None  # (the arm's config with its lr, its plan entry)
+
+
+def run_jobs(c: Comparison) -> None:
+    """Every job of the comparison, ``compare.workers`` at a time (:mod:`famlab.experiments.plumbing.workers`).
+
+    Submitted in this order: pretraining, longest first (:func:`pretrain_order`); the scratch baselines; each
+    pretrained model's transfers as soon as it is trained. With ``compare.lr_grid`` an arm's later seeds wait for
+    its first, which chooses their lr. Results go to run directories; here only phase times and plans meet.
+    """
+    tune = bool(c.base.compare.lr_grid)
+    pool = workers.executor(c.base.compare.workers, _start_worker, c)
+    pending: dict[cf.Future, Job] = {}
+
+    def submit(job: Job) -> None:
+        pending[pool.submit(run_job, job)] = job
+
+    try:
+        for arm in pretrain_order(c):
+            for i, seed in enumerate(c.base.compare.pretrain_seeds):
+                if i == 0 or not tune:
+                    submit(Job("pretrain", arm, seed, tune=tune and i == 0))
+        if c.base.compare.scratch_seeds:
+            for family in scratch_configs(c.cfgs):
+                for t in range(len(c.suite)):
+                    submit(Job("scratch", family, task=t))
+        while pending:
+            finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            for future in [f for f in pending if f in finished]:  # submission order: one process prints in order
+                job, done = pending.pop(future), future.result()
+                for phase, seconds in done.phases.items():
+                    c.clock.phases[phase] += seconds
+                for follow in follow_ups(c, job, done):
+                    submit(follow)
+    except cf.process.BrokenProcessPool as e:
+        workers.stop(pool)
+        raise RuntimeError(f"a compare worker process died (killed by the system, perhaps out of memory; its jobs' "
+                           f"run directories keep what they wrote): rerun with fewer compare.workers (now "
+                           f"{c.base.compare.workers})") from e
+    except BaseException:
+        workers.stop(pool)
+        raise
+    finally:
+        _start_worker(None)
+    pool.shutdown(wait=True)
+
+
+def pretrain_order(c: Comparison) -> list[str]:
+    """Arms by planned pretraining FLOPs, most first, so the longest run does not start last (under a FLOP-matched
+    budget they tie, and keep the arms' order: on 2 cores the three tiny families took 262-273 s each)."""
+    return sorted(c.cfgs, key=lambda arm: c.plan.arms[arm].flops, reverse=True)
+
+
+def follow_ups(c: Comparison, job: Job, done: Done) -> list[Job]:
+    """The jobs a finished one lets start: after pretraining, its transfers (and, once an arm's lr is tuned, the
+    arm's other seeds with that lr, in this process's configs and ``plan.json``)."""
+    if job.kind != "pretrain":
+        return []
+    jobs = []
+    if done.tuned is not None:
+        c.cfgs[job.arm], c.plan.arms[job.arm] = done.tuned
+        write_json(c.comp_dir / "plan.json", c.plan.to_json())
+        jobs += [Job("pretrain", job.arm, seed, cfg=c.cfgs[job.arm]) for seed in c.base.compare.pretrain_seeds[1:]]
+    if c.base.compare.seeds or c.base.compare.probe:
+        jobs += [Job("transfer", job.arm, job.seed, t, run=done.run) for t in range(len(c.suite))]
+    return jobs
+
+
+_SHARED: Comparison | None = None  # the comparison this process runs jobs for (a worker's copy, or the parent's own)
+
+
+def _start_worker(c: Comparison | None) -> None:
+    global _SHARED
+    _SHARED = c
+
+
+def run_job(job: Job) -> Done:
+    """Run ``job`` (in a worker, or in the comparison's own process with one worker) on a fresh clock."""
+    assert _SHARED is not None, "run_job outside a comparison"
+    c = dataclasses.replace(_SHARED, clock=_SHARED.clock.fresh())
+    if job.kind == "scratch":
+        scratch_baseline(c, scratch_configs(c.cfgs)[job.arm], c.suite[job.task])
+        return Done(c.clock.phases)
+    cfg = job.cfg or c.cfgs[job.arm]  # a worker's copy of the configs is the one it started with
+    if job.kind == "transfer":
+        assert job.run is not None
+        transfer_to(c, c.suite[job.task], job.arm, job.seed, job.run, arm_tags(c, cfg))
+        return Done(c.clock.phases)
+    tuned = None
+    if job.tune:
+        cfg = copy.deepcopy(cfg)
+        run = tune_lr(c, job.arm, cfg, arm_tags(c, cfg))
+        tuned = (cfg, c.plan.arms[job.arm])
+    else:
+        run = pretrain_seed(c, job.arm, cfg, arm_tags(c, cfg), job.seed)
+    evaluate_pretrained(c, job.arm, job.seed, run)
+    return Done(c.clock.phases, run, tuned)
+
+
+def arm_tags(c: Comparison, cfg: Config) -> list[str]:
+    return [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
 
 
 def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> PretrainedRun:
@@ -443,7 +583,6 @@ def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> Pretrained
     cfg.optim.lr, cfg.optim.lr_scale = best_lr, 1.0
     c.plan.arms[arm].lr_grid = {f"{lr:g}": loss for loss, lr, _ in tried}
     c.plan.arms[arm].lr = best_lr
-    write_json(c.comp_dir / "plan.json", c.plan.to_json())
     log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
     return next(r for _, lr, r in tried if lr == best_lr)
 
@@ -451,15 +590,15 @@ def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> Pretrained
 def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
     """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open."""
     run = c.clock.timed("pretraining", _pretrain_one, cfg, c.comp_dir, c.group, tags, seed, arm=arm,
-                        evaluate=lambda d, rc: c.clock.timed("evaluation", byte_scores, d, rc, c.corpus, c.bundle))
+                        evaluate=lambda d, rc: c.clock.timed("evaluation", byte_scores, d, rc, c.bpb_texts, c.bundle))
     c.clock.progress(f"pretrain {arm} seed {seed}: val/loss {run.result.final.get('val/loss')}")
     return run
 
 
 def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) -> None:
     """Bits per byte and the bundled zero-shot tasks of a pretrained model, into its ``eval.json``."""
-    scores = run.result.byte_score or c.clock.timed("evaluation", byte_scores, run.run_dir, run.cfg, c.corpus,
-                                                    c.bundle)
+    scores = run.result.byte_score or c.clock.timed("evaluation", byte_scores, run.run_dir, run.cfg,
+                                                    c.bpb_texts, c.bundle)
     evaluated = {"byte_score": scores}
     try:  # the bundled zero-shot tasks; a model whose positions cannot hold their items skips them
         evaluated["zero_shot"] = c.clock.timed("evaluation", zero_shot_scores, run.run_dir, limit=COMPARE_ITEMS)
@@ -489,27 +628,28 @@ def transfer_to(
                          f"test/acc {ft.mean['test/acc']:.3f}")
 
 
-def scratch_baseline(c: Comparison, cfg: Config) -> None:
-    """Fine-tune the family's network from scratch on every task (``compare.scratch_seeds``)."""
+def scratch_baseline(c: Comparison, cfg: Config, task: compare_suite.SuiteTask | None) -> None:
+    """Fine-tune the family's network from scratch on ``task`` (``compare.scratch_seeds``)."""
     cmp = c.base.compare
     family = cfg.model.family.value
     # the objective tag only where it is the family's single (preset) objective, as before arms existed
     objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
-    for task in c.suite:
-        ft = c.clock.timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
-                           _task_place(c.comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds), c.group,
-                           [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)])
-        c.clock.progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds)}: "
-                         f"test/acc {ft.mean['test/acc']:.3f}")
+    ft = c.clock.timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
+                       _task_place(c.comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds), c.group,
+                       [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)])
+    c.clock.progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds)}: "
+                     f"test/acc {ft.mean['test/acc']:.3f}")
 
 
 def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
-    """``compare.json`` (wall time per phase), the report and its W&B run."""
+    """``compare.json`` (wall time, and the jobs' time per phase summed over workers), the report and its W&B run."""
     from famlab.experiments.analysis.report import build_report
 
     wall = time.time() - c.clock.started
+    n = c.base.compare.workers
     (c.comp_dir / "compare.json").write_text(
         json.dumps({"wall_s": round(wall, 1), "phases": {k: round(v, 1) for k, v in c.clock.phases.items()},
+                    "workers": n, "threads": workers.threads_per_worker(n) if n > 1 else None,
                     "presets": presets, "overrides": overrides}, indent=2) + "\n"
     )
     build_report([c.comp_dir], c.comp_dir)

@@ -244,11 +244,13 @@ class CompareConfig:
     tolerance: float = 0.02  # allowed relative budget mismatch between families
     task_limit: int | None = None  # fine-tune on a seeded subsample: this many train examples; None = all
     task_eval_limit: int | None = None  # validation and test examples each in that subsample; None = task_limit // 5
+    # jobs (pretraining runs, fine-tunes, baselines) run side by side, each in a process with cores // workers threads
+    workers: int = 1
 
     def __post_init__(self) -> None:
         check_ranges(self, "compare", {
             "pretrain_seeds": SEED, "seeds": SEED, "scratch_seeds": SEED, "lr_grid": (0, 10, "(]"),
-            "tolerance": (0, 1, "()"), "task_limit": (1, BIG, "[]"),
+            "tolerance": (0, 1, "()"), "task_limit": (1, BIG, "[]"), "workers": (1, 1024, "[]"),
         })
 
 

@@ -70,6 +70,10 @@ CASES = [
     ("missing resume checkpoint", ["pretrain", "gpt", "tiny", "resume={d}/none.ckpt"], "resume={d}/none.ckpt"),
     ("max_bad_steps < 1", ["pretrain", "gpt", "tiny", "trainer.max_bad_steps=0", "data.corpus={d}/corpus.txt",
                            "run_dir={d}/mbs", *BASE], "trainer.max_bad_steps=0 must be in [1, "),
+    ("no compare workers", ["compare", "compare.workers=0", "data.corpus={d}/corpus.txt"],
+     "compare.workers=0 must be in [1, "),
+    ("compare workers x devices", ["compare", "compare.workers=2", "trainer.devices=2", "data.corpus={d}/corpus.txt"],
+     "compare.workers=2 runs every job in one process; it cannot run on trainer.devices=2"),
 ]
 
 

@@ -29,7 +29,8 @@ def tiny_inputs(root: Path) -> list[str]:
             "data.seq_len=32", "data.batch_size=8",
             "data.max_len=32", "model.dim=32", "trainer.max_steps=12", "trainer.val_check_interval=6",
             "trainer.limit_val_batches=2", "finetune.max_steps=6", "finetune.val_every=3", "compare.task_limit=None",
-            "compare.seeds=[0,1]", "wandb.mode=disabled", "trainer.progress_bar=false", "finetune.probe_seeds=[0,1,2]"]
+            "compare.seeds=[0,1]", "wandb.mode=disabled", "trainer.progress_bar=false", "finetune.probe_seeds=[0,1,2]",
+            "compare.workers=1"]
 
 
 def run_compare(root: Path, *extra: str) -> Path:
@@ -62,12 +63,14 @@ def twice(tmp_path_factory):
         mp.setenv("FAMLAB_CACHE", str(root / "cache"))
         grid = ["compare.families=[bert,gpt,t5]", "trainer.max_steps=30", "finetune.lr_grid=[1e-3,3e-3]"]
         first = run_compare(root, *grid)
-        second = run_compare(root, *grid)
+        second = run_compare(root, *grid, "compare.workers=2")  # the same jobs in two worker processes
     return first, second
 
 
 @pytest.mark.slow
 def test_same_seeds_reproduce_every_column_but_time(twice):
+    """In one process or in two workers of one thread each (compare.workers=2): the jobs, their configs and their
+    seeds are the same, and so are the results."""
     a, b = (json.loads((d / "results.json").read_text()) for d in twice)
     for name in ("pretrain", "finetune", "gains", "probe"):
         assert strip_time_columns(a["tables"][name]) == strip_time_columns(b["tables"][name])
@@ -136,12 +139,17 @@ def test_lr_grid_keeps_the_lr_with_the_lowest_validation_loss(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
     comp = run_compare(tmp_path, "compare.families=[gpt]", "compare.lr_grid=[1e-4,3e-3]", "compare.seeds=[0]",
-                       "compare.scratch_seeds=[]")
+                       "compare.scratch_seeds=[]", "compare.pretrain_seeds=[0,1]", "compare.workers=2")
     plan = json.loads((comp / "plan.json").read_text())["families"]["gpt"]
     losses = {float(k): v for k, v in plan["lr_grid"].items()}
     assert plan["lr"] == min(losses, key=losses.get)
+    # the second pretraining seed waits for the first, in another worker process, and runs at the chosen lr
+    second = yaml.safe_load((comp / "gpt-pretrain-s1" / "config.yaml").read_text())
+    assert (second["optim"]["lr"], second["optim"]["lr_scale"]) == (plan["lr"], 1.0) and second["seed"] == 1
     results = json.loads((comp / "results.json").read_text())["families"]["gpt"]
-    assert results["lr"] == pytest.approx(plan["lr"]) and results["val_loss"] == pytest.approx(min(losses.values()))
+    seed1 = json.loads((comp / "gpt-pretrain-s1" / "results.json").read_text())["final"]["val/loss"]
+    assert results["lr"] == pytest.approx(plan["lr"])
+    assert results["val_loss"] == pytest.approx((min(losses.values()) + seed1) / 2)  # the mean over both seeds
     ft = yaml.safe_load((comp / "gpt-ft-s0" / "config.yaml").read_text())
     assert ft["init"].endswith(f"gpt-pretrain-s0-lr{plan['lr']:g}")  # fine-tuned from the chosen run
 

@@ -54,7 +54,8 @@ def suite_compare(tmp_path_factory):
         mp.chdir(root)
         mp.setenv("FAMLAB_CACHE", str(root / "cache"))
         args = [*_suite_inputs(root, GOOD), "compare.families=[gpt]", "finetune.lr_grid=[1e-3]",
-                "compare.task_limit=90", "compare.task_eval_limit=24", "finetune.probe_seeds=[0,1]"]
+                "compare.task_limit=90", "compare.task_eval_limit=24", "finetune.probe_seeds=[0,1]",
+                "compare.workers=2"]  # each task's jobs in worker processes, as the default runs them
         assert cli.main(["compare", *args]) == 0
         (comp,) = (root / "runs").glob("compare-*")
     return comp

@@ -225,3 +225,20 @@ def test_tiny_fine_tunes_t5_one_grid_step_higher_and_the_protocol_says_per_famil
     assert any(line.startswith("Both arms of a family, pretrained and scratch, get the same grid of (body lr, head lr)"
                                ": bert (body 0.001, head 0.01), (body 0.003, head 0.03); t5 (body 0.003, head 0.03), "
                                "(body 0.009, head 0.09)") for line in per_family), per_family
+
+
+def test_wall_split_states_worker_time_when_jobs_ran_side_by_side(tmp_path):
+    """One process: shares of the wall time. Workers: shares of the time they ran jobs, which exceeds the wall."""
+    import json
+
+    phases = {"pretraining": 600.0, "evaluation": 40.0, "fine-tuning": 150.0, "probes": 10.0}
+    (tmp_path / "compare.json").write_text(json.dumps({"wall_s": 1000.0, "phases": phases}))
+    line = transfer.wall_split([tmp_path])["line"]
+    assert line.startswith("Wall time 1000 s: pretraining 600 s (60%)") and "the rest (200 s)" in line
+    (tmp_path / "compare.json").write_text(json.dumps({"wall_s": 500.0, "phases": phases, "workers": 2,
+                                                      "threads": 1}))
+    wall = transfer.wall_split([tmp_path])
+    assert wall["workers"] == 2
+    assert wall["line"].startswith("Wall time 500 s, with 2 worker processes running jobs side by side (1 torch "
+                                   "thread each")
+    assert "of the 800 s they ran jobs: pretraining 600 s (75%), evaluation 40 s (5%)" in wall["line"]

@@ -23,6 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from famlab.experiments.plumbing.workers import cores, threads_per_worker  # noqa: E402
+
 
 def run_pair(family: str, steps: int, root: Path, tag: str, threads: int | None) -> float:
     """Wall seconds for two pretraining runs: side by side with ``threads`` each, or (None) one after the other."""
@@ -58,8 +62,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--pairs", type=int, default=2, help="measurements of each way, alternating")
     args = ap.parse_args()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = max(1, cores // 2)
+    threads = threads_per_worker(2)  # what compare.workers=2 gives each worker
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         # the first run trains the cached tokenizer; it is not timed
@@ -69,7 +72,7 @@ def main() -> int:
             seq.append(run_pair(args.family, args.steps, root, f"seq{i}-", None))
             par.append(run_pair(args.family, args.steps, root, f"par{i}-", threads))
     s, p = statistics.median(seq), statistics.median(par)
-    print(f"{cores} cores, 2 x famlab pretrain {args.family} tiny trainer.max_steps={args.steps}, {args.pairs} pairs")
+    print(f"{cores()} cores, 2 x famlab pretrain {args.family} tiny trainer.max_steps={args.steps}, {args.pairs} pairs")
     print(f"one after the other, all cores each:      {s:.1f} s  ({', '.join(f'{x:.1f}' for x in seq)})")
     print(f"side by side, {threads} thread(s) each:          {p:.1f} s  ({', '.join(f'{x:.1f}' for x in par)})")
     print(f"ratio (one after the other / side by side): {s / p:.2f}")

@@ -42,6 +42,7 @@ from famlab.experiments.commands.evaluate import BUNDLED, evaluate_run, read_ite
 from famlab.experiments.commands.suite import read_suite
 from famlab.experiments.configuration.compose import compose, flatten, load_yaml, parse_overrides, preset_path
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.lightning_check import parse_devices
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import workers
 from famlab.experiments.plumbing.run import get_bundle, set_vocab, token_ids, write_json
@@ -128,12 +129,17 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
 def check_workers(base: Config) -> None:
     """``compare.workers`` > 1 runs each job in one process: a job that would launch its own processes (several
     devices or nodes) cannot run in a worker."""
+    if base.compare.workers == 1:
+        return
     import torch
 
     t = base.trainer
-    several = str(t.devices) not in ("1", "auto") or (
-        t.devices == "auto" and t.accelerator != "cpu" and torch.cuda.device_count() > 1)
-    if base.compare.workers > 1 and (t.num_nodes > 1 or several):
+    devices = parse_devices(t.devices)
+    if devices == "auto":
+        several = t.accelerator != "cpu" and torch.cuda.device_count() > 1
+    else:  # a count (-1: all) or an id list
+        several = devices != 1 if isinstance(devices, int) else "," in devices.strip("[],")
+    if t.num_nodes > 1 or several:
         raise ConfigInputError(f"compare.workers={base.compare.workers} runs every job in one process; it cannot "
                                f"run on trainer.devices={t.devices} / trainer.num_nodes={t.num_nodes} (set "
                                "compare.workers=1, or trainer.devices=1)")

@@ -30,6 +30,8 @@ from famlab.experiments.analysis.results import (
     Plan,
     PretrainResult,
     RunRecord,
+    StepFailure,
+    read_failures,
     read_result,
 )
 from famlab.experiments.analysis.suite_table import read_tasks
@@ -208,7 +210,7 @@ def pretrain_row(pre: list[RunRecord], planned: ArmBudget | None) -> dict[str, A
     for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
         losses = [((r.length_extrapolation or {}).get(k) or {}).get("loss") for r in res]
         row[f"loss_{k}"] = statistics.fmean(losses) if losses and None not in losses else None
-    scores = [r.eval["byte_score"] for r in pre if r.eval is not None]
+    scores = [r.eval["byte_score"] for r in pre if r.eval is not None and "byte_score" in r.eval]
     if scores:
         row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
     return row
@@ -476,10 +478,13 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     scale = runs[0].config.get("size") or "custom"
     smoke = transfer.smoke_scale(scale, plan)
     suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, smoke) if tasks else None
-    curves = plot_pretraining(runs, families, out_dir / "pretrain_curves.png", plan)
-    scores = plot_finetune(families, majority, tfidf, out_dir / "finetune_scores.png") if suite is None else None
+    failed = [f for d in dirs for f in read_failures(d)]
+    curves = _plot(failed, out_dir, plot_pretraining, runs, families, out_dir / "pretrain_curves.png", plan)
+    scores = _plot(failed, out_dir, plot_finetune, families, majority, tfidf,
+                   out_dir / "finetune_scores.png") if suite is None else None
     zero_shot_runs = {arm: pretrain_runs(runs, arm, plan) for arm in families}
-    md = [*report_header(runs, families, plan, scale), "", *zero_shot_section(zero_shot_runs)]  # headline table
+    md = [*report_header(runs, families, plan, scale), *failed_section(failed)]
+    md += ["", *with_failed_rows(zero_shot_section(zero_shot_runs), failed, "zero-shot")]  # headline table
     zero_shot = zero_shot_rows(zero_shot_runs)
     md += ["", *pretraining_section(pre_table, crossed=_crossed(families))]
     if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
@@ -489,11 +494,11 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         md += finetune_section(ft_table, _between(families))
     md += [significance_line(s) for s in sig]
     bought = transfer.section(runs, probes, families, out_dir, dirs, smoke)
-    md += ["", *bought["markdown"]]
+    md += ["", *with_failed_rows(bought["markdown"], failed, "probe")]
     if suite is not None:  # the suite score's gains open "What pretraining bought"
         at = md.index("## What pretraining bought") + 2
         md[at:at] = suite.gains_markdown
-    md += ["", "## Plots", "", f"![pretraining curves]({curves.name})", ""]
+    md += ["", "## Plots", ""] + ([f"![pretraining curves]({curves.name})", ""] if curves is not None else [])
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     clean = {f: {k: v for k, v in r.items() if not k.endswith("_values")} for f, r in families.items()}
@@ -506,6 +511,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         "gains": bought["gains"], "probe_gains": bought["probe_gains"], "protocol": bought["protocol"],
         "wall": bought["wall"],
         "zero_shot": zero_shot, "wandb_summary": zero_shot_summary(zero_shot),  # scalars for the W&B report run
+        "failed": [f.to_json() for f in failed],
     }
     if suite is not None:
         results["suite"] = suite.results
@@ -513,6 +519,54 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite.summary}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results
+
+
+def failed_section(failed: list[StepFailure]) -> list[str]:
+    """The optional steps that failed, one line each with its reason (the comparison completed without them)."""
+    if not failed:
+        return []
+    lines = ["", "## Steps that failed", "",
+             "These optional steps failed; the comparison completed without them (tracebacks in `compare.log`, "
+             "a plot's in `report.log`; `famlab compare ... run_dir=<this directory> resume=auto` retries them):", ""]
+    return lines + [f"- **{f.where}**: {f.reason}" for f in failed]
+
+
+def with_failed_rows(section: list[str], failed: list[StepFailure], step: str) -> list[str]:
+    """``section`` (markdown lines) with one row per failed ``step`` appended to its first table, the failed cells
+    reading ``failed: <reason>``; a section of its own when the step failed for every arm (no table)."""
+    rows = [f for f in failed if f.step == step and f.arm]
+    if not rows:
+        return section
+    section = "\n".join(section).split("\n")  # a table may be one element of several lines
+    table = [i for i, line in enumerate(section) if line.startswith("|")]
+    if not table:
+        head = {"zero-shot": "## Zero-shot multiple choice (family-agnostic)", "probe": "### Linear probe"}[step]
+        return [*section, head, "", "| arm | result |", "|---|---|",
+                *(f"| {f.arm}{_seed_task(f)} | failed: {f.reason} |" for f in rows), ""]
+    first = section[table[0]]
+    end = table[0]
+    while end + 1 < len(section) and section[end + 1].startswith("|"):
+        end += 1
+    columns = first.count("|") - 1
+    added = [f"| {f.arm}{_seed_task(f)} | failed: {f.reason} |" + " - |" * (columns - 2) for f in rows]
+    return [*section[: end + 1], *added, *section[end + 1:]]
+
+
+def _seed_task(f: StepFailure) -> str:
+    return f" (seed {f.seed}{f', {f.task}' if f.task else ''})"
+
+
+def _plot(failed: list[StepFailure], out_dir: Path, fn: Any, *args: Any) -> Path | None:
+    """A plot, or None with its failure recorded in ``failed`` (a plot is optional: the tables are the report)."""
+    import traceback
+
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - a plot that fails leaves the report without it, nothing more
+        failed.append(StepFailure(step="plots", reason=f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"))
+        with (out_dir / "report.log").open("a", encoding="utf-8") as f:
+            f.write("".join(traceback.format_exception(e)))
+        return None
 
 
 def _crossed(families: dict[str, dict[str, Any]]) -> bool:

@@ -219,3 +219,38 @@ class RunRecord:
     def init(self) -> str:
         """The body a fine-tune or probe started from (``scratch``, a run directory ...); empty for pretraining."""
         return "" if isinstance(self.results, PretrainResult) else str(self.results.init)
+
+
+@dataclasses.dataclass(kw_only=True)
+class StepFailure(JsonRecord):
+    """An optional step of a comparison that failed (``failures/<key>.json`` in the comparison directory): the
+    report shows the cell as failed with ``reason``; the traceback is in the comparison's log."""
+
+    step: str  # "evaluation", "zero-shot", "probe", "length extrapolation", "plots", "W&B report"
+    arm: str | None = None
+    seed: int | None = None
+    task: str | None = None  # a suite task's name
+    reason: str = ""  # one line: the exception's type and first line
+
+    @property
+    def key(self) -> str:
+        """The file name (without ``.json``) under ``failures/``: unique per step, arm, seed and task."""
+        parts = [self.step.replace(" ", "-").replace("&", "")]
+        parts += [p for p in (self.arm, None if self.seed is None else f"s{self.seed}", self.task) if p]
+        return "-".join(parts)
+
+    @property
+    def where(self) -> str:
+        """The cell in words: ``zero-shot of gpt seed 0 on topics``."""
+        place = " ".join(p for p in (self.arm, None if self.seed is None else f"seed {self.seed}") if p)
+        return f"{self.step}{f' of {place}' if place else ''}{f' on {self.task}' if self.task else ''}"
+
+
+def read_failures(directory: Path) -> list[StepFailure]:
+    """The optional steps recorded as failed under ``directory/failures/``, by file name."""
+    import json
+
+    folder = directory / "failures"
+    if not folder.is_dir():
+        return []
+    return [StepFailure.from_json(json.loads(p.read_text(encoding="utf-8"))) for p in sorted(folder.glob("*.json"))]

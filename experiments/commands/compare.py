@@ -31,21 +31,27 @@ import copy
 import dataclasses
 import json
 import multiprocessing as mp
+import shutil
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from famlab.experiments.analysis.results import FinetuneResult, Plan, PretrainResult
+from famlab.experiments.analysis.results import FinetuneResult, Plan, PretrainResult, StepFailure, read_failures
 from famlab.experiments.commands import compare_suite
 from famlab.experiments.commands.compare_budget import plan_budget
+from famlab.experiments.commands.compare_dir import log, open_dir, resume_command, write_settings
 from famlab.experiments.commands.evaluate import BUNDLED, evaluate_run, read_items
 from famlab.experiments.commands.suite import read_suite
 from famlab.experiments.configuration.compose import compose, flatten, load_yaml, parse_overrides, preset_path
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.lightning_check import parse_devices
 from famlab.experiments.configuration.task import load_configured_task
-from famlab.experiments.plumbing import workers
+from famlab.experiments.plumbing import failures, workers
+from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.run import get_bundle, set_vocab, token_ids, write_json
+from famlab.experiments.plumbing.signals import Preempted, SignalLatch
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 
 SIZES = ("tiny", "small", "base")
@@ -73,13 +79,6 @@ TINY_DEFAULTS = [
     "trainer.progress_bar=false",
 ]
 PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
-BPB_DOCS = 100  # validation documents scored for bits per byte (BERT: pseudo-log-likelihood, one mask at a time)
-
-COMPARE_ITEMS = 300  # items per bundled task in ``famlab compare`` (the first 300 hold every group)
-
-def log(message: str) -> None:
-    print(f"[famlab compare {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
 
 def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[str, Config]]:
     """The comparison's own config (first family) and one composed config per arm, keyed by arm name.
@@ -259,7 +258,11 @@ def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: Any) -> di
         return bundle.tokenizer.encode(text, add_special_tokens=False).ids
 
     score = byte_score(net, texts, encode, token_ids(bundle), objective=cfg.objective.name)
-    return {"measure": score.measure, "value": score.value, "num_texts": score.num_texts, "num_bytes": score.num_bytes}
+    if score.reason is not None:  # nothing scorable (every text empty or encoding to no tokens): say why
+        raise ValueError(f"bits per byte: {score.reason}")
+    scores = {"measure": score.measure, "value": score.value, "num_texts": score.num_texts,
+              "num_bytes": score.num_bytes}
+    return scores | ({"num_skipped": score.num_skipped} if score.num_skipped else {})
 
 
 @dataclasses.dataclass
@@ -286,6 +289,9 @@ def _pretrain_one(
     run.name = Path(run.run_dir).name
     run.wandb.group = group
     run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
+    done = Path(run.run_dir) / "results.json"
+    if run.resume == "auto" and done.is_file():  # finished before this comparison was stopped: read back
+        return PretrainedRun(PretrainResult.from_json(json.loads(done.read_text(encoding="utf-8"))), run)
     return PretrainedRun(pretrain(run, evaluate=evaluate), run)
 
 
@@ -343,54 +349,80 @@ class Comparison:
         return f"budget-{self.base.compare.match.value}"
 
 
+class Stopped(Exception):  # noqa: N818 - how a comparison ended, not an error of its own
+    """A comparison that stopped after its directory was made: preempted, or a required job failed. Its finished jobs
+    are on disk; ``famlab compare <same args> run_dir=<comp_dir> resume=auto`` continues it."""
+
+    def __init__(self, comp_dir: Path, cause: BaseException, command: str) -> None:
+        super().__init__(failures.one_line(cause))
+        self.comp_dir, self.cause, self.command = comp_dir, cause, command
+
+
 def run_compare(presets: list[str], overrides: list[str]) -> Path:
-    """Run the whole comparison; returns the comparison directory."""
+    """Run the whole comparison (or resume it: ``run_dir=`` + ``resume=auto``); returns the comparison directory.
+
+    Raises:
+        ConfigInputError: bad settings or data, found before any job runs (a new directory is then removed).
+        Stopped: a stop signal, or a required job's failure, once jobs ran.
+    """
     started = time.time()
     base, cfgs = compose_all(presets, overrides)
     specs = read_suite(base.data.task)  # None: one task
-    if specs is not None:
-        compare_suite.check_tasks(base, specs)  # a bad suite fails before anything runs
-    comp_dir = make_compare_dir(base, cfgs)
-    corpus, bundle = share_tokenizer(base, cfgs, comp_dir)
+    compare_suite.check_tasks(base, specs)  # a bad task, suite or task_limit subsample fails before anything runs
+    comp_dir, resumed = open_dir(base, cfgs)
+    if not resumed:
+        write_settings(comp_dir, cfgs, presets, overrides)
+    try:
+        comparison = set_up(base, cfgs, specs, comp_dir, started, resumed)
+    except ValueError:  # bad data, before any job: one line, and no half-made comparison left behind
+        if not resumed:
+            shutil.rmtree(comp_dir, ignore_errors=True)
+        raise
+    except Exception as e:
+        failures.log_traceback(comp_dir, "the comparison's setup failed", e)
+        raise Stopped(comp_dir, e, resume_command(comp_dir, presets, overrides)) from e
+    try:
+        run_jobs(comparison)
+        finish(comparison, presets, overrides)
+    except (Exception, KeyboardInterrupt) as e:
+        failures.log_traceback(comp_dir, "the comparison stopped", e)
+        raise Stopped(comp_dir, e, resume_command(comp_dir, presets, overrides)) from e
+    return comp_dir
+
+
+def set_up(base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_dir: Path, started: float,
+           resumed: bool) -> Comparison:
+    """The shared tokenizer, the tasks and the budget plan: what every job of the comparison reads."""
+    corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
     suite = prepare_tasks(base, cfgs, specs, comp_dir)
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan.tokenizer_hash = bundle.hash
     write_json(comp_dir / "plan.json", plan.to_json())
     log_plan(base, plan)
     clock = Clock(started, count_jobs(base, cfgs, suite), mp.get_context("spawn").Value("i", 0))
-    comparison = Comparison(base, cfgs, comp_dir, list(corpus.val[:BPB_DOCS]), bundle, suite, plan, clock)
+    comparison = Comparison(base, cfgs, comp_dir, list(corpus.val[:base.compare.bpb_docs]), bundle, suite, plan, clock)
     del corpus  # each pretraining run loads its own; the parent of worker processes keeps only what they share
-    run_jobs(comparison)
-    finish(comparison, presets, overrides)
-    return comp_dir
+    return comparison
 
 
-def make_compare_dir(base: Config, cfgs: dict[str, Config]) -> Path:
-    """``runs/compare-<name>-<timestamp>/``, created (a second comparison in the same second gets an ``x``)."""
-    cmp = base.compare
-    size = base.size or "custom"
-    families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
-    name = base.name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
-    comp_dir = Path("runs") / f"compare-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    while comp_dir.exists():
-        comp_dir = comp_dir.with_name(comp_dir.name + "x")
-    comp_dir.mkdir(parents=True)
-    what = "arms" if cmp.objectives else "families"
-    log(f"{comp_dir}: {what} {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size}")
-    return comp_dir
-
-
-def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path) -> tuple[Any, Any]:
+def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False) -> tuple[Any, Any]:
     """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings), pointed at by each
-    arm's config, with one W&B directory for the whole comparison; returns ``(corpus, bundle)``."""
+    arm's config, with one W&B directory for the whole comparison; returns ``(corpus, bundle)``.
+
+    ``reuse``: a resumed comparison keeps its own ``tokenizer.json`` (training is not bit-reproducible, and its
+    models were trained with that one)."""
     from famlab.datamodules import load_corpus
 
     val_fraction = base.data.val_fraction if base.data.val_fraction is not None else 0.05
     corpus = load_corpus(base.data.corpus, val_fraction=val_fraction, seed=base.data.seed)
-    bundle = get_bundle(base, corpus, comp_dir)
-    shared = str((comp_dir / "tokenizer.json").resolve())
+    shared = (comp_dir / "tokenizer.json").resolve()
+    if reuse and shared.is_file():
+        base.data.tokenizer.path = str(shared)
+        bundle = get_bundle(base, corpus)
+    else:
+        bundle = get_bundle(base, corpus, comp_dir)
     for cfg in cfgs.values():
-        cfg.data.tokenizer.path = shared
+        cfg.data.tokenizer.path = str(shared)
         cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())
         set_vocab(cfg, bundle.vocab_size)
     return corpus, bundle
@@ -479,31 +511,43 @@ def run_jobs(c: Comparison) -> None:
     Submitted in this order: pretraining, longest first (:func:`pretrain_order`); the scratch baselines; each
     pretrained model's transfers as soon as it is trained. With ``compare.lr_grid`` an arm's later seeds wait for
     its first, which chooses their lr. Results go to run directories; here only phase times and plans meet.
+
+    A failed job, or a stop signal (SIGTERM, Ctrl-C, SLURM's SIGUSR1), starts no further job and stops the running
+    ones at their next step with a checkpoint (:class:`~famlab.experiments.plumbing.workers.Halt`); then the
+    failure, or ``Preempted``, is raised. Finished jobs stay on disk for ``resume=auto``.
     """
     tune = bool(c.base.compare.lr_grid)
     pool = workers.executor(c.base.compare.workers, _start_worker, c)
     pending: dict[cf.Future, Job] = {}
-
-    def submit(job: Job) -> None:
-        pending[pool.submit(run_job, job)] = job
-
     try:
-        for arm in pretrain_order(c):
-            for i, seed in enumerate(c.base.compare.pretrain_seeds):
-                if i == 0 or not tune:
-                    submit(Job("pretrain", arm, seed, tune=tune and i == 0))
-        if c.base.compare.scratch_seeds:
-            for family in scratch_configs(c.cfgs):
-                for t in range(len(c.suite)):
-                    submit(Job("scratch", family, task=t))
-        while pending:
-            finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-            for future in [f for f in pending if f in finished]:  # submission order: one process prints in order
-                job, done = pending.pop(future), future.result()
-                for phase, seconds in done.phases.items():
-                    c.clock.phases[phase] += seconds
-                for follow in follow_ups(c, job, done):
-                    submit(follow)
+        with SignalLatch() as latch:
+            halt = workers.Halt(latch)
+
+            def submit(job: Job) -> None:
+                if not halt.requested:
+                    pending[pool.submit(run_job, job)] = job
+
+            for job in first_jobs(c, tune):
+                submit(job)
+            while pending:
+                finished, _ = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
+                for future in [f for f in pending if f in finished]:  # submission order: one process prints in order
+                    job = pending.pop(future)
+                    if future.cancelled():
+                        continue
+                    try:
+                        done = future.result()
+                    except cf.process.BrokenProcessPool:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - the first failure stops the comparison, after the others
+                        halt.fail(e)
+                        continue
+                    for phase, seconds in done.phases.items():
+                        c.clock.phases[phase] += seconds
+                    for follow in follow_ups(c, job, done):
+                        submit(follow)
+                if halt.requested:
+                    halt.halt(pool, list(pending))
     except cf.process.BrokenProcessPool as e:
         workers.stop(pool)
         raise RuntimeError(f"a compare worker process died (killed by the system, perhaps out of memory; its jobs' "
@@ -515,6 +559,17 @@ def run_jobs(c: Comparison) -> None:
     finally:
         _start_worker(None)
     pool.shutdown(wait=True)
+    halt.outcome(c.comp_dir)
+
+
+def first_jobs(c: Comparison, tune: bool) -> list[Job]:
+    """The jobs that need no other: every arm's pretraining seeds (only the first when it tunes the lr), then the
+    scratch baselines."""
+    jobs = [Job("pretrain", arm, seed, tune=tune and i == 0) for arm in pretrain_order(c)
+            for i, seed in enumerate(c.base.compare.pretrain_seeds) if i == 0 or not tune]
+    if c.base.compare.scratch_seeds:
+        jobs += [Job("scratch", family, task=t) for family in scratch_configs(c.cfgs) for t in range(len(c.suite))]
+    return jobs
 
 
 def pretrain_order(c: Comparison) -> list[str]:
@@ -549,6 +604,8 @@ def _start_worker(c: Comparison | None) -> None:
 def run_job(job: Job) -> Done:
     """Run ``job`` (in a worker, or in the comparison's own process with one worker) on a fresh clock."""
     assert _SHARED is not None, "run_job outside a comparison"
+    if workers.signalled() is not None:  # this worker was asked to stop: start nothing
+        raise Preempted(0, None, signum=workers.signalled(), run_dir=_SHARED.comp_dir)
     c = dataclasses.replace(_SHARED, clock=_SHARED.clock.fresh())
     if job.kind == "scratch":
         scratch_baseline(c, scratch_configs(c.cfgs)[job.arm], c.suite[job.task])
@@ -594,44 +651,67 @@ def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> Pretrained
 
 
 def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
-    """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open."""
+    """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open (an optional step)."""
+
+    def evaluate(run_dir: Path, run_cfg: Config) -> dict[str, Any] | None:
+        return failures.optional(c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed,
+                                 "evaluation", byte_scores, run_dir, run_cfg, c.bpb_texts, c.bundle, say=log)
+
     run = c.clock.timed("pretraining", _pretrain_one, cfg, c.comp_dir, c.group, tags, seed, arm=arm,
-                        evaluate=lambda d, rc: c.clock.timed("evaluation", byte_scores, d, rc, c.bpb_texts, c.bundle))
+                        evaluate=evaluate)
     c.clock.progress(f"pretrain {arm} seed {seed}: val/loss {run.result.final.get('val/loss')}")
     return run
 
 
 def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) -> None:
-    """Bits per byte and the bundled zero-shot tasks of a pretrained model, into its ``eval.json``."""
-    scores = run.result.byte_score or c.clock.timed("evaluation", byte_scores, run.run_dir, run.cfg,
-                                                    c.bpb_texts, c.bundle)
-    evaluated = {"byte_score": scores}
-    try:  # the bundled zero-shot tasks; a model whose positions cannot hold their items skips them
-        evaluated["zero_shot"] = c.clock.timed("evaluation", zero_shot_scores, run.run_dir, limit=COMPARE_ITEMS)
-    except ValueError as e:
-        log(f"{arm} seed {seed}: zero-shot tasks skipped ({e})")
-    write_json(run.run_dir / "eval.json", evaluated)
-    log(f"{arm} seed {seed}: {scores['measure']} {scores['value']:.4f}")
+    """Bits per byte and the bundled zero-shot tasks of a pretrained model, into its ``eval.json`` (both optional:
+    a failure is recorded and the comparison goes on; a resumed comparison retries only failed evaluations)."""
+    steps = {"evaluation": "byte_score", "zero-shot": "zero_shot"}
+    path = run.run_dir / "eval.json"
+    failed = {f.step for f in read_failures(c.comp_dir) if f.arm == arm and f.seed == seed and f.step in steps}
+    evaluated = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if path.is_file() and not failed:
+        return  # evaluated before this comparison was stopped
+    if "byte_score" not in evaluated and not ("evaluation" in failed and not path.is_file()):  # not just failed
+        evaluated["byte_score"] = run.result.byte_score or failures.optional(
+            c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed, "evaluation",
+            byte_scores, run.run_dir, run.cfg, c.bpb_texts, c.bundle, say=log)
+    if "zero_shot" not in evaluated:
+        evaluated["zero_shot"] = failures.optional(
+            c.comp_dir, StepFailure(step="zero-shot", arm=arm, seed=seed), c.clock.timed, "evaluation",
+            zero_shot_scores, run.run_dir, limit=c.base.compare.zero_shot_items, say=log)
+    evaluated = {k: v for k, v in evaluated.items() if v is not None}
+    write_json(path, evaluated)
+    if "byte_score" in evaluated:
+        log(f"{arm} seed {seed}: {evaluated['byte_score']['measure']} {evaluated['byte_score']['value']:.4f}")
 
 
 def transfer_to(
     c: Comparison, task: compare_suite.SuiteTask | None, arm: str, seed: int, run: PretrainedRun, tags: list[str]
 ) -> None:
-    """Probe (``compare.probe``) and fine-tune (``compare.seeds``) one pretrained model on one task."""
+    """Probe (``compare.probe``, optional) and fine-tune (``compare.seeds``) one pretrained model on one task."""
     cmp = c.base.compare
     where, on = _task_place(c.comp_dir, task), _task_tag(task)
     task_cfg = compare_suite.task_config(run.cfg, task)
     if cmp.probe:
-        r = c.clock.timed("probes", _probe, task_cfg, str(run.run_dir), where / f"{arm}-probe-s{seed}", c.group,
-                          [*tags, *on])
-        pre_acc, rand_acc = r["pretrained"]["test"]["test/acc"], r["random_mean"]["test/acc"]
-        c.clock.progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): test/acc {pre_acc:.3f} "
-                         f"vs random-init {rand_acc:.3f}")
+        probe_dir = where / f"{arm}-probe-s{seed}"
+        r = read_done(probe_dir) or failures.optional(
+            c.comp_dir, StepFailure(step="probe", arm=arm, seed=seed, task=task.spec.name if task else None),
+            c.clock.timed, "probes", _probe, task_cfg, str(run.run_dir), probe_dir, c.group, [*tags, *on], say=log)
+        result = (f"test/acc {r['pretrained']['test']['test/acc']:.3f} vs random-init "
+                  f"{r['random_mean']['test/acc']:.3f}" if r is not None else "failed")
+        c.clock.progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): {result}")
     if cmp.seeds:
         ft = c.clock.timed("fine-tuning", _finetune, task_cfg, str(run.run_dir), where / f"{arm}-ft-s{seed}",
                            list(cmp.seeds), c.group, [*tags, *on])
         c.clock.progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
                          f"test/acc {ft.mean['test/acc']:.3f}")
+
+
+def read_done(run_dir: Path) -> dict[str, Any] | None:
+    """A finished run's ``results.json`` (a resumed comparison reads it back instead of running it again)."""
+    path = run_dir / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def scratch_baseline(c: Comparison, cfg: Config, task: compare_suite.SuiteTask | None) -> None:
@@ -659,8 +739,8 @@ def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
                     "presets": presets, "overrides": overrides}, indent=2) + "\n"
     )
     build_report([c.comp_dir], c.comp_dir)
-    log_report_run(c.base, c.comp_dir, group=c.group, name=f"{c.comp_dir.name}-report",
-                   sources=pretraining_dirs(c.comp_dir))
+    failures.optional(c.comp_dir, StepFailure(step="W&B report"), log_report_run, c.base, c.comp_dir, group=c.group,
+                      name=f"{c.comp_dir.name}-report", sources=pretraining_dirs(c.comp_dir), say=log)
     log(f"done in {time.time() - c.clock.started:.0f} s: {c.comp_dir / 'report.md'}")
 
 
@@ -713,13 +793,36 @@ def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
-    """CLI entry: ``famlab compare [presets...] [key=value...]``."""
+    """CLI entry: ``famlab compare [presets...] [key=value...]``.
+
+    Exit status: 0 done; 2 bad settings or data (one line); 3 stopped by a signal, checkpoints written; 1 a required
+    job failed (one line here, the traceback in ``compare.log``). After a stop the last line is the resume command.
+    """
     if flags:
         raise ConfigInputError(f"famlab compare takes no flags (got {' '.join(flags)})")
-    comp_dir = run_compare(presets, overrides)
+    try:
+        comp_dir = run_compare(presets, overrides)
+    except Stopped as stop:
+        return stopped(stop)
     print((comp_dir / "report.md").read_text(encoding="utf-8"))
     print_wandb_commands(comp_dir)
     return 0
+
+
+def stopped(stop: Stopped) -> int:
+    """Say why the comparison stopped and how to resume it (the last line); return the exit status."""
+    cause, kept = stop.cause, f"finished jobs are kept in {stop.comp_dir}"
+    if isinstance(cause, (Preempted, KeyboardInterrupt)):
+        name = getattr(cause, "signum", None)
+        what = f"got {signal.Signals(name).name}" if name else "interrupted"
+        log(f"{what}: running jobs stopped at a step boundary with a checkpoint; {kept}")
+        status = PREEMPTED_EXIT
+    else:
+        log(f"stopped: a required job failed: {stop}; {kept}; traceback in {stop.comp_dir / failures.LOG_NAME}")
+        status = 2 if isinstance(cause, ValueError) else 1
+    sys.stdout.flush()
+    print(f"famlab: resume with: {stop.command}", file=sys.stderr, flush=True)
+    return status
 
 
 def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, Any]:

@@ -246,11 +246,16 @@ class CompareConfig:
     task_eval_limit: int | None = None  # validation and test examples each in that subsample; None = task_limit // 5
     # jobs (pretraining runs, fine-tunes, baselines) run side by side, each in a process with cores // workers threads
     workers: int = 1
+    # evaluation of every pretrained model: validation documents scored for bits per byte (BERT: pseudo-log-likelihood,
+    # one mask at a time), and items per bundled zero-shot task (the first 300 hold every minimal-pair group)
+    bpb_docs: int = 100
+    zero_shot_items: int = 300
 
     def __post_init__(self) -> None:
         check_ranges(self, "compare", {
             "pretrain_seeds": SEED, "seeds": SEED, "scratch_seeds": SEED, "lr_grid": (0, 10, "(]"),
             "tolerance": (0, 1, "()"), "task_limit": (1, BIG, "[]"), "workers": (1, 1024, "[]"),
+            "bpb_docs": (1, BIG, "[]"), "zero_shot_items": (1, BIG, "[]"),
         })
 
 

@@ -30,6 +30,11 @@ class Preempted(Exception):  # noqa: N818 - a control-flow signal, not an error
         # checkpoint None: stopped between a fine-tune's jobs before any of them trained in this process
         self.run_dir = run_dir if run_dir is not None else checkpoint.parent.parent if checkpoint else Path(".")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a comparison's worker process hands it back to the parent pickled; the default would call
+        # Preempted(message) and fail to unpickle, breaking the pool instead of stopping it
+        return (Preempted, (self.step, self.checkpoint, self.signum, self.run_dir))
+
 
 # Signals that checkpoint and stop: SIGTERM (preemption), SIGINT (Ctrl-C), and SIGUSR1, which SLURM sends
 # ahead of the time limit with `--signal=USR1@<seconds>` (the job then asks to be requeued).

@@ -14,8 +14,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
+
+from famlab.experiments.plumbing.signals import STOP_SIGNALS, Preempted
 
 
 def cores() -> int:
@@ -40,13 +44,32 @@ class Inline(cf.Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
         future: cf.Future = cf.Future()
-        future.set_result(fn(*args, **kwargs))
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - handed to the caller through the future, as a pool's would be
+            future.set_exception(e)
         return future
+
+
+_SIGNALLED: list[int] = []  # in a worker process: the stop signals it got outside a fit
+
+
+def _note(signum: int, frame: Any) -> None:
+    _SIGNALLED.append(signum)
+
+
+def signalled() -> int | None:
+    """The first stop signal this worker process got outside a fit (None if none): its next job does not start."""
+    return _SIGNALLED[0] if _SIGNALLED else None
 
 
 def _start_worker(threads: int, init: Callable[[Any], None], context: Any) -> None:
     import torch
 
+    # a stop signal between fits is noted, not fatal: the worker ends its job at the next boundary (inside a fit the
+    # run's own PreemptionCallback checkpoints first), so a stopped comparison keeps every finished job
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _note)
     torch.set_num_threads(threads)
     init(context)
 
@@ -72,3 +95,47 @@ def stop(pool: cf.Executor) -> None:
             child.terminate()
         for child in mp.active_children():
             child.join(timeout=10)
+        for child in mp.active_children():  # a worker that did not stop at a step boundary in time
+            child.kill()
+
+
+class Halt:
+    """A scheduler's stop: the first failure of a job, or a stop signal (SIGTERM / SIGINT / SIGUSR1) to this process.
+
+    Once requested, no job starts (:meth:`halt` cancels the queued ones) and the running ones are asked to stop at
+    their next step with SIGTERM, which their runs' own preemption handling turns into a checkpoint; the scheduler
+    waits for them, then :meth:`outcome` raises the failure, or ``Preempted`` for a signal.
+    """
+
+    RESEND_S = 5.0  # a worker between two fits may miss one signal: repeat it until the worker is done
+
+    def __init__(self, latch: Any) -> None:
+        self.latch = latch  # a signals.SignalLatch installed in this process
+        self.error: BaseException | None = None
+        self._sent = 0.0
+
+    @property
+    def requested(self) -> bool:
+        return self.error is not None or self.latch.signum is not None
+
+    def fail(self, e: BaseException) -> None:
+        """Keep the first failure; a job's real failure outranks its being stopped."""
+        if self.error is None or (isinstance(self.error, Preempted) and not isinstance(e, Preempted)):
+            self.error = e
+
+    def halt(self, pool: cf.Executor, running: list[cf.Future]) -> None:
+        """Cancel the jobs not started; signal the workers still running one (again every ``RESEND_S``)."""
+        for future in running:
+            future.cancel()
+        if isinstance(pool, cf.ProcessPoolExecutor) and time.time() - self._sent > self.RESEND_S:
+            self._sent = time.time()
+            for child in mp.active_children():
+                os.kill(child.pid, signal.SIGTERM)
+
+    def outcome(self, run_dir: Any) -> None:
+        """Raise what stopped the scheduler: the failure, else ``Preempted`` naming ``run_dir``; nothing if neither."""
+        if self.error is not None and not isinstance(self.error, Preempted):
+            raise self.error
+        if self.latch.signum is not None or self.error is not None:
+            signum = self.latch.signum if self.latch.signum is not None else getattr(self.error, "signum", None)
+            raise Preempted(0, None, signum=signum, run_dir=run_dir)

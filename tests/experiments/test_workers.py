@@ -21,13 +21,48 @@ def _job(x):
     return x, _CONTEXT, torch.get_num_threads(), os.getpid()
 
 
-def test_inline_runs_each_job_at_submit_and_raises_there():
+def test_inline_runs_each_job_at_submit_and_hands_its_failure_back_in_the_future():
     ran = []
     pool = workers.executor(1, ran.append, "ctx")
     assert isinstance(pool, workers.Inline) and ran == ["ctx"]  # init runs in this process
     assert pool.submit(lambda: ran.append(1) or "done").result() == "done" and ran == ["ctx", 1]
-    with pytest.raises(ZeroDivisionError):  # not kept in a future for later: no job after it starts
-        pool.submit(lambda: 1 / 0)
+    failed = pool.submit(lambda: 1 / 0)  # done at submit, as a pool's future would be once the job ran
+    assert failed.done() and isinstance(failed.exception(), ZeroDivisionError)
+
+
+class _Latch:
+    signum = None
+
+
+def test_halt_keeps_the_first_real_failure_over_a_stop_and_raises_it():
+    """A job's failure outranks another job's being preempted; a signal alone ends as Preempted naming the dir."""
+    from famlab.experiments.plumbing.signals import Preempted
+
+    halt = workers.Halt(_Latch())
+    assert not halt.requested
+    halt.fail(Preempted(3, None))
+    halt.fail(ZeroDivisionError("first real failure"))
+    halt.fail(KeyError("later"))
+    assert halt.requested
+    with pytest.raises(ZeroDivisionError, match="first real failure"):
+        halt.outcome("comp")
+    latch = _Latch()
+    latch.signum = 15
+    with pytest.raises(Preempted) as stopped:
+        workers.Halt(latch).outcome("comp")
+    assert stopped.value.signum == 15 and str(stopped.value.run_dir) == "comp"
+
+
+def test_preempted_crosses_a_process_boundary_whole():
+    """Pickled as a worker hands it back: step, checkpoint, signal and run directory survive."""
+    import pickle
+    from pathlib import Path
+
+    from famlab.experiments.plumbing.signals import Preempted
+
+    back = pickle.loads(pickle.dumps(Preempted(7, Path("r/checkpoints/last.ckpt"), signum=15)))
+    assert (back.step, back.checkpoint, back.signum, back.run_dir) == (7, Path("r/checkpoints/last.ckpt"), 15,
+                                                                        Path("r"))
 
 
 def test_threads_share_out_the_cores():

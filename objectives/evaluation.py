@@ -18,9 +18,17 @@ its own, so no chunk ever sees more context than the network was built for):
 In every rule the end-of-text token is not scored, and bytes are the UTF-8 bytes of the texts scored
 (`len(text.encode("utf-8"))`); bits = -log2 p summed over the scored tokens.
 
+Edge cases (any tokenizer): a text of one token is one chunk of one scored token; a text longer than the
+positions is chunked as above (never truncated, never a crash); bytes are UTF-8 bytes whatever the script (CJK,
+emoji, Cyrillic: a token may cover several bytes, or several tokens one character). An empty text, or one that
+encodes to no tokens, is skipped and counted in `ByteScore.num_skipped`: it has nothing to score, and counting its
+bytes with no bits would flatter the model. When nothing is scored at all the value is NaN with a `reason` (0 bits
+per byte would read as a perfect model).
+
 `length_extrapolation` evaluates an objective's validation loss at 1x, 2x, 4x the training length; absolute
 position tables (`learned`, `sinusoidal`) cannot go past `model.max_seq_len`, which gives `loss=None` with
-the reason.
+the reason, as do validation tokens shorter than one block at that length, an objective that cannot be built at
+that length, and blocks that hold no label token.
 
 Legend: B batch, T sequence length, V vocab, C model dim.
 """
@@ -53,9 +61,11 @@ class ByteScore:
         measure: `bits_per_byte` (GPT, T5: a true log-likelihood) or `pll_bits_per_byte` (BERT).
         value: `total_bits / num_bytes`.
         total_bits: -log2 of the (pseudo-)likelihood, summed over scored tokens.
-        num_bytes: UTF-8 bytes of the texts.
+        num_bytes: UTF-8 bytes of the texts scored.
         num_tokens: tokens scored.
-        num_texts: texts scored (empty texts are skipped).
+        num_texts: texts scored.
+        num_skipped: texts not scored: empty, or encoded to no tokens.
+        reason: why `value` is NaN (nothing was scored); None otherwise.
     """
 
     measure: str
@@ -64,6 +74,8 @@ class ByteScore:
     num_bytes: int
     num_tokens: int
     num_texts: int
+    num_skipped: int = 0
+    reason: str | None = None
 
 
 @dataclass
@@ -79,6 +91,38 @@ class LengthPoint:
 
 def _chunks(tokens: Sequence[int], size: int) -> list[list[int]]:
     return [list(tokens[i : i + size]) for i in range(0, len(tokens), size)]
+
+
+def _texts(texts: Sequence[str], encode: Encode) -> tuple[list[tuple[str, list[int]]], int]:
+    """The texts worth scoring with their tokens, and how many were skipped (empty, or encoded to no tokens)."""
+    kept = []
+    for text in texts:
+        tokens = list(encode(text)) if text else []
+        if tokens:
+            kept.append((text, tokens))
+    return kept, len(texts) - len(kept)
+
+
+def _max_len(net: nn.Module, max_len: int | None, context: int) -> int:
+    """`max_len` (None: `model.max_seq_len`), refused when an absolute position table cannot hold it or when it
+    leaves no room for a scored token after the `context` tokens every chunk carries."""
+    cfg = _config(net)
+    pos = getattr(cfg.pos, "value", cfg.pos)
+    max_len = max_len or int(cfg.max_seq_len)
+    if pos in ABSOLUTE_POSITIONS and max_len > cfg.max_seq_len:
+        raise ObjectiveError(f"max_len={max_len} exceeds model.max_seq_len={cfg.max_seq_len} (model.pos={pos})")
+    if max_len <= context:
+        raise ObjectiveError(f"max_len={max_len} leaves no room for a scored token after {context} context tokens")
+    return max_len
+
+
+def _result(measure: str, log_prob: float, num_bytes: int, num_tokens: int, num_texts: int, num_skipped: int
+            ) -> ByteScore:
+    bits = -log_prob / LN2
+    if num_bytes == 0:  # nothing scored: NaN, not 0 bits per byte (a perfect score)
+        reason = f"no text to score ({num_skipped} empty or encoded to no tokens)"
+        return ByteScore(measure, math.nan, 0.0, 0, 0, 0, num_skipped, reason)
+    return ByteScore(measure, bits / num_bytes, bits, num_bytes, num_tokens, num_texts, num_skipped)
 
 
 def _config(net: nn.Module) -> Any:
@@ -161,7 +205,6 @@ def bits_per_byte(
     family = _family(net)
     if family == "bert":
         raise ObjectiveError("bits_per_byte needs a gpt or t5 network; BERT has pll_bits_per_byte (not a likelihood)")
-    max_len = max_len or int(_config(net).max_seq_len)
     objective = objective or ("clm" if family == "gpt" else "span")
     if family == "gpt" and objective == "span":  # as T5's span rule, in one sequence with a prefix mask
         encoder, given = [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
@@ -172,24 +215,23 @@ def bits_per_byte(
     else:
         encoder, given = ([ids.s, ids.eos] if objective == "ul2" else [ids.eos]), []
     # tokens scored per chunk: GPT reads encoder + given + chunk[:-1], T5's decoder [PAD] + given + chunk[:-1]
-    size = max_len - len(encoder) - len(given) + 1 if family == "gpt" else max_len - len(given)
-    items, num_bytes, num_texts = [], 0, 0
-    for text in texts:
-        tokens = list(encode(text))
-        if not text or not tokens:
-            continue
-        num_bytes += len(text.encode("utf-8"))
-        num_texts += 1
-        items += [(encoder, given, chunk) for chunk in _chunks(tokens, size)]
+    if family == "gpt":
+        max_len = _max_len(net, max_len, len(encoder) + len(given) - 1)
+        size = max_len - len(encoder) - len(given) + 1
+    else:
+        max_len = _max_len(net, max_len, len(given))  # the decoder reads [PAD] + given + chunk[:-1]
+        size = max_len - len(given)
+    kept, num_skipped = _texts(texts, encode)
+    items = [(encoder, given, chunk) for _, tokens in kept for chunk in _chunks(tokens, size)]
     was_training = net.training
     net.eval()
     try:
         log_prob = _score_items(net, items, ids.pad, batch_size)
     finally:
         net.train(was_training)
-    bits = float(-log_prob / LN2)
     count = sum(len(chunk) for _, _, chunk in items)
-    return ByteScore("bits_per_byte", bits / max(num_bytes, 1), bits, num_bytes, count, num_texts)
+    num_bytes = sum(len(text.encode("utf-8")) for text, _ in kept)
+    return _result("bits_per_byte", float(log_prob), num_bytes, count, len(kept), num_skipped)
 
 
 @torch.no_grad()
@@ -208,17 +250,12 @@ def pll_bits_per_byte(
     """
     if _family(net) != "bert":
         raise ObjectiveError("pll_bits_per_byte needs a bert network; gpt and t5 have bits_per_byte")
-    max_len = max_len or int(_config(net).max_seq_len)
+    max_len = _max_len(net, max_len, 2)  # [CLS] and [SEP] around every chunk
     device = next(net.parameters()).device
     rows: list[tuple[list[int], int]] = []  # (sequence with one [MASK], masked position)
     targets: list[int] = []
-    num_bytes = num_texts = 0
-    for text in texts:
-        tokens = list(encode(text))
-        if not text or not tokens:
-            continue
-        num_bytes += len(text.encode("utf-8"))
-        num_texts += 1
+    kept, num_skipped = _texts(texts, encode)
+    for _, tokens in kept:
         for chunk in _chunks(tokens, max_len - 2):
             full = [ids.cls] + chunk + [ids.sep]
             for i in range(1, len(chunk) + 1):
@@ -240,8 +277,8 @@ def pll_bits_per_byte(
             total -= F.cross_entropy(logits.double(), target, reduction="sum").cpu()
     finally:
         net.train(was_training)
-    bits = float(-total / LN2)
-    return ByteScore("pll_bits_per_byte", bits / max(num_bytes, 1), bits, num_bytes, len(rows), num_texts)
+    num_bytes = sum(len(text.encode("utf-8")) for text, _ in kept)
+    return _result("pll_bits_per_byte", float(total), num_bytes, len(rows), len(kept), num_skipped)
 
 
 def byte_score(
@@ -285,12 +322,16 @@ def length_extrapolation(
     label tokens, as `val/loss`.
 
     Returns:
-        One `LengthPoint` per multiple. `loss=None` when the position scheme is absolute and the batch would
-        need more than `model.max_seq_len` positions, or when `tokens` hold less than one block.
+        One `LengthPoint` per multiple, never raising for a length: `loss=None` with a `reason` when the
+        position scheme is absolute and the batch would need more than `model.max_seq_len` positions, when
+        `tokens` (at most `max_tokens` of them) hold less than one block, when the objective cannot be built at
+        that length (e.g. a block too short to corrupt), or when the blocks hold no label token.
     """
     family = _family(net)
     cfg = _config(net)
     pos = getattr(cfg.pos, "value", cfg.pos)
+    tokens = torch.as_tensor(tokens).reshape(-1)  # a NumPy memmap (the data module's) or a tensor
+    available = min(len(tokens), max_tokens)
     points = []
     was_training = net.training
     net.eval()
@@ -310,11 +351,16 @@ def length_extrapolation(
                     **objective_kwargs,  # type: ignore[arg-type]
                 )
 
-            obj = build()
+            try:
+                obj = build()
+            except ObjectiveError as e:  # e.g. a length too short for the objective's corruption
+                points.append(LengthPoint(m, seq_len, None, 0, f"objective {objective} at seq_len={seq_len}: {e}"))
+                continue
             raw = obj.raw_block_len
-            num = min(len(tokens), max_tokens) // raw
+            num = available // raw if raw > 0 else 0
             if num == 0:
-                points.append(LengthPoint(m, seq_len, None, 0, f"fewer than {raw} validation tokens"))
+                reason = f"{available} validation tokens (max_tokens={max_tokens}) hold no block of {raw} tokens"
+                points.append(LengthPoint(m, seq_len, None, 0, reason))
                 continue
             blocks = tokens[: num * raw].reshape(num, raw).long()
             first = build().collate(list(blocks[:1]))
@@ -328,9 +374,14 @@ def length_extrapolation(
             for start in range(0, num, batch_size):
                 batch = obj.collate(list(blocks[start : start + batch_size]))
                 out = obj.loss(net, {k: v.to(device) for k, v in batch.items()})
-                nll += float(out.loss) * int(out.num_label_tokens)
-                count += int(out.num_label_tokens)
-            points.append(LengthPoint(m, seq_len, nll / max(count, 1), count))
+                labels = int(out.num_label_tokens)
+                if labels:  # a batch without labels has a NaN mean loss, which 0 x NaN would spread
+                    nll += float(out.loss) * labels
+                    count += labels
+            if count == 0:
+                points.append(LengthPoint(m, seq_len, None, 0, f"{num} blocks of {raw} tokens hold no label token"))
+                continue
+            points.append(LengthPoint(m, seq_len, nll / count, count))
     finally:
         net.train(was_training)
     return points

@@ -27,6 +27,25 @@ Per candidate the scorer returns the summed log-probability, the tokens scored a
 cover (the whole text for GPT ``full``, the span otherwise), so accuracy can use the raw score, the score per
 token or the score per byte. A candidate wins only with a score strictly above every other: a tie is wrong.
 
+Edge cases (every tokenizer, every family; an item is never a crash):
+
+- Candidates of one token (all of them, or mixed with longer ones) are scored as any other.
+- Candidates that encode to the same tokens are scored once and share that score; they are a tie under every
+  normalisation, so neither can win (:meth:`ChoiceScores.wins`), even per byte where their texts' byte counts
+  differ (``"Cat"`` / ``"cat"`` under a lowercasing tokenizer): the network cannot tell them apart.
+- A prefix or suffix of zero or one token is scored as any other (GPT's ``[EOS]`` lead is always a context).
+  A suffix whose text encodes to no tokens closes T5's span with ``[EOS]``, as the blank at the end does: the
+  encoder input is then the same.
+- An item with a candidate that encodes to no tokens is skipped (:attr:`ChoiceScores.skipped`), not scored:
+  an empty filler would score 0 under the span rules (BERT, T5, GPT ``span``), beating every real candidate on
+  the raw sum, while GPT ``full`` would score the text without it, so the families would answer different
+  questions.
+- An item that needs more positions than an absolute position table (``learned``, ``sinusoidal``) holds is
+  skipped; relative schemes (RoPE, ALiBi, T5's bias) are scored at any length, as in training.
+
+A skipped item has no winner: accuracy counts it as wrong, so every model and the bigram floor keep the same
+denominator (the same items), and ``famlab eval`` reports how many were skipped and why.
+
 Speed: GPT runs the shared context once (KV cache) and the K continuations as one batch; T5 encodes the
 shared input once and decodes the K candidates as one batch; BERT needs one forward pass per span token
 (all candidates of an item in one batch). Per item: GPT O(L_prefix + K (L_span + L_suffix)) tokens, T5
@@ -67,11 +86,22 @@ class Item:
 
 @dataclass(frozen=True)
 class ChoiceScores:
-    """Scores of an item's K candidates (lists of length K)."""
+    """Scores of an item's K candidates (lists of length K).
+
+    Attributes:
+        log_prob: summed log-probability (nats) per candidate; NaN when the item is skipped.
+        num_tokens: tokens scored per candidate.
+        num_bytes: UTF-8 bytes scored per candidate.
+        token_class: per candidate, the index of the first candidate with the same tokens (candidates that
+            share a class are indistinguishable to the network); None = all distinct.
+        skipped: why the item was not scored (None = scored); a skipped item has no winner.
+    """
 
     log_prob: list[float]
     num_tokens: list[int]
     num_bytes: list[int]
+    token_class: tuple[int, ...] | None = None
+    skipped: str | None = None
 
     def normalised(self, norm: str) -> list[float]:
         """``raw`` (summed log-probability), ``per_token`` or ``per_byte``."""
@@ -79,6 +109,23 @@ class ChoiceScores:
             return list(self.log_prob)
         counts = self.num_tokens if norm == "per_token" else self.num_bytes
         return [lp / max(n, 1) for lp, n in zip(self.log_prob, counts, strict=True)]
+
+    def wins(self, label: int, norm: str) -> bool:
+        """Whether candidate ``label`` wins under ``norm``: never for a skipped item or when another candidate
+        has the same tokens (a tie the normalisation could otherwise break by byte count alone), else only with
+        a score strictly above every other (:func:`is_correct`)."""
+        if self.skipped is not None:
+            return False
+        if self.token_class is not None:
+            own = self.token_class[label]
+            if any(c == own for i, c in enumerate(self.token_class) if i != label):
+                return False
+        return is_correct(self.normalised(norm), label)
+
+    @classmethod
+    def skip(cls, num_choices: int, reason: str) -> ChoiceScores:
+        """The scores of an item that was not scored: NaN log-probabilities (no candidate can win), no tokens."""
+        return cls([math.nan] * num_choices, [0] * num_choices, [0] * num_choices, None, reason)
 
 
 def split_blank(text: str, choice: str) -> tuple[str, str, str]:
@@ -89,7 +136,8 @@ def split_blank(text: str, choice: str) -> tuple[str, str, str]:
 
 
 def is_correct(scores: Sequence[float], label: int) -> bool:
-    """True only when the right candidate scores strictly above every other (ties are wrong)."""
+    """True only when the right candidate scores strictly above every other (ties are wrong; a NaN never wins
+    and is never beaten, so an item with one is wrong)."""
     return all(scores[label] > s for i, s in enumerate(scores) if i != label)
 
 
@@ -133,8 +181,11 @@ class BigramLM(nn.Module):
         return torch.log((count + self.k) / (self.unigram[prev.long()].double() + self.k * self.vocab_size))
 
     def nll(self, docs: Sequence[Sequence[int]], separator: int) -> float:
-        """Mean negative log-likelihood per token of ``docs`` (each preceded by ``separator``)."""
+        """Mean negative log-likelihood per token of ``docs`` (each preceded by ``separator``); NaN when they
+        hold no token (e.g. every text encoded to nothing)."""
         pieces = [torch.tensor([separator, *doc], dtype=torch.long) for doc in docs if len(doc)]
+        if not pieces:
+            return math.nan
         seq = torch.cat([p[:-1] for p in pieces]), torch.cat([p[1:] for p in pieces])
         return float(-self.log_prob(*seq).mean())
 
@@ -143,10 +194,21 @@ def _config(net: nn.Module) -> Any:
     return getattr(net, "config")  # noqa: B009 - nn.Module.__getattr__ would claim a Tensor
 
 
+EMPTY_CANDIDATE = "a candidate encodes to no tokens"
+
+
+class _TooLong(ObjectiveError):
+    """An item needs more positions than the network's absolute position table: :meth:`Scorer.score` skips it."""
+
+
 def _check_len(net: nn.Module, n: int) -> None:
+    """Raise :class:`_TooLong` when a stack would be fed ``n`` positions past an absolute table (the stack itself
+    raises there; relative schemes have no table and run at any length)."""
     cfg = _config(net)
-    if getattr(cfg.pos, "value", cfg.pos) in ("learned", "sinusoidal") and n > cfg.max_seq_len:
-        raise ObjectiveError(f"item needs {n} positions, more than model.max_seq_len={cfg.max_seq_len}")
+    pos = getattr(cfg.pos, "value", cfg.pos)
+    if pos in ("learned", "sinusoidal") and n > cfg.max_seq_len:
+        # The reason names the model, not the item, so ``famlab eval`` can count skips per reason.
+        raise _TooLong(f"needs more than model.max_seq_len={cfg.max_seq_len} positions (model.pos={pos})")
 
 
 def _token_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
@@ -188,29 +250,46 @@ class Scorer:
 
     @torch.no_grad()
     def score(self, item: Item) -> ChoiceScores:
-        """Log-probability, tokens scored and bytes scored of each candidate of ``item``."""
+        """Log-probability, tokens scored and bytes scored of each candidate of ``item``.
+
+        An item with a candidate that encodes to no tokens, or one that needs more positions than the network's
+        absolute position table, comes back skipped (:meth:`ChoiceScores.skip`, the reason in ``skipped``).
+        """
         pieces = [split_blank(item.text, c) for c in item.choices]
         prefix, suffix = self._ids(pieces[0][0]), self._ids(pieces[0][2])
         spans = [self._ids(span) for _, span, _ in pieces]
         if any(not s for s in spans):
-            raise ObjectiveError("a candidate encodes to no tokens")
+            return ChoiceScores.skip(len(spans), EMPTY_CANDIDATE)
+        # Candidates with the same tokens are scored once: their scores are then equal bit for bit (a batch
+        # need not give two equal rows equal results), and the duplicate costs nothing.
+        unique: list[list[int]] = []
+        for s in spans:
+            if s not in unique:
+                unique.append(s)
+        token_class = tuple(spans.index(s) for s in spans)
+        slot = [unique.index(s) for s in spans]
+        # A suffix text that encodes to nothing leaves the encoder input as the blank at the end does.
+        text_follows = bool(suffix) and bool(pieces[0][2].strip())
         was_training = self.net.training
         self.net.eval()
         try:
             if self.family == "bert":
-                log_prob = self._pll(prefix, spans, suffix)
-                tokens = [len(s) for s in spans]
+                scored = self._pll(prefix, unique, suffix)
+                counts = [len(s) for s in unique]
             elif self.family == "t5" or self.objective == "span":
-                log_prob, tokens = self._sentinel(prefix, spans, suffix, text_follows=bool(pieces[0][2].strip()))
+                scored, counts = self._sentinel(prefix, unique, suffix, text_follows=text_follows)
             else:
-                log_prob, tokens = self._causal(prefix, spans, suffix)
+                scored, counts = self._causal(prefix, unique, suffix)
+        except _TooLong as e:
+            return ChoiceScores.skip(len(spans), str(e))
         finally:
             self.net.train(was_training)
+        log_prob, tokens = [scored[j] for j in slot], [counts[j] for j in slot]
         whole = self.family in ("gpt", "bigram") and self.rule == "full" and self.objective != "span"
         pieces_scored = [p + s + x if whole else s for p, s, x in pieces]
         if self.family == "t5" and self.objective == "prefix_lm" and self.rule == "full":
             pieces_scored = [s + x for _, s, x in pieces]
-        return ChoiceScores(log_prob, tokens, [len(t.encode("utf-8")) for t in pieces_scored])
+        return ChoiceScores(log_prob, tokens, [len(t.encode("utf-8")) for t in pieces_scored], token_class)
 
     def _causal(self, prefix: list[int], spans: list[list[int]], suffix: list[int]) -> tuple[list[float], list[int]]:
         """GPT / bigram: ``[lead] prefix`` once, then the K continuations ``span suffix`` from its cache."""
@@ -240,7 +319,7 @@ class Scorer:
         each continuation. ``bidirectional``: length of the context's prefix-LM prefix (0 = plain causal)."""
         net: Any = self.net
         width = max(len(c) for c in conts)
-        _check_len(net, len(context) + width)
+        _check_len(net, len(context) + width - 1)  # fed: the context, then each continuation but its last token
         cache = net.decoder.new_cache()
         ctx = torch.tensor([context], device=self.device)  # (1, S)
         mask = None
@@ -254,7 +333,8 @@ class Scorer:
         rows = _pad(conts, self.ids.pad).to(self.device)  # (K, T); right padding: causal rows never see it
         logits = net(rows[:, :-1], cache=cache).logits if width > 1 else None  # (K, T - 1, V)
         first = _token_log_probs(ctx_logits[-1].expand(K, -1), rows[:, 0])  # (K,)
-        rest = _token_log_probs(logits, rows[:, 1:]) if logits is not None else first[:, :0]  # (K, T - 1)
+        # Every continuation one token long (T = 1): nothing follows the first token, an empty (K, 0) block.
+        rest = _token_log_probs(logits, rows[:, 1:]) if logits is not None else first.new_zeros(K, 0)  # (K, T - 1)
         return ctx_lp, torch.cat([first[:, None], rest], 1).cpu()
 
     def _sentinel(self, prefix: list[int], spans: list[list[int]], suffix: list[int], text_follows: bool
@@ -282,8 +362,9 @@ class Scorer:
         """Per-token log-probabilities ``(K, T)`` of each target: one encoder pass shared by the K decodes."""
         net: Any = self.net
         K = len(targets)
-        hidden = net.encode(torch.tensor([encoder], device=self.device))  # (1, S, C)
         rows = _pad([[self.ids.pad, *given, *t] for t in targets], self.ids.pad).to(self.device)  # (K, 1 + G + T)
+        _check_len(net, max(len(encoder), rows.shape[1] - 1))  # encoder and decoder stacks share max_seq_len
+        hidden = net.encode(torch.tensor([encoder], device=self.device))  # (1, S, C)
         out = net.decode(rows[:, :-1], hidden.expand(K, -1, -1))  # (K, G + T, C)
         logits = net.project(out[:, len(given) :])  # (K, T, V)
         return _token_log_probs(logits, rows[:, 1 + len(given) :]).cpu()
@@ -312,15 +393,25 @@ class Scorer:
 
 
 def score_items(scorer: Scorer, items: Sequence[Item]) -> list[ChoiceScores]:
-    """:meth:`Scorer.score` of every item, in order."""
+    """:meth:`Scorer.score` of every item, in order (skipped items included, flagged in ``skipped``)."""
     return [scorer.score(item) for item in items]
 
 
+def skipped(scores: Sequence[ChoiceScores]) -> dict[str, int]:
+    """{reason: number of items} over the skipped items of ``scores`` (empty when every item was scored)."""
+    out: dict[str, int] = {}
+    for s in scores:
+        if s.skipped is not None:
+            out[s.skipped] = out.get(s.skipped, 0) + 1
+    return out
+
+
 def correct(items: Sequence[Item], scores: Sequence[ChoiceScores], norm: str) -> list[float]:
-    """Per item 1.0 when the right candidate wins under ``norm`` (ties lose), else 0.0."""
+    """Per item 1.0 when the right candidate wins under ``norm`` (:meth:`ChoiceScores.wins`: ties, candidates
+    with the same tokens and skipped items lose), else 0.0."""
     if norm not in NORMS:
         raise ObjectiveError(f"norm={norm!r} must be one of {', '.join(NORMS)}")
-    return [float(is_correct(s.normalised(norm), it.label)) for it, s in zip(items, scores, strict=True)]
+    return [float(s.wins(it.label, norm)) for it, s in zip(items, scores, strict=True)]
 
 
 def length_only(items: Sequence[Item]) -> list[float]:
@@ -337,8 +428,8 @@ def chance(items: Sequence[Item]) -> float:
     return math.fsum(1.0 / len(it.choices) for it in items) / max(len(items), 1)
 
 
-__all__ = ["BLANK", "NORMS", "BigramLM", "ChoiceScores", "Item", "Scorer", "chance", "correct", "is_correct",
-           "length_only", "score_items", "split_blank"]
+__all__ = ["BLANK", "EMPTY_CANDIDATE", "NORMS", "BigramLM", "ChoiceScores", "Item", "Scorer", "chance", "correct",
+           "is_correct", "length_only", "score_items", "skipped", "split_blank"]
 
 
 HEADLINE = "per_byte"  # the default headline (famlab eval's docstring)

@@ -7,7 +7,10 @@ on the run's pretraining corpus with the run's tokenizer is scored the same way 
 
 Accuracy is reported for the raw summed log-probability, per token and per byte, each with a 95 % percentile
 bootstrap interval over items, next to chance (mean of 1/K) and ``length_only`` (the right candidate is the
-shortest in bytes: what length alone gets). A tie is never correct. The headline (:func:`headline`) is
+shortest in bytes: what length alone gets). A tie is never correct, nor are candidates that encode to the same
+tokens. An item the network cannot score (a candidate that encodes to no tokens, or more positions than an absolute
+position table holds) is skipped: it counts as wrong, so every model keeps the same items, and ``num_skipped`` with
+``skipped`` ({reason: items}) say how many and why. The headline (:func:`headline`) is
 **per byte** for cloze items whose candidates are different words (the reverse dictionary, any ``.jsonl``): the raw
 sum favours short candidates and per token depends on the tokenizer (byte-length normalisation is the
 ``acc_norm`` of EleutherAI's lm-evaluation-harness). It is **raw** for ``wordnet-minimal-pairs``, as in BLiMP
@@ -36,7 +39,18 @@ import yaml
 from famlab.datamodules.bundled import WORDNET_MINIMAL_PAIRS, WORDNET_REVERSE_DICTIONARY
 from famlab.experiments.analysis.stats import bootstrap_ci
 from famlab.experiments.configuration.config import ConfigInputError
-from famlab.objectives.zeroshot import BLANK, NORMS, BigramLM, Item, Scorer, chance, correct, headline, length_only
+from famlab.objectives.zeroshot import (
+    BLANK,
+    NORMS,
+    BigramLM,
+    Item,
+    Scorer,
+    chance,
+    correct,
+    headline,
+    length_only,
+    skipped,
+)
 
 BUNDLED = {
     "wordnet-reverse-dictionary": WORDNET_REVERSE_DICTIONARY,
@@ -99,13 +113,20 @@ def task_paths(spec: str) -> dict[str, Path]:
 
 
 def summarise(items: list[Item], scores: list[Any], *, seed: int = 0) -> dict[str, Any]:
-    """Accuracy per normalisation (value, 95 % bootstrap CI), chance, and the same per group."""
+    """Accuracy per normalisation (value, 95 % bootstrap CI), chance, skipped items, and the same per group.
+
+    A skipped item stays in ``num_items`` and counts as wrong (it has no winner), so chance and length alone
+    stay the references of every model on the same items; ``num_skipped`` and ``skipped`` ({reason: items}) tell
+    how many.
+    """
 
     def block(sel: list[int]) -> dict[str, Any]:
         sub_items = [items[i] for i in sel]
         sub_scores = [scores[i] for i in sel]
+        reasons = skipped(sub_scores)
         out: dict[str, Any] = {"num_items": len(sel), "chance": chance(sub_items),
-                               "length_only": statistics.fmean(length_only(sub_items)) if sel else math.nan}
+                               "length_only": statistics.fmean(length_only(sub_items)) if sel else math.nan,
+                               "num_skipped": sum(reasons.values()), "skipped": reasons}
         for norm in NORMS:
             acc, low, high = bootstrap_ci(correct(sub_items, sub_scores, norm), seed=seed)
             out[norm] = {"acc": acc, "low": low, "high": high}
@@ -130,6 +151,7 @@ def load_bigram(run: Any, saved: dict[str, Any]) -> BigramLM:
     tok = run.tokenizer
     train = [e.ids for e in tok.encode_batch(corpus.train, add_special_tokens=False)]
     val = [e.ids for e in tok.encode_batch(corpus.val[:2000], add_special_tokens=False)]
+    val = [v for v in val if v]  # texts that encode to nothing hold no bigram: without any, k falls back below
     lm = BigramLM.fit(train, run.ids.vocab_size, separator=run.ids.eos)
     return min((lm.with_k(k) for k in BIGRAM_KS), key=lambda m: m.nll(val, run.ids.eos) if val else m.k)
 
@@ -207,7 +229,8 @@ def _log_wandb(run_dir: Path, out_dir: Path, result: dict[str, Any], mode: str, 
     exp = logger.experiment
     best = result["headline"]
     summary = {"eval/chance": result["chance"], "eval/num_items": result["num_items"], "eval/headline": best,
-               "eval/acc": result[best]["acc"], "eval/length_only": result["length_only"]}
+               "eval/acc": result[best]["acc"], "eval/length_only": result["length_only"],
+               "eval/num_skipped": result.get("num_skipped", 0)}
     for norm in NORMS:
         summary[f"eval/acc_{norm}"] = result[norm]["acc"]
         if "bigram" in result:
@@ -271,6 +294,10 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
             (out_dir / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
             if mode != "disabled":
                 _log_wandb(run_dir, out_dir, result, mode, opts["wandb.project"])
+            if result.get("num_skipped"):
+                why = "; ".join(f"{n} {reason}" for reason, n in result["skipped"].items())
+                print(f"famlab: WARNING {run_dir.name} {name}: {result['num_skipped']} of {result['num_items']} items "
+                      f"skipped, counted wrong ({why})")
             by_task[name][run_dir.name] = result
     for name, results in by_task.items():
         best = next(iter(results.values()))["headline"]

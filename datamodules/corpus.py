@@ -54,7 +54,8 @@ def load_corpus(spec: str | Path, *, val_fraction: float = 0.05, seed: int = 0) 
 
     Raises:
         DataError: missing file, unsupported file type, empty corpus, a ``.jsonl`` line that is not
-            JSON or has no ``text``, a file with no UTF-8 text. Undecodable lines are skipped with a warning.
+            JSON or has no ``text``, a file with no UTF-8 text (naming the line and byte offset of its first bad
+            byte). Undecodable lines of a file that has UTF-8 text are skipped with a warning naming the first.
     """
     if not 0.0 <= val_fraction < 1.0:
         raise DataError(f"val_fraction={val_fraction} must be in [0, 1)")
@@ -113,28 +114,44 @@ def _read_file(path: Path) -> list[str]:
 
 
 def _decode_lines(path: Path) -> list[tuple[int, str]]:
-    """(1-based line number, text) of every UTF-8 line; undecodable / binary lines are skipped."""
-    raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")  # drop a UTF-8 byte-order mark
+    """(1-based line number, text) of every UTF-8 line; undecodable / binary lines are skipped with a warning
+    naming the first bad byte, and a file with no UTF-8 text at all fails naming it."""
+    data = path.read_bytes()
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte-order mark is dropped
+    raw = data[bom:].split(b"\n")
     if raw and raw[-1] == b"":
         raw.pop()
-    lines, bad = [], 0
+    lines, bad, first, offset = [], 0, "", bom
     for number, chunk in enumerate(raw, 1):
-        try:
-            text = chunk.decode("utf-8")
-        except UnicodeDecodeError:
+        problem = _line_problem(chunk, number, offset)
+        offset += len(chunk) + 1
+        if problem:
             bad += 1
+            first = first or problem
             continue
-        if "\x00" in text:  # NUL bytes: a binary file that happens to decode
-            bad += 1
-            continue
-        lines.append((number, text.rstrip("\r")))
+        lines.append((number, chunk.decode("utf-8").rstrip("\r")))
     if bad:
+        utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))  # Windows' "Unicode": a byte-order mark
+        hint = "; a UTF-16 byte-order mark: save the file as UTF-8" if utf16 else ""
         if not any(text.strip() for _, text in lines):
-            raise DataError(f"{path}: no UTF-8 text ({bad} of {len(raw)} lines undecodable; binary file?)")
-        message = f"{path}: skipped {bad} of {len(raw)} lines that are not UTF-8 text"
+            raise DataError(f"{path}: no UTF-8 text ({bad} of {len(raw)} lines undecodable, the first {first}"
+                            f"{hint or '; binary file?'})")
+        message = f"{path}: skipped {bad} of {len(raw)} lines that are not UTF-8 text (the first {first}{hint})"
         log.warning(message)
         warnings.warn(message, stacklevel=4)
     return lines
+
+
+def _line_problem(chunk: bytes, number: int, offset: int) -> str:
+    """Where and what the first bad byte of a line is ("" for a good line); ``offset`` is the line's byte offset
+    in the file, so the message points at the byte itself (as ``cmp`` / a hex editor count, from 0)."""
+    try:
+        text = chunk.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"at line {number}, byte offset {offset + e.start}: 0x{chunk[e.start]:02x}"
+    if "\x00" in text:  # NUL bytes: a binary file that happens to decode
+        return f"at line {number}, byte offset {offset + chunk.index(0)}: NUL"
+    return ""
 
 
 def _parse_txt(lines: list[tuple[int, str]]) -> list[str]:

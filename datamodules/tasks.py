@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,9 +113,7 @@ def load_task(
         raise DataError(f"{path}: empty task file (no rows)")
     rows = []
     for where, record in records:
-        for column in (text_column, label_column, text_pair_column):
-            if column is not None and column not in record:
-                raise DataError(f"{where}: no column '{column}' (columns: {', '.join(record)})")
+        _check_columns(where, record, {"text": text_column, "label": label_column, "text pair": text_pair_column})
         label = record[label_column]
         if label is None or (isinstance(label, str) and not label.strip()):
             raise DataError(f"{where}: empty label in column '{label_column}'")
@@ -127,22 +126,29 @@ def load_task(
     return _build(spec, rows, val_fraction, test_fraction, seed)
 
 
-def _csv_records(path: Path) -> list[tuple[str, dict]]:
+def _read_text(path: Path) -> str:
+    """The file as text: UTF-8, a leading byte-order mark dropped (else it would join the first column's name)."""
+    data = path.read_bytes()
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            return [(f"{path} line {reader.line_num}", row) for row in reader]
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}, byte offset {e.start}: "
+                        f"{e.reason}); save the file as UTF-8") from None
+
+
+def _csv_records(path: Path) -> list[tuple[str, dict]]:
+    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""))
+    try:
+        return [(f"{path} line {reader.line_num}", row) for row in reader]
+    except csv.Error as e:  # e.g. a field longer than the csv module's limit
+        raise DataError(f"{path} line {reader.line_num}: not CSV ({e})") from None
 
 
 def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
     records = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
-    for number, line in enumerate(lines, 1):
+    # JSON Lines end at "\n" only: str.splitlines would also break at U+2028, U+0085 ... inside a raw UTF-8 string
+    for number, line in enumerate(_read_text(path).split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -153,6 +159,18 @@ def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
             raise DataError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
         records.append((f"{path} line {number}", row))
     return records
+
+
+def _check_columns(where: str, record: dict, columns: dict[str, str | None]) -> None:
+    """Every configured column is present in a record, with a value (a short CSV row leaves ``None``)."""
+    for role, column in columns.items():
+        if column is None:
+            continue
+        if column not in record:
+            found = ", ".join(str(c) for c in record if c is not None)  # None: the extra fields of a long CSV row
+            raise DataError(f"{where}: no column '{column}' (columns: {found}), the {role} column")
+        if record[column] is None and role != "label":  # an absent label is an "empty label" below
+            raise DataError(f"{where}: no value in column '{column}' (the {role} column)")
 
 
 def _hf_rows(

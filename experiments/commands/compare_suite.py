@@ -20,6 +20,7 @@ from pathlib import Path
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.experiments.analysis.suite_table import SUITE_FILE
 from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.task import check_compare_task, check_subsample
 
 Subsample = Callable[[Config, Path], dict[str, str | None]]
 
@@ -39,15 +40,27 @@ class SuiteTask:
     data: dict[str, str | None]
 
 
-def check_tasks(cfg: Config, specs: list[TaskSpec]) -> None:
-    """Load every task of the suite once, so a bad task fails before the comparison starts.
+def check_tasks(cfg: Config, specs: list[TaskSpec] | None) -> None:
+    """Load every task once, and check its ``compare.task_limit`` subsample, so a bad task fails before the
+    comparison starts.
+
+    Args:
+        cfg: the comparison's config (``data.*``, ``compare.task_limit`` / ``compare.task_eval_limit``).
+        specs: the suite's tasks; None: the single task ``data.task``.
 
     Raises:
         DataError: one line naming the task (``datamodules.suite.load_suite_task``): a task with one class, a
             pair task without second texts, a missing column.
+        ConfigInputError: a subsample with one class or an empty split
+            (:func:`famlab.experiments.configuration.task.check_subsample`).
     """
+    if specs is None:
+        check_compare_task(cfg)
+        return
     for spec in specs:
-        load_suite_task(spec, **_split(cfg))
+        task = load_suite_task(spec, **_split(cfg))
+        check_subsample(task, cfg.compare.task_limit, cfg.compare.task_eval_limit, seed=cfg.data.seed,
+                        source=f"data.task={cfg.data.task}: task '{spec.name}' ({spec.task})")
 
 
 def prepare_tasks(

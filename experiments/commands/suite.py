@@ -9,6 +9,13 @@ YAML file (``datamodules.suite`` describes the entries)::
       - {name: mrpc, task: "hf:glue:mrpc", pair: true, metric: f1}
       - {name: mine, task: data/mine.csv, text_column: premise, text_pair_column: hypothesis, pair: true}
 
+or, naming each task by its key (``spec:`` may stand for ``task:``)::
+
+    tasks:
+      topics: {spec: topics.csv, text_column: text, label_column: label}
+      sentiment: {spec: sent.csv, text_column: t, label_column: y, metric: f1}
+      pairs: wordnet-pairs
+
 Every task is fine-tuned in turn by :func:`famlab.experiments.commands.finetune.finetune`, under the same config and
 seeds, in ``<run_dir>/<task name>/``. The suite directory gets ``results.json`` (per task: seeds, mean and
 interval, majority and TF-IDF references; the suite score) and ``suite_table.md``. Every task is loaded and
@@ -27,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from famlab.datamodules.suite import TaskSpec, is_suite, load_suite_task, parse_suite, suite_specs
+from famlab.datamodules.suite import SUITE_FORM, TaskSpec, is_suite, load_suite_task, parse_suite, suite_specs
 from famlab.datamodules.tasks import Task
 from famlab.experiments.analysis.baselines import tfidf
 from famlab.experiments.analysis.suite_score import (
@@ -51,8 +58,12 @@ TABLE = "suite_table.md"
 def read_suite(value: str) -> list[TaskSpec] | None:
     """The suite ``data.task=value`` names, or None when it names a single task.
 
+    A suite file is a mapping with ``tasks:`` (and an optional ``name:``); ``tasks`` is a list of entries or a
+    mapping of task name to entry (:data:`famlab.datamodules.suite.SUITE_FORM`).
+
     Raises:
-        ConfigInputError: a suite file that is missing or not YAML.
+        ConfigInputError: a suite file that is missing, not UTF-8, not YAML, or not of that form; one line naming
+            the file (and the line).
         DataError: a suite entry that is invalid (``datamodules.suite.parse_suite``).
     """
     if not is_suite(value):
@@ -62,22 +73,59 @@ def read_suite(value: str) -> list[TaskSpec] | None:
     path = Path(value).expanduser()
     if not path.is_file():
         raise ConfigInputError(f"data.task={value}: no such suite file")
-    text = path.read_text(encoding="utf-8")
+    data, node = _load_yaml(path)
+    if not isinstance(data, dict) or "tasks" not in data:
+        got = "an empty file" if data is None else type(data).__name__
+        raise ConfigInputError(f"{path}: a suite file is a mapping with 'tasks:', not {got} ({SUITE_FORM})")
+    unknown = sorted(str(k) for k in set(data) - {"tasks", "name"})
+    if unknown:
+        raise ConfigInputError(f"{path}: unknown key '{unknown[0]}' (keys: tasks, name)")
+    tasks_node = next((v for k, v in node.value if getattr(k, "value", None) == "tasks"), None)
+    lines = _entry_lines(tasks_node, path)
+    entries = data["tasks"]
+    # a YAML merge key (<<) makes the nodes differ from the parsed entries: then messages count tasks instead
+    lines_fit = isinstance(entries, (list, dict)) and len(lines) == len(entries)
+    return parse_suite(entries, str(path), base_dir=path.parent, lines=lines if lines_fit else None)
+
+
+def _load_yaml(path: Path) -> tuple[Any, Any]:
+    """The parsed YAML of a suite file and its node tree (for line numbers)."""
+    raw = path.read_bytes()
     try:
-        data, node = yaml.safe_load(text), yaml.compose(text)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigInputError(f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at line {line}, byte offset "
+                               f"{e.start})") from None
+    try:
+        return yaml.safe_load(text), yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigInputError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
-    if not isinstance(data, dict) or "tasks" not in data:
-        raise ConfigInputError(f"{path}: a suite file is a mapping with a 'tasks:' list")
-    unknown = sorted(set(data) - {"tasks", "name"})
-    if unknown:
-        raise ConfigInputError(f"{path}: unknown key '{unknown[0]}' (keys: tasks, name)")
-    tasks_node = next(v for k, v in node.value if k.value == "tasks")
-    lines = [item.start_mark.line + 1 for item in getattr(tasks_node, "value", [])]
-    return parse_suite(data["tasks"], str(path), base_dir=path.parent,
-                       lines=lines if isinstance(data["tasks"], list) else None)
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ConfigInputError(f"{path}{where}: not valid YAML ({problem})") from None
+    except (ValueError, TypeError, OverflowError) as e:  # a tagged value its constructor rejects: !!int abc
+        raise ConfigInputError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigInputError(f"{path}: not a suite file (YAML nested too deeply)") from None
+
+
+def _entry_lines(tasks_node: Any, path: Path) -> list[int]:
+    """The 1-based line of each entry under ``tasks:`` (a mapping entry's key); a name used twice fails, since
+    YAML would silently keep only the last."""
+    if isinstance(tasks_node, yaml.SequenceNode):
+        return [item.start_mark.line + 1 for item in tasks_node.value]
+    if not isinstance(tasks_node, yaml.MappingNode):
+        return []
+    seen: dict[str, int] = {}
+    for key, _ in tasks_node.value:
+        line = key.start_mark.line + 1
+        if isinstance(key, yaml.ScalarNode) and key.value in seen:
+            raise ConfigInputError(f"{path} line {line}: task name '{key.value}' is used twice (also line "
+                                   f"{seen[key.value]})")
+        if isinstance(key, yaml.ScalarNode):
+            seen[key.value] = line
+    return [key.start_mark.line + 1 for key, _ in tasks_node.value]
 
 
 def _task_config(cfg: Config, spec: TaskSpec, run_dir: Path) -> Config:

@@ -17,6 +17,7 @@ import statistics
 from typing import Any
 
 from famlab.experiments.analysis.results import RunRecord
+from famlab.experiments.analysis.stats import holm, paired_bootstrap
 from famlab.objectives.zeroshot import headline
 
 EXPLAINER = (
@@ -69,7 +70,8 @@ def zero_shot_rows(arm_runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, 
     return rows
 
 
-def zero_shot_markdown(rows: dict[str, dict[str, Any]]) -> str:
+def zero_shot_markdown(rows: dict[str, dict[str, Any]], stats: dict[str, dict[str, dict[str, float]]] | None = None
+                       ) -> str:
     """A markdown table: arms, then chance, the bigram floor and length alone; one column per task (and
     minimal-pair group)."""
     columns = sorted({k for r in rows.values() for k in r if k != "seeds"})
@@ -77,7 +79,15 @@ def zero_shot_markdown(rows: dict[str, dict[str, Any]]) -> str:
              "|---|" + "---|" * len(columns)]
     for arm, row in rows.items():
         name = {"chance": "chance", "bigram": "add-k bigram", "length": "length only (shortest)"}.get(arm, arm)
-        lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" if c in row else "-" for c in columns) + " |")
+        cis = (stats or {}).get(arm, {})
+
+        def cell(c: str, row: dict[str, Any] = row, cis: dict[str, dict[str, float]] = cis) -> str:
+            if c not in row:
+                return "-"
+            ci = cis.get(c)
+            return f"{row[c]:.3f}" + (f" [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "")
+
+        lines.append(f"| {name} | " + " | ".join(cell(c) for c in columns) + " |")
     return "\n".join(lines)
 
 
@@ -87,9 +97,78 @@ def zero_shot_summary(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
             for column, value in row.items() if column != "seeds"}
 
 
+def _items(result: dict[str, Any], task: str) -> list[float] | None:
+    """Per-item correctness (1.0 / 0.0) under the task's headline normalisation; None for results written before
+    famlab stored it."""
+    flags = result[headline(task)].get("correct")
+    return None if flags is None else [float(c == "1") for c in flags]
+
+
+def _cells(evals: list[dict[str, Any]], task: str, group: str | None) -> tuple[list[float] | None, list[float] | None]:
+    """(the arm's per-item correctness, mean over its seeds; the bigram floor's), for a task or one of its groups."""
+
+    def pick(result: dict[str, Any]) -> dict[str, Any]:
+        return result if group is None else result["groups"][group]
+
+    per_seed = [_items(pick(e[task]), task) for e in evals]
+    model = None if any(v is None for v in per_seed) else [statistics.fmean(c) for c in zip(*per_seed, strict=True)]
+    first = evals[0][task]
+    floor = _items(pick(first["bigram"]), task) if "bigram" in first else None
+    return model, floor
+
+
+def zero_shot_uncertainty(arm_runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, dict[str, float]]]:
+    """{arm: {column: {low, high, diff, diff_low, diff_high, p, p_holm}}}: a 95 % bootstrap CI over items of each
+    cell, and each arm against the add-k bigram on the same items (paired bootstrap, two-sided p, Holm-corrected
+    across arms within a column). Cells whose results lack per-item records are left out."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for arm, runs in arm_runs.items():
+        evals = [r.eval["zero_shot"] for r in runs if r.eval is not None and r.eval.get("zero_shot")]
+        if not evals:
+            continue
+        columns = [(t, None) for t in evals[0]] + [(t, g) for t in evals[0] for g in evals[0][t].get("groups", {})]
+        for task, group in columns:
+            model, floor = _cells(evals, task, group)
+            if not model:
+                continue
+            acc, low, high, _ = paired_bootstrap(model, [0.0] * len(model))  # the CI of the accuracy itself
+            cell = {"acc": acc, "low": low, "high": high}
+            if floor is not None and len(floor) == len(model):
+                cell.update(zip(("diff", "diff_low", "diff_high", "p"), paired_bootstrap(model, floor), strict=True))
+            out.setdefault(arm, {})[task if group is None else f"{task}/{group}"] = cell
+    columns = {c for cells in out.values() for c in cells}
+    for column in columns:  # Holm across arms: a reader compares every arm with the floor at once
+        arms = [a for a in out if "p" in out[a].get(column, {})]
+        for arm, p in zip(arms, holm([out[a][column]["p"] for a in arms]), strict=True):
+            out[arm][column]["p_holm"] = p
+    return out
+
+
+def bigram_markdown(stats: dict[str, dict[str, dict[str, float]]]) -> str:
+    """A markdown table: each arm minus the add-k bigram, per column: difference [95 % CI], Holm-corrected p."""
+    columns = sorted({c for cells in stats.values() for c, v in cells.items() if "diff" in v})
+    if not columns:
+        return ""
+    lines = ["| arm - add-k bigram | " + " | ".join(c.replace("wordnet-", "") for c in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for arm, cells in stats.items():
+        row = [f"{v['diff']:+.3f} [{v['diff_low']:+.3f}, {v['diff_high']:+.3f}], p {v['p_holm']:.2g}"
+               if "diff" in (v := cells.get(c, {})) else "-" for c in columns]
+        lines.append(f"| {arm} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def zero_shot_section(arm_runs: dict[str, list[RunRecord]]) -> list[str]:
-    """The report's zero-shot section from each arm's pretraining run records (empty when none has results)."""
+    """The report's zero-shot section from each arm's pretraining run records (empty when none has results):
+    accuracy with its 95 % CI over items, then each arm against the bigram floor on the same items."""
     rows = zero_shot_rows(arm_runs)
     if not rows:
         return []
-    return ["## Zero-shot multiple choice (family-agnostic)", "", zero_shot_markdown(rows), "", EXPLAINER, ""]
+    stats = zero_shot_uncertainty(arm_runs)
+    md = ["## Zero-shot multiple choice (family-agnostic)", "", zero_shot_markdown(rows, stats), "",
+          "Brackets: 95 % bootstrap CI over items (the arm's per-item accuracy averaged over pretraining seeds).", ""]
+    floor = bigram_markdown(stats)
+    if floor:
+        md += [floor, "", "Each arm minus the add-k bigram on the same items: mean difference in accuracy with its "
+               "95 % paired-bootstrap CI over items, two-sided p, Holm-corrected across arms within a column.", ""]
+    return [*md, EXPLAINER, ""]

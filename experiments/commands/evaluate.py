@@ -128,8 +128,10 @@ def summarise(items: list[Item], scores: list[Any], *, seed: int = 0) -> dict[st
                                "length_only": statistics.fmean(length_only(sub_items)) if sel else math.nan,
                                "num_skipped": sum(reasons.values()), "skipped": reasons}
         for norm in NORMS:
-            acc, low, high = bootstrap_ci(correct(sub_items, sub_scores, norm), seed=seed)
-            out[norm] = {"acc": acc, "low": low, "high": high}
+            right = correct(sub_items, sub_scores, norm)
+            acc, low, high = bootstrap_ci(right, seed=seed)
+            # per item, in item order ("1" right): paired tests against the bigram floor read it (report)
+            out[norm] = {"acc": acc, "low": low, "high": high, "correct": "".join("1" if r else "0" for r in right)}
         return out
 
     result = block(list(range(len(items))))

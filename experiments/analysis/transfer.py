@@ -230,10 +230,7 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -
             lines.append(f"{who} the same grid of (body lr, head lr): {points}; "
                          f"selection: {_selection(res)}, applied to "
                          "each arm separately; the test split is read once, by the selected setting's models.")
-        edge = grid_edges(ft)
-        if edge:
-            lines.append("Selected at an edge of the body-lr grid (a wider `finetune.lr_grid` might score higher): "
-                         + ", ".join(edge) + ".")
+        lines += edge_lines(ft)
         pooling = {t.family: t.pooling for t in tuned}
         lines.append("Pooling: " + ", ".join(f"{k} `{v}`" for k, v in pooling.items()) + ".")
     seeds = {row["family"]: row.get("pretrain_seeds") for row in families.values() if row.get("pretrain_seeds")}
@@ -249,6 +246,27 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -
 def _selection(res: FinetuneResult) -> str:
     """The grid's selection rule, in words (files from before it was written: the rule they followed)."""
     return res.selection if res.selection is not None else "best mean validation score over seeds"
+
+
+def edge_lines(ft: list[RunRecord]) -> list[str]:
+    """What the selected grid points say about the grid. With two body lrs every selection is an edge by
+    construction, so the line gives the choice per arm, not an alarm; with three or more, an edge selection means
+    the best lr may lie outside the grid."""
+    results = [r.results for r in ft if isinstance(r.results, FinetuneResult)]
+    widths = {len({g["lr"] for g in res.grid or []}) for res in results}
+    if widths and max(widths) == 2:
+        chosen = [f"{res.family} {'scratch' if str(res.init) == 'scratch' else 'pretrained'} "
+                  f"{'higher' if _at_top(res) else 'lower'}" for res in results if res.selected]
+        return ["Two-point body-lr grid: each selection is one of its two ends by construction, so it cannot show "
+                "whether a wider grid would score higher (`compare.finetune_lr_points=3` adds lr / 3); selected: "
+                + ", ".join(chosen) + "."] if chosen else []
+    edge = grid_edges(ft)
+    return ["Selected at an edge of the body-lr grid (a wider `finetune.lr_grid` might score higher): "
+            + ", ".join(edge) + "."] if edge else []
+
+
+def _at_top(res: FinetuneResult) -> bool:
+    return (res.selected or {}).get("lr") == max(g["lr"] for g in res.grid or [{"lr": 0.0}])
 
 
 def grid_edges(ft: list[RunRecord]) -> list[str]:

@@ -110,8 +110,9 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
         # objective.name follows each family's preset unless the user fixed it or compare.objectives names one
         chosen = [f"objective.name={objective}"] if objective else []
         cfg = compose([family, *family_free], [*defaults, *overrides, *chosen]).cfg
-        if "finetune.lr_grid" not in user_flat:  # the protocol's grid at every scale: the preset's body lr and x3
-            cfg.finetune.lr_grid = [cfg.finetune.lr, cfg.finetune.lr * 3]
+        if "finetune.lr_grid" not in user_flat:  # the protocol's grid at every scale, around the preset's body lr
+            lr = cfg.finetune.lr
+            cfg.finetune.lr_grid = [lr / 3, lr, lr * 3] if base.compare.finetune_lr_points == 3 else [lr, lr * 3]
         cfgs[arm_name(family, cfg.objective.name, bool(base.compare.objectives))] = cfg
     if base.compare.scratch_seeds is None:
         base.compare.scratch_seeds = list(base.compare.seeds)

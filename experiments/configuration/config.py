@@ -250,12 +250,15 @@ class CompareConfig:
     # one mask at a time), and items per bundled zero-shot task (the first 300 hold every minimal-pair group)
     bpb_docs: int = 100
     zero_shot_items: int = 300
+    # body lrs of the fine-tuning grid every arm gets, around the preset's finetune.lr: 2 = {lr, 3 lr};
+    # 3 = {lr / 3, lr, 3 lr} (then an edge selection says the best lr may lie outside); finetune.lr_grid overrides
+    finetune_lr_points: int = 2
 
     def __post_init__(self) -> None:
         check_ranges(self, "compare", {
             "pretrain_seeds": SEED, "seeds": SEED, "scratch_seeds": SEED, "lr_grid": (0, 10, "(]"),
             "tolerance": (0, 1, "()"), "task_limit": (1, BIG, "[]"), "workers": (1, 1024, "[]"),
-            "bpb_docs": (1, BIG, "[]"), "zero_shot_items": (1, BIG, "[]"),
+            "bpb_docs": (1, BIG, "[]"), "zero_shot_items": (1, BIG, "[]"), "finetune_lr_points": (2, 3, "[]"),
         })
 
 

@@ -204,6 +204,34 @@ def test_grid_edges_names_arms_selected_at_the_ends_of_their_grid():
     assert grid_edges(ft) == ["bert scratch (body lr 0.003, the largest)", "gpt scratch (body lr 0.0003, the smallest)"]
 
 
+def test_a_two_point_grid_states_each_choice_instead_of_flagging_every_arm_at_an_edge():
+    """With two body lrs every selection is an end: the line says so once and gives the choice per arm; with three,
+    only arms at an end are named."""
+    from famlab.experiments.analysis.transfer import edge_lines
+
+    def run(family, init, chosen, lrs):
+        grid = [{"lr": lr, "head_lr": 10 * lr} for lr in lrs]
+        return finetune_record(family, init, grid=grid, selected={"lr": chosen})
+
+    two = edge_lines([run("bert", "runs/x/bert-pretrain-s0", 3e-3, (1e-3, 3e-3)), run("bert", "scratch", 1e-3,
+                                                                                     (1e-3, 3e-3))])
+    assert len(two) == 1 and two[0].startswith("Two-point body-lr grid: each selection is one of its two ends")
+    assert two[0].endswith("selected: bert pretrained higher, bert scratch lower.")
+    three = edge_lines([run("gpt", "scratch", 1e-3, (3e-4, 1e-3, 3e-3)), run("t5", "scratch", 3e-3,
+                                                                            (3e-4, 1e-3, 3e-3))])
+    assert three == ["Selected at an edge of the body-lr grid (a wider `finetune.lr_grid` might score higher): "
+                     "t5 scratch (body lr 0.003, the largest)."]
+
+
+def test_three_grid_points_put_lr_over_three_below_the_preset_lr():
+    """compare.finetune_lr_points=3: every arm's grid is {lr / 3, lr, 3 lr} around its preset's finetune.lr."""
+    from famlab.experiments.commands.compare import compose_all
+
+    _, cfgs = compose_all([], ["wandb.mode=disabled", "compare.finetune_lr_points=3"])
+    grids = {arm: [round(lr, 6) for lr in c.finetune.lr_grid] for arm, c in cfgs.items()}
+    assert grids == {"bert": [0.000333, 0.001, 0.003], "gpt": [0.000333, 0.001, 0.003], "t5": [0.001, 0.003, 0.009]}
+
+
 def test_tiny_fine_tunes_t5_one_grid_step_higher_and_the_protocol_says_per_family():
     """tiny.yaml's by_family gives T5 the body-lr grid {3e-3, 9e-3} (the others {1e-3, 3e-3}); both arms of a family
     share one grid, and the report's protocol names each family's grid when they differ."""

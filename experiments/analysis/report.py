@@ -323,7 +323,8 @@ def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tu
     """(pretraining table, fine-tuning table) in Markdown: one row per arm (``families`` from :func:`summarize`),
     each family's scratch baseline once, after its last arm."""
     head = ("| family | objective | params | non-emb params | steps | corpus tokens | FLOPs | val loss | val ppl | "
-            "unigram floor | val loss 2x / 4x length | bits/byte | BERT PLL bits/byte | lr | tokens/s | wall s |")
+            "unigram floor | val loss 2x / 4x length | causal bits/byte | one-span bits/byte | PLL bits/byte | lr | "
+            "tokens/s | wall s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in families.values():
         if "val_loss" not in r:
@@ -332,7 +333,8 @@ def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tu
             r["family"], str(r["objective"]), _fmt(r["params"]), _fmt(r["non_embedding_params"]), str(r["steps"]),
             _fmt(r["corpus_tokens"]), f"{r['flops']:.3e}" if r["flops"] else "-", _fmt(r["val_loss"]),
             _fmt(r["val_ppl"], 1), _fmt(r["unigram_loss"]), f"{_fmt(r.get('loss_2x'))} / {_fmt(r.get('loss_4x'))}",
-            _fmt(r.get("bits_per_byte")),
+            *(_fmt(r.get("bits_per_byte")) if bpb_rule(r["family"], str(r["objective"])) == rule else "-"
+              for rule in ("causal", "one span")),
             _fmt(r.get("pll_bits_per_byte")), f"{r['lr']:.2g}", _fmt(r["tokens_per_s"], 0), _fmt(r["wall_s"], 1),
         ]) + " |")
     pre = "\n".join(lines)
@@ -618,13 +620,28 @@ def architecture_departures(runs: list[RunRecord]) -> str:
     return "; ".join(parts)
 
 
+def bpb_rule(family: str, objective: str) -> str:
+    """How bits per byte scored an arm's validation text (objectives/evaluation.py): ``PLL`` (BERT, one mask at a
+    time), ``one span`` (a span-corruption model: the whole text as the one masked span of an empty input) or
+    ``causal`` (the text token by token from its start: GPT, and T5 trained as a prefix LM or UL2)."""
+    if family == "bert":
+        return "PLL"
+    return "one span" if objective == "span" else "causal"
+
+
 def pretraining_section(pre_table: str, crossed: bool) -> list[str]:
     return ["## Pretraining", "", pre_table, "",
             "Validation losses of different objectives are not comparable with each other (different targets); "
-            "each family's loss is shown against its own unigram floor. Bits per byte (GPT, T5) is a likelihood "
-            "of the same validation text; BERT's PLL bits per byte is a pseudo-log-likelihood and is not."
-            + (" Each arm's bits per byte conditions on its own objective's input format (the scoring rules of "
-               "objectives/evaluation.py)." if crossed else ""), ""]
+            "each family's loss is shown against its own unigram floor. Bits per byte is scored by three rules, "
+            "one column each, and only figures in one column compare: **causal** (the text token by token from "
+            "its start, as a causal LM is trained), **one-span** (a span-corruption model asked for the whole text "
+            "as the one masked span of an empty input: far from the ~15 % short spans it trained on, so it "
+            "overstates its bits) and **PLL** (BERT's pseudo-log-likelihood, one mask at a time: not a "
+            "likelihood). The 2x / 4x length columns are each objective's own validation loss on longer blocks; "
+            "a span-corruption model's longer blocks hold more noise spans than any training block, so its decoder "
+            "meets sentinel tokens it never trained on, and its jump measures sentinel coverage as well as "
+            "positions." + (" Each arm's bits per byte conditions on its own objective's input format." if crossed
+                            else ""), ""]
 
 
 def finetune_section(ft_table: str, between: str) -> list[str]:

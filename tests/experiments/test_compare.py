@@ -293,9 +293,11 @@ def test_objectives_axis_end_to_end_one_report_row_per_arm(crossed, capsys):
         assert math.isfinite(rows[arm]["bits_per_byte"]) and rows[arm]["bits_per_byte"] > 0
         assert "pll_bits_per_byte" not in rows[arm]
     pre = strip_time_columns(results["tables"]["pretrain"])
-    col = pre[0].index("bits/byte")
+    causal, span = pre[0].index("causal bits/byte"), pre[0].index("one-span bits/byte")
     assert [tuple(r[:2]) for r in pre[2:]] == list(ARMS.values())  # one row per arm: family, objective
-    assert all(math.isfinite(float(r[col])) for r in pre[2:])
+    for r in pre[2:]:  # each arm's figure sits in the column of the rule that scored it, the other cell empty
+        scored, empty = (span, causal) if r[1] == "span" else (causal, span)
+        assert math.isfinite(float(r[scored])) and r[empty] == "-"
     ft = [line.split("|")[1].strip() for line in results["tables"]["finetune"].splitlines()[2:]]
     assert ft[:6] == ["gpt-span pretrained", "gpt-prefix_lm pretrained", "gpt scratch",
                       "t5-span pretrained", "t5-prefix_lm pretrained", "t5 scratch"]

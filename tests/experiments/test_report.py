@@ -158,3 +158,12 @@ def test_the_header_names_settings_that_differ_from_a_family_reference():
     assert "bert pos=rope (reference learned)" in line and "dropout=0.0 (reference 0.1)" in line
     assert "gpt" not in line
     assert architecture_departures(runs[1:]) == ""
+
+
+def test_bits_per_byte_rule_follows_the_objective_not_the_family_name():
+    """BERT: PLL; a span-corruption model (T5, or GPT trained with span): the text as one span; else causal."""
+    from famlab.experiments.analysis.report import bpb_rule
+
+    assert [bpb_rule(f, o) for f, o in (("bert", "mlm"), ("t5", "span"), ("gpt", "span"), ("gpt", "clm"),
+                                        ("t5", "prefix_lm"), ("t5", "ul2"))] == [
+        "PLL", "one span", "one span", "causal", "causal", "causal"]

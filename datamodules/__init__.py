@@ -15,8 +15,10 @@ _EXPORTS = {
     "ClassificationDataModule": "classification", "tokenize_examples": "classification",
     "Corpus": "corpus", "load_corpus": "corpus",
     "DataError": "errors",
-    "BlockDataset": "pretrain", "PretrainDataModule": "pretrain", "token_dtype": "pretrain",
+    "BlockDataset": "pretrain", "PretrainDataModule": "pretrain", "token_dtype": "prepare",
     "write_token_file": "pretrain",
+    "PrepareSettings": "prepare", "PreparedDataset": "prepare", "is_prepared_dir": "prepare",
+    "open_prepared": "prepare", "prepare_corpus": "prepare", "prepared_location": "prepare",
     "PositionTrackingLoader": "sampler", "ResumableSampler": "sampler",
     "Example": "tasks", "Task": "tasks", "load_task": "tasks",
     "SPECIAL_TOKENS": "tokenizer", "TokenizerBundle": "tokenizer", "get_tokenizer": "tokenizer",
@@ -24,16 +26,26 @@ _EXPORTS = {
 }  # fmt: skip
 __all__ = [
     "SPECIAL_TOKENS", "BlockDataset", "ClassificationDataModule", "Corpus", "DataError", "Example",
-    "PositionTrackingLoader", "PretrainDataModule", "ResumableSampler", "Task", "TokenizerBundle",
-    "get_tokenizer", "load_corpus", "load_task", "load_tokenizer", "sentinel_token", "token_dtype",
-    "tokenize_examples", "write_token_file",
+    "PositionTrackingLoader", "PrepareSettings", "PreparedDataset", "PretrainDataModule", "ResumableSampler", "Task",
+    "TokenizerBundle", "get_tokenizer", "is_prepared_dir", "load_corpus", "load_task", "load_tokenizer",
+    "open_prepared", "prepare_corpus", "prepared_location", "sentinel_token", "token_dtype", "tokenize_examples",
+    "write_token_file",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
     from famlab.datamodules.classification import ClassificationDataModule, tokenize_examples
     from famlab.datamodules.corpus import Corpus, load_corpus
     from famlab.datamodules.errors import DataError
-    from famlab.datamodules.pretrain import BlockDataset, PretrainDataModule, token_dtype, write_token_file
+    from famlab.datamodules.prepare import (
+        PreparedDataset,
+        PrepareSettings,
+        is_prepared_dir,
+        open_prepared,
+        prepare_corpus,
+        prepared_location,
+        token_dtype,
+    )
+    from famlab.datamodules.pretrain import BlockDataset, PretrainDataModule, write_token_file
     from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler
     from famlab.datamodules.tasks import Example, Task, load_task
     from famlab.datamodules.tokenizer import (

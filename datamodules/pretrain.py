@@ -1,4 +1,5 @@
-"""Packed pretraining data: tokenize once into memory-mapped token files, cut fixed-length blocks."""
+"""Packed pretraining data: memory-mapped token files (a prepared dataset's streams, or token files written from a
+``Corpus`` in memory), cut into fixed-length blocks."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 from famlab.datamodules.corpus import Corpus
 from famlab.datamodules.errors import DataError
+from famlab.datamodules.prepare import PreparedDataset, token_dtype
 from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin, dist_rank_world
 from famlab.datamodules.tokenizer import TokenizerBundle
 from torch.utils.data import DataLoader, Dataset
@@ -40,11 +42,6 @@ class SeededCollate:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(key)
             return self.collate_fn(samples)
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """uint16 when every id fits (halves the file), else int32."""
-    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
 
 
 def write_token_file(docs: list[str], bundle: TokenizerBundle, path: Path, *, separator_id: int, seed: int) -> int:
@@ -96,15 +93,20 @@ class BlockDataset(Dataset):
 class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
     """Packed blocks of a corpus for any pretraining objective.
 
+    With a :class:`~famlab.datamodules.prepare.PreparedDataset` the data module memory-maps its streams for
+    ``separator_id`` (written once from its ``tokens.bin`` when that separator is new to it) and reads the unigram
+    counts stored with them: nothing is tokenized and no raw text is read. With a ``Corpus`` in memory it tokenizes
+    train and val into ``cache_dir/tokens/<key>/`` (the same streams).
+
     Args:
-        corpus: the corpus (``load_corpus``).
-        bundle: the tokenizer (``get_tokenizer``).
+        corpus: the prepared dataset (``prepare_corpus``), or a corpus in memory (``load_corpus``).
+        bundle: the tokenizer (``get_tokenizer``; a prepared dataset's own, ``PreparedDataset.bundle()``).
         block_len: tokens per sample (the objective's raw block length).
         batch_size: samples per batch and rank.
         collate_fn: the objective's collator, ``list[Tensor(block_len)] -> dict[str, Tensor]``.
         separator_id: token appended after every document (e.g. ``[EOS]``).
-        cache_dir: token files go to ``cache_dir/tokens/<key>/``.
-        seed: order of documents in the token file and of the block shuffle.
+        cache_dir: a ``Corpus``'s token files go to ``cache_dir/tokens/<key>/``.
+        seed: order of documents in the token file (a prepared dataset's own seed) and of the block shuffle.
         shuffle: permute training blocks per epoch (a pure function of (seed, epoch)).
         num_workers: DataLoader workers.
         val_batches: use only the first ``val_batches * batch_size`` validation blocks (all if None).
@@ -112,7 +114,7 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
 
     def __init__(
         self,
-        corpus: Corpus,
+        corpus: Corpus | PreparedDataset,
         bundle: TokenizerBundle,
         *,
         block_len: int,
@@ -133,8 +135,14 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
         self.collate_fn, self.separator_id = collate_fn, separator_id
         self.seed, self.shuffle = seed, shuffle
         self.num_workers, self.val_batches = num_workers, val_batches
-        key = hashlib.sha256(f"{corpus.hash}|{bundle.hash}|{separator_id}|{seed}".encode()).hexdigest()[:20]
-        self.token_dir = Path(cache_dir) / "tokens" / key
+        self.prepared = corpus if isinstance(corpus, PreparedDataset) else None
+        if self.prepared is not None:
+            if bundle.hash != self.prepared.manifest["tokenizer"]["hash"]:
+                raise DataError(f"{self.prepared.path}: was prepared with another tokenizer than {bundle.path}")
+            self.token_dir = self.prepared.path
+        else:
+            key = hashlib.sha256(f"{corpus.hash}|{bundle.hash}|{separator_id}|{seed}".encode()).hexdigest()[:20]
+            self.token_dir = Path(cache_dir) / "tokens" / key
         self.train_tokens: np.ndarray | None = None
         self.val_tokens: np.ndarray | None = None
         self._train_sampler: ResumableSampler | None = None
@@ -145,10 +153,22 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
     @property
     def ready_file(self) -> Path:
         """Written last by :meth:`prepare_data`: its presence means the token files are complete."""
+        if self.prepared is not None:
+            return self.prepared.ready_file(self.separator_id)
         return self.token_dir / "meta.json"
 
+    def token_files(self) -> tuple[Path, Path]:
+        """``(train, val)`` token files."""
+        if self.prepared is not None:
+            return self.prepared.stream_files(self.separator_id)
+        return self.token_dir / "train.bin", self.token_dir / "val.bin"
+
     def prepare_data(self) -> None:
-        """Tokenize train and val once (skipped when the cached token files exist)."""
+        """Write the token files once (skipped when they exist): a prepared dataset's streams for this separator,
+        or a ``Corpus`` tokenized."""
+        if self.prepared is not None:
+            self.prepared.ensure_streams(self.separator_id)
+            return
         meta = self.token_dir / "meta.json"
         if meta.exists():
             return
@@ -167,11 +187,12 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
         """Open the token files as memory maps and check there is enough data for one batch."""
         if self.train_tokens is not None:
             return
-        if not (self.token_dir / "meta.json").exists():
+        if not self.ready_file.exists():
             self.prepare_data()
         dtype = token_dtype(self.bundle.vocab_size)
-        self.train_tokens = self._open(self.token_dir / "train.bin", dtype)
-        self.val_tokens = self._open(self.token_dir / "val.bin", dtype)
+        train_file, val_file = self.token_files()
+        self.train_tokens = self._open(train_file, dtype)
+        self.val_tokens = self._open(val_file, dtype)
         _, world = dist_rank_world()
         blocks = len(self.train_tokens) // self.block_len
         if blocks // world < self.batch_size:
@@ -201,6 +222,8 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
     def train_token_counts(self) -> np.ndarray:
         """Unigram counts ``(V,)`` of the training token stream (separators included)."""
         self.setup()
+        if self._counts is None and self.prepared is not None:
+            self._counts = self.prepared.train_counts(self.separator_id, self.bundle.vocab_size)
         if self._counts is None:
             self._counts = np.bincount(np.asarray(self.train_tokens), minlength=self.bundle.vocab_size)
         return self._counts

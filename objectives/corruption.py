@@ -2,7 +2,7 @@
 
 Every function works on a whole batch at once (no Python loop over tokens) and draws its randomness
 from the `generator` argument (`None` = torch's global generator, which Lightning seeds and an exact
-resume restores; see the README's "Reliable training").
+resume restores; see docs/scale.md).
 
 Legend: B batch, L raw block length, T model sequence length, K selected / label positions per row.
 """

@@ -1,4 +1,4 @@
-"""The README's config table names every key of the schema, each in its section's row."""
+"""The config table of docs/config.md names every key of the schema, each in its section's row."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 from famlab.experiments.configuration.compose import flatten, schema, to_plain
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONFIG_PAGE = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
 
-def test_readme_key_table_is_complete():
-    text = README.read_text(encoding="utf-8")
+def test_config_key_table_is_complete():
+    text = CONFIG_PAGE.read_text(encoding="utf-8")
     table = text[text.index("| section | every key"):text.index("**Run directory**")]
     rows: dict[str, str] = {}
     for line in table.splitlines()[2:]:
@@ -27,4 +27,4 @@ def test_readme_key_table_is_complete():
             missing += [key] if name not in row.split(",") else []
         elif f"`{name}`" not in row:
             missing.append(key)
-    assert not missing, f"README config table lacks {missing}"
+    assert not missing, f"docs/config.md's config table lacks {missing}"

@@ -107,7 +107,7 @@ def probe_table(gains: list[Gain]) -> str:
 
 SMOKE = ("This is a smoke-scale run: the tiny shape with less pretraining than the `cpu` preset's and a lighter "
          "fine-tuning protocol, so its pretrained-vs-scratch gains sit close to seed variation and may miss "
-         "significance for a family on other data (see the README's 'What the default comparison measures'). Rank "
+         "significance for a family on other data (docs/protocol.md, 'The default comparison'). Rank "
          "families with `famlab compare cpu` on a CPU or `famlab compare small` on one GPU.")
 
 
@@ -223,7 +223,7 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -
                  for t in tuned}
         if res.grid:
             if len(set(grids.values())) == 1:
-                who, points = "Every arm, pretrained or scratch, gets", next(iter(grids.values()))
+                who, points = "Every side, pretrained or scratch, gets", next(iter(grids.values()))
             else:  # a preset's per-family finetune.lr: both arms of a family still share one grid
                 who = "Both arms of a family, pretrained and scratch, get"
                 points = "; ".join(f"{family} {p}" for family, p in grids.items())

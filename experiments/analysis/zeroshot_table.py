@@ -165,8 +165,10 @@ def zero_shot_section(arm_runs: dict[str, list[RunRecord]]) -> list[str]:
     if not rows:
         return []
     stats = zero_shot_uncertainty(arm_runs)
-    md = ["## Zero-shot multiple choice (family-agnostic)", "", zero_shot_markdown(rows, stats), "",
-          "Brackets: 95 % bootstrap CI over items (the arm's per-item accuracy averaged over pretraining seeds).", ""]
+    md = ["## Zero-shot multiple choice (family-agnostic)", "", zero_shot_markdown(rows, stats), ""]
+    if stats:
+        md += ["Brackets: 95 % bootstrap CI over items (the arm's per-item accuracy averaged over pretraining seeds).",
+               ""]
     floor = bigram_markdown(stats)
     if floor:
         md += [floor, "", "Each arm minus the add-k bigram on the same items: mean difference in accuracy with its "

@@ -2,13 +2,18 @@
 
 Commands live in :data:`COMMANDS` as ``name -> Command(target, summary, ...)``: the ``"module:function"`` that
 runs it (taking ``(presets, overrides, flags)`` and returning an exit status), a one-line summary, and what
-``famlab <command> --help`` prints (positionals, config sections read, accepted ``--flags``, details).
+``famlab <command> --help`` prints (positionals, accepted ``--flags``, details).
 Another module adds a command by adding an entry - nothing else here changes; a plain
 ``("module:function", "summary")`` tuple works too. Modules are imported only when their command runs,
 so ``--help``, ``famlab config`` and ``famlab presets`` stay fast and have no side effects.
 
+The ``key=value`` overrides a command accepts are the keys it reads, declared in
+:data:`famlab.experiments.configuration.reads.READS` and measured against the code by the tests: :func:`main`
+refuses any other before the command runs, and ``--help`` prints them (a command without an entry checks its own).
+
 Config and input errors (``ValueError`` subclasses, OmegaConf errors) exit 2 with one line
-``famlab: error: ...`` and no traceback; so does an ``--flag`` the command does not declare.
+``famlab: error: ...`` and no traceback; so do an ``--flag`` the command does not declare and a ``key=value``
+override it does not read.
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ from famlab.experiments.configuration.compose import (
     sweep_names,
     sweep_path,
 )
+from famlab.experiments.configuration.reads import CONFIG_COMMANDS, READS, check_overrides, describe
 from omegaconf.errors import OmegaConfBaseException
 
 USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=value]... [--flag]..."
 PRESET_ARGS = "[preset | file.yaml]... [key=value]..."
-RUN = ("model", "objective", "data", "optim", "trainer", "wandb", "name", "seed", "run_dir", "resume")
 
 
 class Command(NamedTuple):
@@ -42,34 +47,37 @@ class Command(NamedTuple):
     target: str
     summary: str  # one line, shown by `famlab --help`
     args: str = PRESET_ARGS  # what follows the command name
-    sections: tuple[str, ...] = ()  # config sections (or top-level keys) the command reads
+    # config keys the command reads, for --help; a command in reads.CONFIG_COMMANDS gets reads.describe's
+    sections: tuple[str, ...] = ()
     flags: tuple[str, ...] | None = ()  # accepted bare --flags; None = the command checks its own options
     details: str = ""  # further help text
 
 
 COMMANDS: dict[str, Command | tuple[str, ...]] = {
     "pretrain": Command(
-        "famlab.experiments.commands.pretrain:main", "pretrain one family on a corpus", sections=RUN,
+        "famlab.experiments.commands.pretrain:main", "pretrain one family on a corpus",
         details="Trains the tokenizer (cached), tokenizes the corpus (cached), pretrains, writes a run directory."),
     "finetune": Command(
         "famlab.experiments.commands.suite:main",
         "fine-tune a run / checkpoint / hf: model / scratch on a task (or suite)",
-        args=f"{PRESET_ARGS} init=<run_dir | file.ckpt | hf:name | scratch>", sections=(*RUN, "finetune", "init"),
+        args=f"{PRESET_ARGS} init=<run_dir | file.ckpt | hf:name | scratch>",
         details="The model and tokenizer come from init=; presets and overrides set the task and the budget."),
     "probe": Command(
         "famlab.experiments.commands.probe:main", "linear probe of a run's frozen body against random-init bodies",
-        args=f"<run_dir | file.ckpt | hf:name> {PRESET_ARGS}", sections=(*RUN, "finetune"),
+        args=f"<run_dir | file.ckpt | hf:name> {PRESET_ARGS}",
         details="Frozen pooled features + logistic regression (finetune.probe_c_grid chosen on validation); the same "
                 "for finetune.probe_seeds random-init bodies of the same shape. Writes results.json."),
     "compare": Command(
-        "famlab.experiments.commands.compare:main", "pretrain + fine-tune every family under a matched budget, report",
-        sections=(*RUN, "finetune", "compare")),
+        "famlab.experiments.commands.compare:main", "pretrain + fine-tune every family under a matched budget, report"),
     "sweep": Command(
         "famlab.experiments.commands.sweep:main", "run a W&B sweep file locally (--dry-run lists the trials)",
-        args="<sweep name | file.yaml> [sweep.*=...] [wandb.*=...]", sections=("sweep", "wandb"),
+        args="<sweep name | file.yaml> [sweep.*=...] [wandb.*=...] [run_dir=<dir> [resume=auto]]",
         flags=("--dry-run", "--wandb"),
         details="Sweep names are the files in experiments/configs/sweeps/ (listed by `famlab presets`). "
-                "--wandb registers the sweep with a W&B server instead of running it."),
+                "--wandb registers the sweep with a W&B server instead of running it. wandb.* settings reach "
+                "every trial. run_dir=<dir> names the sweep's directory; run_dir=<dir> resume=auto resumes an "
+                "interrupted sweep there: finished trials (results.json) are skipped, an interrupted one "
+                "continues from its last.ckpt, and settings that differ from the stored sweep are refused."),
     "report": Command(
         "famlab.experiments.analysis.report:main", "rebuild the comparison report from run directories",
         args="<comparison or run dir>... [out=<dir>]"),
@@ -83,10 +91,18 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
     "fill": Command(
         "famlab.experiments.commands.generate:fill_main", "fill masked spans / sentinels with a pretraining run",
         args='<run_dir> text="... [MASK] ..." [seed=S]'),
+    "prepare": Command(
+        "famlab.experiments.commands.prepare:main",
+        "prepare a corpus once into token shards (famlab prepare data.corpus=...)",
+        details="Streams the corpus, trains the tokenizer on a bounded seeded sample (data.tokenizer.sample_bytes) and "
+                "writes token shards, document offsets, the split and a manifest to run_dir (else the cache); "
+                "every command then takes data.corpus=<that directory>. See docs/data.md."),
     "eval": Command(
         "famlab.experiments.commands.evaluate:main",
         "zero-shot multiple choice (cloze, minimal pairs) for every family",
-        args="<run_dir>... data.eval=<wordnet | wordnet-reverse-dictionary | wordnet-minimal-pairs | file.jsonl>",
+        args="<run_dir>... data.eval=<wordnet | wordnet-reverse-dictionary | wordnet-minimal-pairs | file.jsonl> "
+             "[rule=full|span] [limit=N] [headline=raw|per_token|per_byte] [bigram=true|false] [wandb.mode=...] "
+             "[wandb.project=...]",
         details="Each family scores every candidate with its own likelihood; accuracy raw, per token and per byte with "
                 "bootstrap 95 % CIs, chance and an add-k bigram baseline. Writes <run_dir>/eval/<task>/results.json."),
     "export": Command(
@@ -96,7 +112,6 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
         details="The folder loads offline with transformers' AutoModelFor...; settings HF cannot express are refused."),
     "config": Command(
         "famlab.experiments.commands.cli:config_command", "print the resolved config (or the validation error)",
-        sections=RUN + ("finetune", "compare", "sweep", "init"),
         details="Composes and validates exactly as the training commands do, Lightning settings included."),
     "presets": Command(
         "famlab.experiments.commands.cli:presets_command", "list presets, sweep files and the family x objective table",
@@ -109,9 +124,11 @@ class UsageError(ValueError):
 
 
 def command(name: str) -> Command:
-    """The table entry of ``name`` as a :class:`Command` (a plain tuple entry gets the defaults)."""
+    """The table entry of ``name`` as a :class:`Command` (a plain tuple entry gets the defaults), its ``sections``
+    the keys it reads (:func:`famlab.experiments.configuration.reads.describe`) when it declares them."""
     entry = COMMANDS[name]
-    return entry if isinstance(entry, Command) else Command(*entry)
+    c = entry if isinstance(entry, Command) else Command(*entry)
+    return c._replace(sections=describe(name)) if name in CONFIG_COMMANDS else c
 
 
 def config_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
@@ -171,6 +188,11 @@ def command_help(name: str) -> str:
         lines += ["", "presets: " + " ".join(preset_names()) + " (or a path to a YAML file)"]
     if c.sections:
         lines.append("reads config: " + ", ".join(c.sections) + "   (famlab config shows every key)")
+    elif READS.get(name):
+        lines.append("options: " + ", ".join(describe(name)))
+    if READS.get(name) and name != "config":
+        lines.append("key=value overrides of anything else are refused" + (
+            "; presets may set any key (those it does not read are unused)" if PRESET_ARGS in c.args else ""))
     if c.flags:
         lines.append("flags: " + " ".join(c.flags))
     return "\n".join(lines)
@@ -210,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         presets, overrides, flags = split_args(rest)
         _check_flags(name, flags)
+        check_overrides(name, overrides)  # before anything runs: an unread key would be silently ignored
         return int(_resolve(name)(presets, overrides, flags) or 0)
     except OmegaConfBaseException as e:
         print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)

@@ -49,6 +49,7 @@ from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.lightning_check import parse_devices
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures, workers
+from famlab.experiments.plumbing.console import quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.run import get_bundle, set_vocab, token_ids, write_json
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
@@ -57,7 +58,7 @@ from famlab.experiments.tracking.wandb_report import log_report_run, pretraining
 SIZES = ("tiny", "small", "base")
 # The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
 # within 15 minutes on 2 CPU cores, a smoke-scale run whose gains sit close to seed variation (the cpu preset pretrains
-# 2.6 times as long; the README's "What the default comparison measures"). Most of the time goes to pretraining: the
+# 2.6 times as long; docs/protocol.md). Most of the time goes to pretraining: the
 # median-cost family trains trainer.max_steps steps (T5, 1.05e13 FLOPs) and the others match its FLOPs. Fine-tuning is
 # low-resource (1,000 labelled definitions; 500 each for validation and test), where what pretraining put into the
 # body shows, and every arm, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
@@ -371,6 +372,7 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     specs = read_suite(base.data.task)  # None: one task
     compare_suite.check_tasks(base, specs)  # a bad task, suite or task_limit subsample fails before anything runs
     comp_dir, resumed = open_dir(base, cfgs)
+    quiet_libraries(comp_dir / failures.LOG_NAME)  # until a run's own directory takes them: into compare.log
     if not resumed:
         write_settings(comp_dir, cfgs, presets, overrides)
     try:
@@ -600,6 +602,8 @@ _SHARED: Comparison | None = None  # the comparison this process runs jobs for (
 def _start_worker(c: Comparison | None) -> None:
     global _SHARED
     _SHARED = c
+    if c is not None:  # a spawned worker starts with the libraries' defaults: quiet them as the parent did
+        quiet_libraries(c.comp_dir / failures.LOG_NAME)
 
 
 def run_job(job: Job) -> Done:

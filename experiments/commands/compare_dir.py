@@ -106,9 +106,11 @@ def check_settings(path: Path, cfgs: dict[str, Config]) -> None:
     def free(key: str) -> bool:
         return any(key == k or key.startswith(k + ".") for k in FREE_KEYS)
 
+    # a key added to famlab after the comparison started reads as its default (what the stored runs used)
+    defaults = flatten(to_plain(Config()))
     changed: dict[str, tuple[object, object]] = {}
     for arm, new in now.items():
-        old = stored[arm]
+        old = {**{k: v for k, v in defaults.items() if k not in stored[arm]}, **stored[arm]}
         for key in sorted(set(old) | set(new)):
             if not free(key) and old.get(key, "<unset>") != new.get(key, "<unset>"):
                 changed.setdefault(key, (new.get(key, "<unset>"), old.get(key, "<unset>")))

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, to_dataclass, to_plain
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, TokenizerKind
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing.reliability import (
     Preempted,
@@ -148,10 +148,13 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
         loaded = dataclasses.replace(loaded, dropout=float(composed.explicit_model["dropout"]))
     cfg = composed.cfg
     cfg.model = loaded
-    # the run's tokenizer is the model's; the family's pooling default follows the loaded family
+    # the run's tokenizer is the model's, and so are its settings (config.yaml records what the fine-tune used; an
+    # override of data.tokenizer.* only applies to init=scratch, which trains one); the family's pooling default
+    # follows the loaded family
     cfg.data.tokenizer.path = str(init.run_dir / "tokenizer.json")
     run_tok = run_cfg["data"]["tokenizer"]
-    cfg.data.tokenizer.kind = type(cfg.data.tokenizer.kind)(run_tok["kind"])
+    cfg.data.tokenizer.kind = TokenizerKind(run_tok["kind"])
+    cfg.data.tokenizer.vocab_size = int(run_tok["vocab_size"])
     cfg.data.tokenizer.num_sentinels = int(run_tok["num_sentinels"])
     cross_checks(cfg)  # again, against the loaded model (e.g. data.max_len <= model.max_seq_len)
     return cfg, init

@@ -29,6 +29,7 @@ from famlab.experiments.plumbing.run import (
     make_trainer,
     maybe_compile,
     precision,
+    prepared_corpus,
     provenance,
     run_name,
     set_vocab,
@@ -143,13 +144,13 @@ def pretrain(
 
 
 def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
-    """The corpus, its tokenizer (``model.vocab_size`` set from it), the objective and the data module with its
-    token files written (by rank 0 under DDP) and set up for fitting."""
-    from famlab.datamodules import PretrainDataModule, load_corpus
+    """The prepared corpus (``data.corpus`` prepared once into the cache by rank 0, or a prepared directory), its
+    tokenizer (``model.vocab_size`` set from it), the objective and the data module, its token streams memory-mapped
+    (the streams for the objective's separator written by rank 0 if new) and set up for fitting."""
+    from famlab.datamodules import PretrainDataModule
     from famlab.objectives import make_objective
 
-    val_fraction = cfg.data.val_fraction if cfg.data.val_fraction is not None else 0.05
-    corpus = load_corpus(cfg.data.corpus, val_fraction=val_fraction, seed=cfg.data.seed)
+    corpus = prepared_corpus(cfg)
     bundle = get_bundle(cfg, corpus, run_dir)
     set_vocab(cfg, bundle.vocab_size)
     objective = make_objective(cfg.objective.name, token_ids(bundle), seq_len=cfg.data.seq_len,
@@ -167,8 +168,9 @@ def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
         num_workers=cfg.data.num_workers,
         val_batches=cfg.data.val_batches,
     )
-    wait_for_rank_zero(dm.ready_file, "the token files", rank=env_rank())  # DDP: rank 0 tokenizes, the other ranks load
-    dm.prepare_data()  # tokenize once; also needed for the unigram floor below
+    wait_for_rank_zero(dm.ready_file, "the token files", rank=env_rank())  # DDP: rank 0 writes, the other ranks load
+    if env_rank() == 0:
+        dm.prepare_data()  # the streams for this separator, once; also needed for the unigram floor below
     dm.setup("fit")
     return corpus, bundle, objective, dm
 

@@ -8,11 +8,21 @@ draws ``sweep.count`` trials as W&B's engine does, seeded with ``sweep.seed`` (b
 ``sweeps`` package in the tests). ``bayes`` needs W&B's server: ``--wandb`` registers the file there.
 Every trial is a subprocess running the file's command with its ``key=value`` tokens plus
 ``run_dir=<sweep dir>/trial-NNN``, ``wandb.group=<sweep dir name>`` (one group per invocation) and
-``wandb.dir=<sweep dir>`` (one W&B directory per sweep). With ``sweep.parallel=N`` on a GPU machine, the
-trials running at one time get disjoint ``CUDA_VISIBLE_DEVICES``.
+``wandb.dir=<sweep dir>`` (one W&B directory per sweep), and the ``wandb.*`` settings given to the sweep. With
+``sweep.parallel=N`` on a GPU machine, the trials running at one time get disjoint ``CUDA_VISIBLE_DEVICES``.
+A file whose command runs a famlab command may only set keys that command reads
+(:mod:`famlab.experiments.configuration.reads`): W&B's agent passes every parameter to it.
 
 ``famlab sweep <name | file.yaml> [--dry-run] [--wandb] [sweep.parallel=N] [sweep.count=N] [sweep.seed=N]
-[sweep.seeds=[0,1]]``
+[sweep.seeds=[0,1]] [wandb.*=...] [run_dir=<dir> [resume=auto]]``
+
+Resuming: the sweep's directory is ``runs/sweep-<name>-<time>``, or ``run_dir=<dir>``. ``run_dir=<that dir>
+resume=auto`` with the same sweep file and settings skips the trials that finished (their run directory holds
+``results.json``, the last file a famlab run writes), reruns the others with ``resume=auto`` (an interrupted trial
+continues from its own ``checkpoints/last.ckpt``; one that never started starts afresh) and writes the summary
+over every trial. The sweep file and the settings that choose the trials (``sweep.seeds``; ``sweep.count`` and
+``sweep.seed`` for random search) are stored in the directory (``sweep.yaml``, ``sweep_config.yaml``); a resume
+under others is refused naming the keys. ``sweep.parallel`` and ``wandb.*`` may change.
 
 The summary (report.md, results.json, one plot per swept parameter) is :mod:`famlab.experiments.analysis.sweep_report`.
 """
@@ -29,20 +39,27 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import yaml
-from famlab.experiments.analysis.sweep_report import metric_warning, write_report
-from famlab.experiments.configuration.compose import compose, load_yaml, schema, sweep_path
+from famlab.experiments.analysis.sweep_report import SWEEP_FILE, metric_warning, write_report
+from famlab.experiments.configuration.compose import compose, flatten, load_yaml, schema, sweep_path, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from omegaconf import OmegaConf
 
 METHODS = ("grid", "random", "bayes")
+SETTINGS_FILE = "sweep_config.yaml"  # the sweep's own settings, beside sweep.yaml: what a resume is checked against
+DONE_FILE = "results.json"  # the last file a famlab run writes: a trial whose run directory holds it is finished
+# the trials' wandb.* settings: the sweep's own group and directory, and the settings given to the sweep
+FORWARDED = ("wandb.project", "wandb.entity", "wandb.mode", "wandb.tags", "wandb.log_model")
 
 
 class SweepError(ConfigInputError):
@@ -82,7 +99,25 @@ def load_sweep(path: Path, *, remote: bool = False) -> dict[str, Any]:
                          "(block list form, one token per line)")
     if not isinstance(spec.get("command", []), list):
         raise SweepError(f"{path}: command must be a list of tokens")
+    target = famlab_command(spec)
+    if target in READS:  # W&B's agent passes every parameter to the command: each must be a key it reads
+        try:
+            check_overrides(target, [f"{key}=" for key in params])
+        except ConfigInputError as e:
+            raise SweepError(f"{path}: {e} (W&B's agent passes every parameter to the command)") from None
     return spec
+
+
+def famlab_command(spec: dict[str, Any]) -> str | None:
+    """The famlab command a sweep file's trials run (``pretrain`` in ``[famlab, pretrain, tiny, ...]``), or None
+    for another program."""
+    tokens = [str(t) for t in spec.get("command") or ["${program}", "${args_no_hyphens}"]]
+    tokens = [str(spec.get("program", "")) if t == "${program}" else t for t in tokens if t != "${env}"]
+    for i, tok in enumerate(tokens[:-1]):
+        if Path(tok).name == "famlab" or (tok == "-m" and i > 0 and tokens[i + 1] == "famlab"):
+            rest = tokens[i + 1:] if tok != "-m" else tokens[i + 2:]
+            return rest[0] if rest and not rest[0].startswith("$") else None
+    return None
 
 
 def _keep_ints(trial: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +166,8 @@ def device_slots(parallel: int, gpus: list[str]) -> list[str | None]:
 
 
 def _token(key: str, value: Any) -> str:
+    if isinstance(value, Enum):  # a config value (wandb.mode=disabled), passed on as the value it was given as
+        value = value.value
     if isinstance(value, (list, dict)):
         value = json.dumps(value).replace(" ", "")
     elif value is None:
@@ -171,8 +208,10 @@ def _command_overrides(cmd: list[str]) -> tuple[list[str], list[str]]:
     return presets, overrides
 
 
-def run_trial(cmd: list[str], log_path: Path, devices: str | None = None) -> int:
-    with log_path.open("w", encoding="utf-8") as f:
+def run_trial(cmd: list[str], log_path: Path, devices: str | None = None, append: bool = False) -> int:
+    """Run one trial's command with its output in ``log_path`` (appended to when ``append``: a resumed trial
+    keeps the log of its interrupted part); returns its exit status."""
+    with log_path.open("a" if append else "w", encoding="utf-8") as f:
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = devices
@@ -201,51 +240,137 @@ def register_wandb(spec: dict[str, Any], project: str, entity: str | None) -> st
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
-    """CLI entry: ``famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.*=...]``."""
+    """CLI entry: ``famlab sweep <file.yaml> [--dry-run] [--wandb] [sweep.*=...] [wandb.*=...] [run_dir= resume=]``."""
     check_arguments(presets, overrides, flags)
     path = sweep_path(presets[0])
     spec = load_sweep(path, remote="--wandb" in flags)
     cfg = compose([], overrides).cfg
     if "--wandb" in flags:
+        if cfg.run_dir or cfg.resume != "never":
+            raise SweepError("famlab sweep --wandb: W&B's server runs the trials, so run_dir= and resume= (the local "
+                             "sweep's directory) do not apply; drop them or drop --wandb")
         print(register_wandb(spec, cfg.wandb.project, cfg.wandb.entity))
         return 0
     trials = expand_trials(spec, cfg, path)
-    sweep_dir = Path("runs") / f"sweep-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    while sweep_dir.exists():  # two sweeps started in the same second
-        sweep_dir = sweep_dir.with_name(sweep_dir.name + "x")
+    sweep_dir, resuming = sweep_directory(cfg, path)
+    if resuming:
+        check_resumed_sweep(sweep_dir, spec, cfg)
     fixed = spec["parameters"].get("wandb.group", {}).get("value")  # a file that names its group keeps it
-    group = cfg.wandb.group or fixed or sweep_dir.name  # default: one group per invocation (name + timestamp)
-    records, commands = trial_commands(spec, trials, sweep_dir, group, cfg.wandb.dir)
+    group = cfg.wandb.group or fixed or sweep_dir.name  # default: one group per sweep directory (name + timestamp)
+    extra = forwarded_settings(cfg, overrides) + (["resume=auto"] if resuming else [])
+    records, commands = trial_commands(spec, trials, sweep_dir, group, cfg.wandb.dir, extra)
+    done = {r["name"] for r in records if resuming and (Path(r["run_dir"]) / DONE_FILE).is_file()}
     if warning := metric_warning(spec, commands):
         print(warning, flush=True)
     if "--dry-run" in flags:
         for r, cmd in zip(records, commands, strict=True):
-            print(f"{r['name']}: " + " ".join(_token(k, v) for k, v in r["params"].items()))
+            print(f"{r['name']}: " + " ".join(_token(k, v) for k, v in r["params"].items())
+                  + (f"  (done: {DONE_FILE}; skipped)" if r["name"] in done else ""))
             print("    " + shlex.join(["famlab", *cmd[3:]] if cmd[1:3] == ["-m", "famlab"] else cmd))
-        print(f"{len(records)} trials ({spec['method']}), group {group}")
+        left = f", {len(records) - len(done)} left to run in {sweep_dir}" if resuming else ""
+        print(f"{len(records)} trials ({spec['method']}), group {group}{left}")
         return 0
-    sweep_dir.mkdir(parents=True)
-    (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    statuses = run_trials(records, commands, trials, sweep_dir, max(1, cfg.sweep.parallel))
+    if not resuming:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        (sweep_dir / SWEEP_FILE).write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+        write_settings(sweep_dir, cfg)
+    statuses = run_trials(records, commands, trials, sweep_dir, max(1, cfg.sweep.parallel), done=done,
+                          resumed=resuming)
     for r, rc in zip(records, statuses, strict=True):
         r["status"] = "ok" if rc == 0 else f"failed ({rc})"
     print(write_report(sweep_dir, spec, records, name=path.stem, group=group), end="")
     log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
     print_wandb_commands(sweep_dir)
-    return 0 if all(rc == 0 for rc in statuses) else 1
+    failed = sum(rc != 0 for rc in statuses)
+    if failed:
+        kept = [o for o in overrides if o.removeprefix("--").split("=", 1)[0] not in ("run_dir", "resume")]
+        again = shlex.join(["famlab", "sweep", presets[0], *kept, f"run_dir={sweep_dir}", "resume=auto"])
+        print(f"[famlab sweep] {failed} of {len(statuses)} trials did not finish; to resume them: {again}")
+    return 0 if not failed else 1
 
 
 def check_arguments(presets: list[str], overrides: list[str], flags: list[str]) -> None:
-    """One sweep name or file, the two known flags, and only ``sweep.*`` / ``wandb.*`` settings."""
+    """One sweep name or file, the two known flags, and only the keys the sweep reads (``sweep.*``, ``wandb.*``,
+    ``run_dir``, ``resume``)."""
     if len(presets) != 1:
         got = f"got {presets[1]!r} after {presets[0]!r}" if presets else "got none"
         raise SweepError(f"famlab sweep takes one sweep name or file.yaml ({got}); see famlab sweep --help")
     bad = [f for f in flags if f not in ("--dry-run", "--wandb")]
     if bad:
         raise SweepError(f"famlab sweep: unknown flag {bad[0]} (valid: --dry-run, --wandb)")
-    bad_keys = [o for o in overrides if not o.lstrip("-").startswith(("sweep.", "wandb."))]
-    if bad_keys:
-        raise SweepError(f"famlab sweep: {bad_keys[0]} - only sweep.* and wandb.* settings apply to the sweep itself")
+    check_overrides("sweep", overrides)  # a trial's settings belong in the sweep file, as W&B's agent reads them
+
+
+def sweep_directory(cfg: Any, path: Path) -> tuple[Path, bool]:
+    """The sweep's directory and whether this invocation resumes it.
+
+    ``run_dir`` names it (else ``runs/sweep-<name>-<time>``); ``resume=auto`` resumes the sweep stored there, or
+    starts one there when the directory is empty or missing. Nothing is created here (a dry run writes nothing).
+
+    Raises:
+        SweepError: ``resume=auto`` without ``run_dir``, a checkpoint path as ``resume``, a non-empty ``run_dir``
+            without ``resume=auto``, or one that holds something other than a sweep.
+    """
+    if cfg.resume not in ("never", "auto"):
+        raise SweepError(f"resume={cfg.resume}: a sweep resumes each trial from the trial's own last.ckpt; use "
+                         "resume=auto with run_dir=<the sweep's directory>")
+    if not cfg.run_dir:
+        if cfg.resume == "auto":
+            raise SweepError("resume=auto needs run_dir=<the sweep's directory> (runs/sweep-<name>-<time>)")
+        sweep_dir = Path("runs") / f"sweep-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        while sweep_dir.exists():  # two sweeps started in the same second
+            sweep_dir = sweep_dir.with_name(sweep_dir.name + "x")
+        return sweep_dir, False
+    sweep_dir = Path(cfg.run_dir).expanduser()
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise SweepError(f"run_dir={cfg.run_dir} is a file, not a sweep directory")
+    started = sweep_dir.is_dir() and any(sweep_dir.iterdir())
+    if started and cfg.resume == "never":
+        raise SweepError(f"run_dir={cfg.run_dir} exists and is not empty; pass resume=auto to resume the sweep "
+                         "there, or a new run_dir")
+    if started and not (sweep_dir / SWEEP_FILE).is_file():
+        raise SweepError(f"resume=auto: run_dir={cfg.run_dir} holds no {SWEEP_FILE}; it is not a sweep directory")
+    return sweep_dir, started
+
+
+def write_settings(sweep_dir: Path, cfg: Any) -> None:
+    """Store the sweep's own settings (``sweep.*`` and ``wandb.*``) beside ``sweep.yaml``, for resuming."""
+    settings = {"sweep": to_plain(cfg.sweep), "wandb": to_plain(cfg.wandb)}
+    (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+
+
+def check_resumed_sweep(sweep_dir: Path, spec: dict[str, Any], cfg: Any) -> None:
+    """Refuse to resume ``sweep_dir`` with a sweep file or trial-choosing settings other than the stored ones.
+
+    A resumed sweep skips the trials its directory says are finished: under another file, another grid or other
+    random draws, ``trial-003`` would name another trial and the summary would mix two sweeps. ``sweep.parallel``
+    and ``wandb.*`` change how the trials run and report, not what they compute, and may differ.
+    """
+    stored_spec = yaml.safe_load((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8")) or {}
+    old, new = flatten(stored_spec), flatten(spec)
+    changed = [(f"sweep file {k}", new.get(k, "<unset>"), old.get(k, "<unset>"))
+               for k in sorted(set(old) | set(new)) if old.get(k, "<unset>") != new.get(k, "<unset>")]
+    settings_path = sweep_dir / SETTINGS_FILE
+    if settings_path.is_file():
+        stored = (yaml.safe_load(settings_path.read_text(encoding="utf-8")) or {}).get("sweep") or {}
+        keys = ["seeds"] + (["count", "seed"] if spec.get("method") == "random" else [])
+        now = to_plain(cfg.sweep)
+        changed += [(f"sweep.{k}", now.get(k), stored.get(k, "<unset>")) for k in keys if now.get(k) != stored.get(k)]
+    else:  # a sweep directory from before the settings were stored: the file is all there is to compare
+        print(f"famlab: WARNING {settings_path} is missing; only the sweep file is checked against {SWEEP_FILE}",
+              file=sys.stderr)
+    if changed:
+        shown = ", ".join(f"{k}={v} (stored {o})" for k, v, o in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise SweepError(f"resume=auto: {sweep_dir} holds a sweep with other settings: {shown}{more}; resume with "
+                         "the original sweep file and settings, or start a new run_dir")
+
+
+def forwarded_settings(cfg: Any, overrides: list[str]) -> list[str]:
+    """The ``wandb.*`` settings given to the sweep, as ``key=value`` tokens for every trial (the sweep's report
+    run uses them too). The group and the W&B directory are set per sweep by :func:`trial_commands`."""
+    given = {token.removeprefix("--").split("=", 1)[0] for token in overrides}
+    return [_token(key, getattr(cfg.wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
 
 
 def expand_trials(spec: dict[str, Any], cfg: Any, path: Path) -> list[dict[str, Any]]:
@@ -263,18 +388,26 @@ def expand_trials(spec: dict[str, Any], cfg: Any, path: Path) -> list[dict[str, 
 
 
 def trial_commands(
-    spec: dict[str, Any], trials: list[dict[str, Any]], sweep_dir: Path, group: str, wandb_dir: str | None
+    spec: dict[str, Any], trials: list[dict[str, Any]], sweep_dir: Path, group: str, wandb_dir: str | None,
+    settings: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """Each trial's record (name, params, run_dir) and command line, every command composed first so a bad
-    trial fails before anything runs."""
+    trial fails before anything runs.
+
+    ``settings`` (``key=value`` tokens: the sweep's ``wandb.*`` settings, ``resume=auto``) go to every trial after
+    its own run directory, group and W&B directory, except where the trial sets the key itself.
+    """
     records, commands = [], []
+    target = famlab_command(spec)
     for i, trial in enumerate(trials):
         trial_name = f"trial-{i:03d}"
         extra = [f"run_dir={sweep_dir / trial_name}", f"wandb.group={group}",
-                 f"wandb.dir={wandb_dir or sweep_dir.resolve()}"]
+                 f"wandb.dir={wandb_dir or sweep_dir.resolve()}", *settings]
         extra = [e for e in extra if e.split("=", 1)[0] not in trial]
         cmd = trial_command(spec, trial, extra)
         t_presets, t_over = _command_overrides(cmd)
+        if target is not None:
+            check_overrides(target, t_over)  # the trial's own famlab command would refuse it
         compose(t_presets, [o for o in t_over if not o.startswith("run_dir=")])  # fail before running anything
         commands.append(cmd)
         records.append({"name": trial_name, "params": trial, "run_dir": str(sweep_dir / trial_name)})
@@ -283,20 +416,29 @@ def trial_commands(
 
 def run_trials(
     records: list[dict[str, Any]], commands: list[list[str]], trials: list[dict[str, Any]], sweep_dir: Path,
-    parallel: int,
+    parallel: int, done: Collection[str] = (), resumed: bool = False,
 ) -> list[int]:
-    """Run the trials, ``parallel`` at a time on disjoint device slots; returns their exit statuses."""
+    """Run the trials, ``parallel`` at a time on disjoint device slots; returns their exit statuses.
+
+    ``resumed``: this invocation resumes the sweep. The trials named in ``done`` finished in an earlier invocation:
+    they are not run again, their run directories and logs are left as they are, and they count as exit status 0;
+    the others append to their logs.
+    """
     slots: queue.Queue[str | None] = queue.Queue()
     for devices in device_slots(parallel, gpu_ids()):
         slots.put(devices)
 
     def go(i: int) -> int:
+        if records[i]["name"] in done:
+            print(f"[famlab sweep] {records[i]['name']} is done ({Path(records[i]['run_dir']) / DONE_FILE}); skipped",
+                  flush=True)
+            return 0
         devices = slots.get()  # the trials running at one time hold distinct slots
         gpu = "" if devices is None else f" (CUDA_VISIBLE_DEVICES={devices})"
         print(f"[famlab sweep] {records[i]['name']} started{gpu}: "
               f"{' '.join(_token(k, v) for k, v in trials[i].items())}", flush=True)
         try:
-            rc = run_trial(commands[i], sweep_dir / f"{records[i]['name']}.log", devices)
+            rc = run_trial(commands[i], sweep_dir / f"{records[i]['name']}.log", devices, append=resumed)
         finally:
             slots.put(devices)
         print(f"[famlab sweep] {records[i]['name']} finished with exit status {rc}", flush=True)

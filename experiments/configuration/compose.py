@@ -1,6 +1,6 @@
 """Compose a config from presets and ``key=value`` overrides, validate it, and turn errors into one line.
 
-Merge order (README, "CLI and config"): schema defaults <- the chosen family's defaults (``famlab.families.faithful``:
+Merge order (docs/config.md): schema defaults <- the chosen family's defaults (``famlab.families.faithful``:
 block choices, objective, pooling) <- its preset <- the other presets, left to right <- overrides. The family is
 whatever ``model.family`` ends up as, so it is resolved first from the presets and overrides, then the composition
 is done in that order: ``famlab pretrain t5 tiny`` and ``famlab pretrain tiny model.family=t5`` give identical

@@ -63,14 +63,18 @@ class TokenizerConfig:
     vocab_size: int = 8192  # requested size incl. special tokens and sentinels (unigram may give fewer)
     num_sentinels: int = 100  # T5 sentinels <extra_id_i>, ids counting down from the top of the vocabulary
     path: str | None = None  # an existing tokenizer.json to reuse (a comparison shares one); None = train
+    sample_bytes: int = 200_000_000  # train the tokenizer on a seeded sample of this many bytes of training documents
 
     def __post_init__(self) -> None:
-        check_ranges(self, "data.tokenizer", {"vocab_size": (1, 2**24, "[]"), "num_sentinels": (0, 10_000, "[]")})
+        check_ranges(self, "data.tokenizer", {"vocab_size": (1, 2**24, "[]"), "num_sentinels": (0, 10_000, "[]"),
+                                              "sample_bytes": (1, 2**40, "[]")})
 
 
 @dataclass
 class DataConfig:
-    corpus: str = "wordnet"  # pretraining corpus: wordnet | file.txt | file.jsonl | directory | hf:<name>[:<config>]
+    # pretraining corpus: wordnet | file.txt | file.jsonl (also .gz / .zst) | file.parquet | directory |
+    # hf:<name>[:<config>] | a prepared dataset directory (famlab prepare; docs/data.md)
+    corpus: str = "wordnet"
     # fine-tuning task: wordnet-supersense | wordnet-pairs | wordnet-domain | file.csv | file.jsonl | hf:<name>[:<cfg>];
     # or a suite (famlab finetune): suite | task,task,... | suite.yaml (datamodules/suite.py)
     task: str = "wordnet-supersense"

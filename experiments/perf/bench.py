@@ -7,7 +7,7 @@ the same batch: forward + backward + the same torch AdamW step, dropout 0, fp32 
 GPU. Steps are timed alternately in one process (pair i runs famlab first when i is even, HF first when odd,
 so a drift in machine load hits both sides) after warm-up. Printed per family: median tokens/s per side, the
 median of the per-pair ratios famlab / HF with its interquartile range, MFU of both sides and a verdict
-against the README's targets ("Performance"). Also measured: a peak fp32 matmul rate (CPU, the MFU denominator,
+against the targets in docs/scale.md. Also measured: a peak fp32 matmul rate (CPU, the MFU denominator,
 ``experiments/perf/hardware.py``), the bundled
 corpus's tokenization time and the share of step time the real data loader + collator would take.
 
@@ -30,7 +30,7 @@ from famlab.experiments.perf.hardware import peak_flops
 from famlab.objectives.registry import default_objective
 from torch import nn
 
-TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # minimum median ratio famlab / HF (README, "Performance")
+TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # minimum median ratio famlab / HF (docs/scale.md)
 
 class BenchError(ValueError):
     """Bad bench option (names the flag)."""

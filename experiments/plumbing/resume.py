@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 import yaml
-from famlab.experiments.configuration.compose import flatten
+from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.checkpoints import PREV_NAME
 
@@ -85,7 +85,9 @@ def check_resumed_config(run_dir: Path, config: dict[str, Any]) -> None:
         raise ConfigInputError(f"resume=auto: {path} is not valid YAML ({getattr(e, 'problem', None) or e})") from None
     if not isinstance(stored, dict):
         raise ConfigInputError(f"resume=auto: {path} is not a famlab config")
-    old, new = flatten(stored), flatten(config)
+    new = flatten(config)
+    # a key added to famlab after the run started reads as its default (what the stored run used)
+    old = {**{k: v for k, v in flatten(to_plain(Config())).items() if k not in flatten(stored)}, **flatten(stored)}
 
     def free(key: str) -> bool:
         return any(key == k or key.startswith(k + ".") for k in RESUME_FREE_KEYS)

@@ -5,6 +5,7 @@ The only place (with ``cli``) that reads env vars and talks to W&B.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 from famlab.experiments.configuration.compose import flatten, to_plain, to_yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.perf.allocator import keep_freed_memory
+from famlab.experiments.plumbing.console import LOG_NAME, heartbeat_seconds, library_output, quiet_libraries
 from famlab.experiments.plumbing.internals import stop_console_copy
 from famlab.experiments.plumbing.launch_env import inherited_run_dir, publish_run_dir
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
@@ -103,6 +106,7 @@ def make_run_dir(cfg: Config, name: str) -> Path:
     except OSError as e:
         raise ConfigInputError(f"run_dir={path} is not writable ({e.strerror})") from None
     publish_run_dir(path)  # inherited by the DDP ranks Lightning launches
+    quiet_libraries(path / LOG_NAME)  # banners, tips and third-party warnings: into the run's log, not the console
     return path
 
 
@@ -160,29 +164,123 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
 
 
+class ProgressLine:
+    """``prepare: encode 812 / 3,000 MB (27 %), 31.2 MB/s`` on stderr at most every ``every_s`` seconds, the first
+    after ``every_s`` (a small corpus prints nothing); rewritten in place on a terminal, plain lines otherwise."""
+
+    def __init__(self, every_s: float = 2.0, stream: Any = None) -> None:
+        self.every_s, self.stream = every_s, stream or sys.stderr
+        self.started = self.last = time.monotonic()
+        self.phase, self.phase_started, self.printed = "", self.started, False
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if phase != self.phase:
+            self.phase, self.phase_started = phase, now
+        if now - self.last < self.every_s or now - self.phase_started < 0.5:
+            return
+        self.last = now
+        rate = done / 1e6 / max(now - self.phase_started, 1e-9)
+        of = f" / {total / 1e6:,.0f} MB ({100 * done / total:.0f} %)" if total else " MB"
+        line = f"prepare: {phase} {done / 1e6:,.0f}{of}, {rate:.1f} MB/s"
+        tty = getattr(self.stream, "isatty", lambda: False)()
+        self.stream.write(f"\r{line}\033[K" if tty else line + "\n")
+        self.stream.flush()
+        self.printed = True
+
+    def close(self) -> None:
+        """End a line rewritten in place."""
+        if self.printed and getattr(self.stream, "isatty", lambda: False)():
+            self.stream.write("\n")
+
+
+def prepare_settings(cfg: Config) -> Any:
+    """``datamodules.PrepareSettings`` from ``data.*`` (``data.val_fraction`` None: 0.05)."""
+    from famlab.datamodules.prepare import PrepareSettings
+
+    t = cfg.data.tokenizer
+    return PrepareSettings(
+        kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels, tokenizer_path=t.path,
+        sample_bytes=t.sample_bytes, seed=cfg.data.seed,
+        val_fraction=cfg.data.val_fraction if cfg.data.val_fraction is not None else 0.05,
+    )
+
+
+@contextlib.contextmanager
+def parallel_tokenizers() -> Iterator[None]:
+    """Let the Rust tokenizer use every core while preparing data, then restore ``TOKENIZERS_PARALLELISM``.
+
+    ``tokenizers`` reads the variable at each batch call; ``false`` (set by the tests, and for sweep workers)
+    would encode on one core. Preparing forks nothing, and tokenizers itself turns its pool off in a process
+    forked after using it (a DataLoader worker), so turning it on here is safe.
+    """
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+def prepared_corpus(cfg: Config, out: Path | None = None, progress: Any = None) -> Any:
+    """``data.corpus`` as a ``datamodules.PreparedDataset``: a prepared directory opened as it is, a raw spec
+    prepared once into the cache (``cache_dir/prepared/``, keyed by its files' identity and ``data.*``) or ``out``.
+
+    Under DDP rank 0 prepares; the other ranks wait for its manifest and open the same directory, reading no raw
+    text (they only ``stat`` the source files to find the directory).
+    """
+    from famlab.datamodules.prepare import MANIFEST, is_prepared_dir, open_prepared, prepare_corpus, prepared_location
+
+    spec = cfg.data.corpus
+    if is_prepared_dir(spec):
+        return open_prepared(spec)
+    settings = prepare_settings(cfg)
+    target = out or prepared_location(spec, settings, cache_dir(cfg))
+    wait_for_rank_zero(target / MANIFEST, "the prepared corpus", rank=env_rank())
+    if env_rank() != 0:
+        return open_prepared(target)
+    line = progress or ProgressLine()
+    try:
+        with parallel_tokenizers():
+            return prepare_corpus(spec, settings, cache_dir=cache_dir(cfg), out=out, progress=line)
+    finally:
+        if isinstance(line, ProgressLine):
+            line.close()
+
+
 def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> Any:
-    """The run's tokenizer (trained once per corpus + settings and cached, or ``data.tokenizer.path``).
+    """The run's tokenizer: a prepared dataset's own (``corpus`` from :func:`prepared_corpus`), else trained once per
+    corpus + settings and cached, or ``data.tokenizer.path``.
 
     Under DDP rank 0 trains it; the other ranks wait for its cached file (``experiments.prepare_once``).
 
     Copies ``tokenizer.json`` into ``run_dir`` so a later fine-tune or comparison can reuse it.
     """
     from famlab.datamodules import get_tokenizer
+    from famlab.datamodules.prepare import PreparedDataset
     from famlab.datamodules.tokenizer import cache_file
 
     t = cfg.data.tokenizer
-    if t.path is None and corpus is not None:  # the other DDP ranks load the tokenizer rank 0 trained
-        file = cache_file(corpus, kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels,
-                          cache_dir=cache_dir(cfg))
-        wait_for_rank_zero(file, "the tokenizer", rank=env_rank())
-    bundle = get_tokenizer(
-        corpus,
-        kind=t.kind.value,
-        vocab_size=t.vocab_size,
-        num_sentinels=t.num_sentinels,
-        path=t.path,
-        cache_dir=cache_dir(cfg),
-    )
+    if isinstance(corpus, PreparedDataset) and t.path is None:
+        bundle = corpus.bundle(t.num_sentinels)
+    else:
+        if t.path is None and corpus is not None:  # the other DDP ranks load the tokenizer rank 0 trained
+            file = cache_file(corpus, kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels,
+                              cache_dir=cache_dir(cfg), sample_bytes=t.sample_bytes, seed=cfg.data.seed)
+            wait_for_rank_zero(file, "the tokenizer", rank=env_rank())
+        bundle = get_tokenizer(
+            corpus,
+            kind=t.kind.value,
+            vocab_size=t.vocab_size,
+            num_sentinels=t.num_sentinels,
+            path=t.path,
+            cache_dir=cache_dir(cfg),
+            sample_bytes=t.sample_bytes,
+            seed=cfg.data.seed,
+        )
     if run_dir is not None and env_rank() == 0:
         shutil.copyfile(bundle.path, run_dir / "tokenizer.json")
     return bundle
@@ -244,18 +342,19 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
 
         if getattr(rank_zero_only, "rank", 0) != 0:
             return loggers  # only rank 0 logs to W&B (one run per job)
-        logger, note = start_wandb(
-            FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
-            kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
-                        group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(save_dir),
-                        config=flatten(config), reinit="create_new"),
-        )
+        with library_output():  # wandb.init prints its banners and settings warnings: into the run's log
+            logger, note = start_wandb(
+                FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
+                kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
+                            group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(save_dir),
+                            config=flatten(config), reinit="create_new"),
+            )
         if note:  # once, on stderr: where the run went and how to upload it
             print(f"famlab: WARNING {note}", file=sys.stderr)
         if logger is not None:
             define_metrics(logger.experiment, job_type, x_axis(cfg.compare.match.value))
             loggers.append(logger)
-    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (README, "Reliable training")
+    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (docs/scale.md)
         message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"
         warnings.warn(message, stacklevel=2)
     return loggers
@@ -290,6 +389,7 @@ def make_trainer(
     from famlab.experiments.configuration.lightning_check import check_lightning_settings
     from famlab.experiments.plumbing.checkpoints import checkpoint_callback, keep_previous_last
     from famlab.experiments.plumbing.faults import test_hook_callbacks
+    from famlab.experiments.plumbing.heartbeat import Heartbeat
     from famlab.experiments.plumbing.reliability import reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
 
@@ -298,8 +398,8 @@ def make_trainer(
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Any] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
                             *reliability_callbacks(cfg, checkpoint_dir)]
-    if t.progress_bar:
-        callbacks.append(RichProgressBar(leave=True))
+    # no bar (a log file, CI, a comparison's worker): a line a minute instead
+    callbacks.append(RichProgressBar(leave=True) if t.progress_bar else Heartbeat(run_dir.name, heartbeat_seconds()))
     trainer = L.Trainer(
         default_root_dir=str(run_dir),
         max_steps=max_steps,
@@ -366,7 +466,7 @@ def wandb_pretrain_results(cfg: Config, loggers: list[Any], run_dir: Path, resul
         try:
             log_pretrain_artifacts(logger.experiment, run_dir, mode=log_model_mode(cfg.wandb.log_model),
                                    final_step=int(results["steps"]))
-        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (docs/scale.md)
             warnings.warn(f"W&B artifacts not logged ({type(e).__name__}: {e})", stacklevel=2)
 
 
@@ -377,7 +477,7 @@ def wandb_use_pretrained(loggers: list[Any], source_dir: Path | None, ckpt: Path
     for logger in wandb_loggers(loggers):
         try:
             use_run_artifacts(logger.experiment, source_dir, ckpt)
-        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+        except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (docs/scale.md)
             warnings.warn(f"W&B lineage not recorded ({type(e).__name__}: {e})", stacklevel=2)
 
 
@@ -403,5 +503,5 @@ def stop_console_capture(loggers: list[Any]) -> None:
     for logger in wandb_loggers(loggers):
         try:
             stop_console_copy(logger.experiment)
-        except Exception:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
+        except Exception:  # noqa: BLE001 - W&B trouble never stops a run (docs/scale.md)
             pass

@@ -54,7 +54,7 @@ def start_wandb(
     note = None
     try:
         logger = _start(logger_class, mode, kwargs, wandb.Settings(init_timeout=timeout))
-    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (README, "Reliable training")
+    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (docs/scale.md)
         reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if mode != "online":
             return None, f"W&B logging disabled for this run ({reason}); CSV metrics still written"

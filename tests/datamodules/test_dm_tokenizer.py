@@ -109,3 +109,17 @@ def test_bundled_corpus_tokenizes_in_under_10_seconds(wordnet_corpus, tmp_path_f
     print(f"bundled corpus: {len(encodings)} documents, {tokens} tokens (bpe 8192): {wall:.2f} s wall, {cpu:.2f} s CPU")
     assert tokens > 1_000_000
     assert cpu < 10.0
+
+
+def test_unigram_on_more_characters_than_its_vocabulary_says_how_large_it_must_be():
+    """Unigram keeps every character as a piece: on a CJK corpus the least vocabulary the config allows is refused
+    in one line naming the size that works, and that size trains."""
+    docs = ["".join(chr(0x4E00 + (7 * i + j) % 300) for j in range(12)) for i in range(200)]  # 300 ideographs
+    with pytest.raises(DataError, match=r"unigram tokenizer on this corpus: its 301 distinct characters") as e:
+        train_tokenizer(docs, kind="unigram", vocab_size=94, num_sentinels=20)
+    assert "\n" not in str(e.value) and "data.tokenizer.vocab_size" in str(e.value)
+    least = int(str(e.value).split("vocab_size >= ")[1].split(";")[0])
+    assert least == 301 + 20
+    train_tokenizer(docs, kind="unigram", vocab_size=least, num_sentinels=20)
+    with pytest.raises(DataError):
+        train_tokenizer(docs, kind="unigram", vocab_size=least - 1, num_sentinels=20)

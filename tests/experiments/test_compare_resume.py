@@ -230,3 +230,24 @@ def test_a_failed_required_step_stops_with_the_resume_command(tmp_path, monkeypa
     monkeypatch.setattr(compare, "_finetune", real)
     assert cli.main(["compare", *args, "resume=auto"]) == 0
     assert ckpt.stat().st_mtime_ns == stamp and (tmp_path / "cmp" / "report.md").is_file()
+
+
+def test_a_key_famlab_added_since_reads_as_its_default(tmp_path, monkeypatch):
+    """comparison.yaml written before a config key existed: resuming with that key at its default is accepted, at
+    another value refused (the stored runs ran with the default)."""
+    import yaml
+    from famlab.experiments.commands.compare_dir import check_settings
+    from famlab.experiments.configuration.config import ConfigInputError
+
+    monkeypatch.chdir(tmp_path)
+    _, cfgs = compare.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30"])
+    compare.write_settings(tmp_path, cfgs, [], [])
+    path = tmp_path / "comparison.yaml"
+    stored = yaml.safe_load(path.read_text())
+    for flat in stored["arms"].values():
+        del flat["compare.finetune_lr_points"]
+    path.write_text(yaml.safe_dump(stored))
+    check_settings(path, cfgs)
+    _, other = compare.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30", "compare.finetune_lr_points=3"])
+    with pytest.raises(ConfigInputError, match="compare.finetune_lr_points=3 \\(stored 2\\)"):
+        check_settings(path, other)

@@ -247,7 +247,7 @@ def test_tiny_fine_tunes_t5_one_grid_step_higher_and_the_protocol_says_per_famil
                                config={"finetune": {"max_steps": 20, "batch_size": 4}, "data": {}})
 
     same = transfer.protocol_lines([run("bert", "scratch", (1e-3, 3e-3)), run("t5", "scratch", (1e-3, 3e-3))], {})
-    assert any(line.startswith("Every arm, pretrained or scratch, gets the same grid") for line in same)
+    assert any(line.startswith("Every side, pretrained or scratch, gets the same grid") for line in same)
     per_family = transfer.protocol_lines([run("bert", "x/bert-pretrain-s0", (1e-3, 3e-3)),
                                           run("bert", "scratch", (1e-3, 3e-3)), run("t5", "scratch", (3e-3, 9e-3))], {})
     assert any(line.startswith("Both arms of a family, pretrained and scratch, get the same grid of (body lr, head lr)"

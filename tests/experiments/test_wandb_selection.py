@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from famlab.experiments.commands import cli
+from famlab.experiments.configuration.reads import reads
 
 from tests.experiments.test_wandb_dashboards import FAST, inspect, summary
 
@@ -29,14 +30,17 @@ def grid(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FAMLAB_CACHE", str(root / "cache"))
         mp.delenv("WANDB_API_KEY", raising=False)
+        # Lightning's lines on the console, where each W&B run copies them: what the console test below reads
+        mp.setenv("FAMLAB_VERBOSE", "1")
         task = root / "task.csv"
         rows = [f"{w} {w} thing {i},{w}" for i in range(60) for w in ("cat", "red", "run")]
         task.write_text("text,label\n" + "\n".join(rows) + "\n")
         common = [*FAST, f"wandb.dir={root}", "wandb.group=grid-1"]
         assert cli.main(["pretrain", "gpt", "tiny", *common, f"run_dir={root / 'pre'}"]) == 0
-        assert cli.main(["finetune", "tiny", *common, *GRID, f"init={root / 'pre'}", f"data.task={task}",
+        assert cli.main(["finetune", "tiny", *read_by("finetune", common), *GRID, f"init={root / 'pre'}",
+                         f"data.task={task}",
                          f"run_dir={root / 'ft'}"]) == 0
-        assert cli.main(["probe", str(root / "pre"), "tiny", *common, f"data.task={task}",
+        assert cli.main(["probe", str(root / "pre"), "tiny", *read_by("probe", common), f"data.task={task}",
                          "finetune.probe_seeds=[0,1,2]", f"run_dir={root / 'probe'}"]) == 0
     runs: dict[str, list] = {}
     for run_dir in sorted((root / "wandb").glob("offline-run-*")):
@@ -119,3 +123,8 @@ def test_the_probe_is_a_run_that_uses_the_pretraining_checkpoint(grid):
     data = json.loads(table.read_text())
     assert [row[0] for row in data["data"]] == ["pretrained", "random-init", "random-init", "random-init"]
     assert data["data"][0][4] == pytest.approx(results["pretrained"]["test"]["test/acc"])
+
+
+def read_by(command, overrides):
+    """The overrides ``command`` reads (it refuses the pretraining-only ones the fixture shares)."""
+    return [o for o in overrides if reads(command, o.split("=", 1)[0])]

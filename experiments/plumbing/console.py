@@ -1,0 +1,102 @@
+"""What reaches the console: famlab's own lines; the libraries' chatter goes to the run directory's log.
+
+A comparison runs dozens of Lightning fits and W&B runs; each prints banners ("wandb: Tracking run ..."), tips
+("GPU available: False ...", "💡 Tip: ...") and third-party warnings, which buried famlab's own progress lines.
+:func:`quiet_libraries` sends Lightning's and W&B's loggers and every warning raised outside famlab to
+``<run_dir>/famlab.log`` (the comparison's own ``compare.log``), and silences W&B's console banners
+(``WANDB_SILENT``); warnings raised by famlab itself stay on stderr. ``FAMLAB_VERBOSE=1`` (or ``--verbose``)
+leaves everything on the console.
+
+``heartbeat.Heartbeat`` prints one line a minute while a fit runs with no progress bar (a log file, CI, a
+comparison's workers): step, loss, rate and time left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+VERBOSE_ENV = "FAMLAB_VERBOSE"
+LOG_NAME = "famlab.log"
+LIBRARY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "wandb", "torch",
+                   "transformers", "datasets", "urllib3", "filelock")
+_FAMLAB_ROOTS = tuple(str(Path(__file__).resolve().parents[2] / d) for d in
+                      ("experiments", "objectives", "families", "datamodules"))
+_HANDLER_NAME = "famlab-library-log"
+_CONSOLE_SHOW = warnings.showwarning  # how warnings reach stderr before famlab routes them
+_LOG: list[Path] = []  # the log quiet_libraries routes to now, in this process
+
+
+def verbose() -> bool:
+    """Whether the user asked for the libraries' own console output (``FAMLAB_VERBOSE=1``)."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def quiet_libraries(log_path: Path) -> None:
+    """Route the libraries' logging and non-famlab warnings to ``log_path`` (appended) from now on, in this process.
+
+    Called again with another path (the next run of a comparison's worker), it moves the output there.
+    """
+    if verbose():
+        return
+    os.environ["WANDB_SILENT"] = "true"  # read by wandb.init: no banners, no sync hints on the console
+    handler = logging.FileHandler(log_path, encoding="utf-8", delay=True)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):  # Lightning adds a console handler of its own at import
+            if old.get_name() == _HANDLER_NAME or type(old) is logging.StreamHandler:
+                logger.removeHandler(old)
+                if old.get_name() == _HANDLER_NAME:
+                    old.close()
+        logger.addHandler(handler)
+        logger.propagate = False
+    warnings.showwarning = _warning_router(log_path)
+    _LOG[:] = [log_path]
+
+
+@contextlib.contextmanager
+def library_output() -> Iterator[None]:
+    """While a library writes to the console directly (``wandb.init`` prints its banner and settings warnings with
+    ``print``, not logging): its stdout and stderr go to the current log too. A no-op when verbose or unrouted."""
+    if verbose() or not _LOG:
+        yield
+        return
+    with _LOG[0].open("a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        yield
+
+
+def _warning_router(log_path: Path) -> Any:
+    console = _CONSOLE_SHOW
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if str(Path(filename).resolve()).startswith(_FAMLAB_ROOTS):  # famlab's own warnings concern the user's run
+            console(message, category, filename, lineno, file, line)
+            return
+        with log_path.open("a", encoding="utf-8") as f:
+            f.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    return show
+
+
+def say(message: str) -> None:
+    """One famlab line on stdout, timestamped, flushed (a worker process shares the parent's stdout)."""
+    print(f"[famlab {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def heartbeat_seconds() -> float:
+    """``FAMLAB_HEARTBEAT_S`` (a test's short interval), else 60."""
+    try:
+        return float(os.environ.get("FAMLAB_HEARTBEAT_S", "60"))
+    except ValueError:
+        print("famlab: WARNING FAMLAB_HEARTBEAT_S is not a number; using 60", file=sys.stderr)
+        return 60.0

@@ -1,0 +1,61 @@
+"""The console shows famlab's own lines: W&B banners, Lightning tips and third-party warnings go to the run's log."""
+
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import lightning.pytorch  # noqa: F401 - sets its loggers' INFO level, as in every famlab run
+import pytest
+from famlab.experiments.plumbing import console
+from test_compare import tiny_inputs
+
+LIBRARY_CHATTER = ("wandb:", "GPU available", "TPU available", "Tip:", "LOCAL_RANK", "PossibleUserWarning")
+
+
+def test_library_logging_and_foreign_warnings_go_to_the_log_famlab_warnings_stay(tmp_path, monkeypatch):
+    """Lightning's INFO lines and a warning raised by a library land in the log file; a famlab warning is shown
+    as usual (stderr; here pytest's recorder); a second call moves the output to the next run's log."""
+    monkeypatch.delenv(console.VERBOSE_ENV, raising=False)
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # restored after the test
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    console.quiet_libraries(first)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").info("GPU available: False, used: False")
+    with pytest.warns(UserWarning, match="famlab fell back to eager"):
+        console.quiet_libraries(first)  # inside pytest's recorder: route from here
+        warnings.warn_explicit("a library's deprecation", DeprecationWarning, "/site-packages/lib/x.py", 3)
+        famlab_file = str(Path(console.__file__).resolve())
+        warnings.warn_explicit("famlab fell back to eager", UserWarning, famlab_file, 7)
+    console.quiet_libraries(second)
+    logging.getLogger("lightning.pytorch").info("second run's tip")
+    text = first.read_text()
+    assert "GPU available" in text and "a library's deprecation" in text and "famlab fell back" not in text
+    assert "second run's tip" in second.read_text() and "second run's tip" not in text
+
+
+def test_famlab_verbose_leaves_the_libraries_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv(console.VERBOSE_ENV, "1")
+    before = list(logging.getLogger("lightning.pytorch").handlers)
+    console.quiet_libraries(tmp_path / "x.log")
+    assert logging.getLogger("lightning.pytorch").handlers == before and not (tmp_path / "x.log").exists()
+
+
+@pytest.mark.slow
+def test_a_comparison_prints_only_famlab_lines_with_a_heartbeat(tmp_path):
+    """A test-scale comparison with real offline W&B runs, stdout a pipe: no W&B banner or Lightning tip reaches
+    stdout or stderr, every run's famlab.log holds them, and a running fit prints heartbeat lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", console.VERBOSE_ENV)}
+    env |= {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"), "FAMLAB_CACHE": str(tmp_path / "cache"),
+            "FAMLAB_HEARTBEAT_S": "1"}
+    args = [a for a in tiny_inputs(tmp_path) if not a.startswith("wandb.mode")]
+    done = subprocess.run([sys.executable, "-m", "famlab", "compare", *args, "compare.families=[gpt,t5]",
+                           "trainer.max_steps=60", "compare.bpb_docs=8", "compare.zero_shot_items=12",
+                           "run_dir=cmp"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = done.stdout + done.stderr
+    assert not [line for line in shown.splitlines() if any(c in line for c in LIBRARY_CHATTER)]
+    logs = "".join(p.read_text() for p in (tmp_path / "cmp").glob("*/famlab.log"))
+    assert "GPU available" in logs
+    assert any("steps/s" in line and "pretrain" in line for line in done.stdout.splitlines())  # the heartbeat

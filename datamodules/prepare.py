@@ -60,6 +60,7 @@ from famlab.datamodules.sources import (
     hf_texts,
     hold_out,
     path_documents,
+    permutation,
 )
 from famlab.datamodules.tokenizer import (
     DEFAULT_SAMPLE_BYTES,
@@ -637,32 +638,39 @@ def build(spec: str, settings: PrepareSettings, out: Path, progress: Progress | 
 
 
 # -- the streams -------------------------------------------------------------------------------------------------
-def document_orders(is_val: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, val)`` document indices in stream order: each split in source order, permuted by
-    ``default_rng(seed).permutation(len(split))`` (what ``write_token_file`` does with a list)."""
-    orders = []
-    for docs in (np.flatnonzero(~is_val), np.flatnonzero(is_val)):
-        orders.append(docs[np.random.default_rng(seed).permutation(len(docs))])
-    return orders[0], orders[1]
+def document_orders(val_docs: np.ndarray, n_docs: int, seed: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Each split's stream order as ``(positions, val_docs or None)``: ``positions`` is the split's seeded
+    permutation (``default_rng(seed).permutation(len(split))``, what ``write_token_file`` does with a list) over
+    the split's documents in source order. The validation split is ``val_docs`` itself; the training split is every
+    other document, never materialised (:func:`train_documents` maps positions to documents), so memory is 4 bytes
+    per training document."""
+    train = permutation(n_docs - len(val_docs), seed)
+    val = val_docs[permutation(len(val_docs), seed)]
+    return [(train, val_docs), (val, None)]
+
+
+def train_documents(positions: np.ndarray, val_docs: np.ndarray) -> np.ndarray:
+    """Document indices of training positions: the k-th training document is ``k`` plus the number of validation
+    documents before it (``val_docs`` sorted; ``val_docs[i] - i`` training documents precede the i-th)."""
+    shifted = val_docs - np.arange(len(val_docs))
+    return positions + np.searchsorted(shifted, positions, side="right")
 
 
 def write_streams(path: Path, manifest: dict[str, Any], separator_id: int) -> None:
     """Write the training and validation streams for ``separator_id`` (and the training unigram counts) by copying
     document slices out of ``tokens.bin``; the ready file last."""
     dtype = np.dtype(manifest["tokens"]["dtype"])
-    n_docs = int(manifest["split"]["documents"])
-    is_val = np.zeros(n_docs, dtype=bool)
-    is_val[np.fromfile(path / "val-docs.bin", dtype=np.int64)] = True
-    train, val = document_orders(is_val, int(manifest["settings"]["seed"]))
-    del is_val
+    val_docs = np.fromfile(path / "val-docs.bin", dtype=np.int64)
+    orders = document_orders(val_docs, int(manifest["split"]["documents"]), int(manifest["settings"]["seed"]))
     vocab = int(manifest["tokenizer"]["vocab_size"])
     sizes, tag = {}, f"{os.getpid()}-{threading.get_ident()}"
     counts = np.zeros(vocab, dtype=np.int64)
-    for name, docs in (("train", train), ("val", val)):
+    for name, (order, train_of) in zip(("train", "val"), orders, strict=True):
         file = path / f"{name}-sep{separator_id}.bin"
         tmp = file.with_name(f".{file.name}.{tag}")
         with open(tmp, "wb") as f:
-            sizes[name] = copy_documents(path, dtype, docs, separator_id, f, counts if name == "train" else None)
+            sizes[name] = copy_documents(path, dtype, order, train_of, separator_id, f,
+                                         counts if name == "train" else None)
         os.replace(tmp, file)
     tmp = path / f".train-sep{separator_id}-counts.{tag}.npy"
     np.save(tmp, counts)
@@ -670,9 +678,10 @@ def write_streams(path: Path, manifest: dict[str, Any], separator_id: int) -> No
     _write_json(path / f"streams-sep{separator_id}.json", {"separator_id": separator_id, "tokens": sizes})
 
 
-def copy_documents(path: Path, dtype: np.dtype, docs: np.ndarray, separator_id: int, f: Any,
-                   counts: np.ndarray | None) -> int:
-    """Write documents ``docs`` (indices, in this order) of ``path``'s ``tokens.bin`` to ``f``, each followed by
+def copy_documents(path: Path, dtype: np.dtype, docs: np.ndarray, val_docs: np.ndarray | None, separator_id: int,
+                   f: Any, counts: np.ndarray | None) -> int:
+    """Write documents ``docs`` (indices, in this order; training positions when ``val_docs`` is given, mapped by
+    :func:`train_documents`) of ``path``'s ``tokens.bin`` to ``f``, each followed by
     ``separator_id``, in chunks of about :data:`STREAM_CHUNK_TOKENS` tokens; add the written tokens to ``counts``.
     Returns the tokens written.
 
@@ -684,7 +693,9 @@ def copy_documents(path: Path, dtype: np.dtype, docs: np.ndarray, separator_id: 
     fd = os.open(path / "tokens.bin", os.O_RDONLY)
     try:
         for lo in range(0, len(docs), 1 << 16):
-            part = docs[lo : lo + (1 << 16)]
+            part = docs[lo : lo + (1 << 16)].astype(np.int64)
+            if val_docs is not None:
+                part = train_documents(part, val_docs)
             offsets = _open_array(path / "offsets.bin", np.int64)
             starts, lengths = np.asarray(offsets[part]), np.asarray(offsets[part + 1]) - np.asarray(offsets[part])
             del offsets  # (a few pages of offsets.bin per part)

@@ -51,7 +51,7 @@ from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures, workers
 from famlab.experiments.plumbing.console import quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
-from famlab.experiments.plumbing.run import get_bundle, set_vocab, token_ids, write_json
+from famlab.experiments.plumbing.run import get_bundle, prepared_corpus, set_vocab, token_ids, write_json
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 
@@ -414,15 +414,13 @@ def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse
 
     ``reuse``: a resumed comparison keeps its own ``tokenizer.json`` (training is not bit-reproducible, and its
     models were trained with that one)."""
-    from famlab.datamodules import load_corpus
-
-    val_fraction = base.data.val_fraction if base.data.val_fraction is not None else 0.05
-    corpus = load_corpus(base.data.corpus, val_fraction=val_fraction, seed=base.data.seed)
     shared = (comp_dir / "tokenizer.json").resolve()
     if reuse and shared.is_file():
         base.data.tokenizer.path = str(shared)
+        corpus = prepared_corpus(base)  # the same streams, encoded with the comparison's own tokenizer
         bundle = get_bundle(base, corpus)
     else:
+        corpus = prepared_corpus(base)  # streamed once into the cache (docs/data.md); a prepared directory as it is
         bundle = get_bundle(base, corpus, comp_dir)
     for cfg in cfgs.values():
         cfg.data.tokenizer.path = str(shared)

@@ -221,6 +221,9 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         explicit = OmegaConf.merge(*others, over) if others or over else OmegaConf.create({})
     except OmegaConfBaseException as e:
         raise ConfigInputError(format_omegaconf_error(e)) from None
+    except TypeError as e:  # OmegaConf merging a mapping into a list field (or back) raises a plain TypeError
+        raise ConfigInputError(f"{e} (a key=value override gives a mapping where the key holds a list, or the other "
+                               f"way round: {' '.join(overrides)})") from None
     model_explicit = OmegaConf.to_container(explicit.get("model", OmegaConf.create({})))
     cfg = to_dataclass(merged)
     cross_checks(cfg)

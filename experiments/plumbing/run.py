@@ -278,8 +278,7 @@ def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> 
             num_sentinels=t.num_sentinels,
             path=t.path,
             cache_dir=cache_dir(cfg),
-            sample_bytes=t.sample_bytes,
-            seed=cfg.data.seed,
+            **({} if t.path else {"sample_bytes": t.sample_bytes, "seed": cfg.data.seed}),  # training settings only
         )
     if run_dir is not None and env_rank() == 0:
         shutil.copyfile(bundle.path, run_dir / "tokenizer.json")

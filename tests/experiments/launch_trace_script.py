@@ -60,15 +60,15 @@ class PlacementRecorder(pl.Callback):
 
 
 def main() -> int:
-    import famlab.datamodules.pretrain as pretrain_data
-    import famlab.datamodules.tokenizer as tokenizer
+    import famlab.datamodules.prepare as prepare
     import famlab.experiments.commands.pretrain as pretrain_job
     from famlab.experiments.commands.cli import main as famlab
 
     out_dir = Path(os.environ[TRACE_ENV])
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer.train_tokenizer = _counted(tokenizer.train_tokenizer, out_dir / "trained.txt")
-    pretrain_data.write_token_file = _counted(pretrain_data.write_token_file, out_dir / "tokenized.txt")
+    # the corpus is streamed into a prepared dataset: its tokenizer trained and its tokens written there, once
+    prepare.train_tokenizer = _counted(prepare.train_tokenizer, out_dir / "trained.txt")
+    prepare.prepare_corpus = _counted(prepare.prepare_corpus, out_dir / "tokenized.txt")
     make_trainer = pretrain_job.make_trainer
 
     def traced_make_trainer(*args: Any, **kwargs: Any) -> Any:

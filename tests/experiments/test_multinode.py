@@ -56,9 +56,9 @@ def _records(trace: Path) -> list[dict]:
 
 
 def _assert_prepared_once_and_shared(trace: Path, environment: str) -> None:
-    """The tokenizer trained once, the corpus tokenized once (train + val files), both ranks on the same bytes."""
+    """The tokenizer trained once, the corpus prepared once (by rank 0), both ranks on the same bytes."""
     assert (trace / "trained.txt").read_text().split() == ["0"], "the tokenizer was not trained exactly once"
-    assert (trace / "tokenized.txt").read_text().split() == ["0", "0"], "token files not written once, by rank 0"
+    assert (trace / "tokenized.txt").read_text().split() == ["0"], "the corpus was not prepared once, by rank 0"
     r0, r1 = _records(trace)
     assert (r0["global_rank"], r1["global_rank"], r0["world_size"], r1["world_size"]) == (0, 1, 2, 2)
     assert r0["environment"] == r1["environment"] == environment

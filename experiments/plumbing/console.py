@@ -47,7 +47,7 @@ def quiet_libraries(log_path: Path) -> None:
     if verbose():
         return
     os.environ["WANDB_SILENT"] = "true"  # read by wandb.init: no banners, no sync hints on the console
-    handler = logging.FileHandler(log_path, encoding="utf-8", delay=True)
+    handler = _RunLogHandler(log_path, encoding="utf-8", delay=True)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
     for name in LIBRARY_LOGGERS:
@@ -70,8 +70,24 @@ def library_output() -> Iterator[None]:
     if verbose() or not _LOG:
         yield
         return
-    with _LOG[0].open("a", encoding="utf-8") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    try:
+        f = _LOG[0].open("a", encoding="utf-8")
+    except OSError:  # the run directory is gone: leave the console as it is
         yield
+        return
+    with f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        yield
+
+
+class _RunLogHandler(logging.FileHandler):
+    """A run's log file that never raises into the code that logs: a run directory removed while the process goes
+    on (a notebook, a test session) makes the line go to stderr instead."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            super().emit(record)
+        except OSError:  # FileHandler opens a delayed file outside logging's own error handling
+            sys.stderr.write(self.format(record) + "\n")
 
 
 def _warning_router(log_path: Path) -> Any:
@@ -82,8 +98,11 @@ def _warning_router(log_path: Path) -> Any:
         if str(Path(filename).resolve()).startswith(_FAMLAB_ROOTS):  # famlab's own warnings concern the user's run
             console(message, category, filename, lineno, file, line)
             return
-        with log_path.open("a", encoding="utf-8") as f:
-            f.write(warnings.formatwarning(message, category, filename, lineno, line))
+        try:
+            with log_path.open("a", encoding="utf-8") as f:
+                f.write(warnings.formatwarning(message, category, filename, lineno, line))
+        except OSError:  # the run directory is gone: show it as Python would
+            console(message, category, filename, lineno, file, line)
 
     return show
 

@@ -35,6 +35,19 @@ def test_library_logging_and_foreign_warnings_go_to_the_log_famlab_warnings_stay
     assert "second run's tip" in second.read_text() and "second run's tip" not in text
 
 
+def test_a_removed_run_directory_never_breaks_the_code_that_logs(tmp_path, monkeypatch, capsys):
+    """The log's directory deleted while the process goes on: the line reaches stderr, nothing raises."""
+    import shutil
+
+    monkeypatch.delenv(console.VERBOSE_ENV, raising=False)
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    (tmp_path / "run").mkdir()
+    console.quiet_libraries(tmp_path / "run" / "famlab.log")
+    shutil.rmtree(tmp_path / "run")
+    logging.getLogger("lightning.pytorch").info("after the run directory went")
+    assert "after the run directory went" in capsys.readouterr().err
+
+
 def test_famlab_verbose_leaves_the_libraries_alone(tmp_path, monkeypatch):
     monkeypatch.setenv(console.VERBOSE_ENV, "1")
     before = list(logging.getLogger("lightning.pytorch").handlers)

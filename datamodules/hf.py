@@ -23,8 +23,9 @@ def parse_hf_spec(spec: str) -> tuple[str, str | None]:
     return name, (config or None)
 
 
-def load_hf(spec: str) -> Any:
-    """Load ``spec`` as a ``datasets.DatasetDict``; any failure becomes one-line ``DataError``."""
+def load_hf(spec: str, *, streaming: bool = False) -> Any:
+    """Load ``spec`` as a ``datasets.DatasetDict`` (``streaming``: an ``IterableDatasetDict`` read as iterated);
+    any failure becomes one-line ``DataError``."""
     name, config = parse_hf_spec(spec)
     try:
         import datasets
@@ -32,12 +33,11 @@ def load_hf(spec: str) -> Any:
         raise DataError(f"{spec}: needs the Hugging Face 'datasets' package (pip install famlab[hf])") from e
     try:
         if name in FILE_BUILDERS and config is not None:
-            ds = datasets.load_dataset(name, data_files=config)
+            ds = datasets.load_dataset(name, data_files=config, streaming=streaming)
         else:
-            ds = datasets.load_dataset(name, config)
+            ds = datasets.load_dataset(name, config, streaming=streaming)
     except Exception as e:  # noqa: BLE001 - datasets raises many types (offline, missing, bad config)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise DataError(f"{spec}: cannot load dataset ({type(e).__name__}: {first})") from e
-    if not isinstance(ds, datasets.DatasetDict):
-        ds = datasets.DatasetDict({"train": ds})
-    return ds
+    kind = datasets.IterableDatasetDict if streaming else datasets.DatasetDict
+    return ds if isinstance(ds, kind) else kind({"train": ds})

@@ -43,7 +43,7 @@ from typing import IO, Any
 import numpy as np
 from famlab.datamodules.bundled import WORDNET_CORPUS
 from famlab.datamodules.errors import DataError
-from famlab.datamodules.hf import FILE_BUILDERS, parse_hf_spec
+from famlab.datamodules.hf import load_hf
 
 log = logging.getLogger(__name__)
 
@@ -454,25 +454,13 @@ def hf_splits(spec: str) -> tuple[Iterable[Any], Iterable[Any] | None]:
     Raises:
         DataError: no ``datasets`` package, a dataset that does not load, no ``train`` split, no ``text`` column.
     """
-    name, config = parse_hf_spec(spec)
+    ds = load_hf(spec, streaming=True)
+    if "train" not in ds:
+        raise DataError(f"{spec}: no 'train' split (splits: {sorted(ds)})")
     try:
-        import datasets
-    except ImportError as e:
-        raise DataError(f"{spec}: needs the Hugging Face 'datasets' package (pip install famlab[hf])") from e
-    try:
-        if name in FILE_BUILDERS and config is not None:
-            ds = datasets.load_dataset(name, data_files=config, streaming=True)
-        else:
-            ds = datasets.load_dataset(name, config, streaming=True)
-        if not isinstance(ds, datasets.IterableDatasetDict):
-            ds = datasets.IterableDatasetDict({"train": ds})
-        if "train" not in ds:
-            raise DataError(f"{spec}: no 'train' split (splits: {sorted(ds)})")
         columns = ds["train"].column_names
         if columns is None:  # features unknown until read: the first row's keys
             columns = list(next(iter(ds["train"]), {}))
-    except DataError:
-        raise
     except Exception as e:  # noqa: BLE001 - datasets raises many types (offline, missing, bad config)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise DataError(f"{spec}: cannot load dataset ({type(e).__name__}: {first})") from e

@@ -123,15 +123,12 @@ def _read_tokenizer_file(path: str) -> bytes:
 
 
 # -- the prepared dataset ----------------------------------------------------------------------------------------
-class ValTexts(Sequence[str]):
-    """The validation documents' texts in source order, read from ``val-texts.bin`` on access (a lazy list)."""
+class _LazyTexts(Sequence[str]):
+    """A list of texts read on access: ``text(i)`` gives the ``i``-th (0 <= i < len); indexing and slicing as a
+    list's."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offsets = _open_array(path / "val-text-offsets.bin", np.int64)
-
-    def __len__(self) -> int:
-        return max(0, len(self.offsets) - 1)
+    def text(self, index: int) -> str:
+        raise NotImplementedError
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -141,18 +138,32 @@ class ValTexts(Sequence[str]):
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+            return [self.text(i) for i in range(*index.indices(len(self)))]
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(index)
+        return self.text(index)
+
+
+class ValTexts(_LazyTexts):
+    """The validation documents' texts in source order, read from ``val-texts.bin`` on access (a lazy list)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offsets = _open_array(path / "val-text-offsets.bin", np.int64)
+
+    def __len__(self) -> int:
+        return max(0, len(self.offsets) - 1)
+
+    def text(self, index: int) -> str:
         lo, hi = int(self.offsets[index]), int(self.offsets[index + 1])
         with open(self.path / "val-texts.bin", "rb") as f:
             f.seek(lo)
             return f.read(hi - lo).decode("utf-8")
 
 
-class TrainTexts(Sequence[str]):
+class TrainTexts(_LazyTexts):
     """The training documents in source order, decoded from ``tokens.bin`` on access (a lazy list).
 
     Decoding gives the text back exactly for byte-level BPE; WordPiece and Unigram normalise (lower-casing, NFKC),
@@ -172,15 +183,7 @@ class TrainTexts(Sequence[str]):
     def __len__(self) -> int:
         return len(self.docs)
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def text(self, index: int) -> str:
         doc = int(self.docs[index])
         ids = self.tokens[int(self.offsets[doc]) : int(self.offsets[doc + 1])]
         return self.tokenizer.decode(ids.tolist(), skip_special_tokens=False)

@@ -32,6 +32,8 @@ _FAMLAB_ROOTS = tuple(str(Path(__file__).resolve().parents[2] / d) for d in
 _HANDLER_NAME = "famlab-library-log"
 _CONSOLE_SHOW = warnings.showwarning  # how warnings reach stderr before famlab routes them
 _LOG: list[Path] = []  # the log quiet_libraries routes to now, in this process
+_SAVED: dict[str, tuple[list[logging.Handler], bool]] = {}  # each logger's console handlers and propagate flag
+_SILENT_BEFORE: list[str | None] = []  # WANDB_SILENT as the user had it
 
 
 def verbose() -> bool:
@@ -42,16 +44,22 @@ def verbose() -> bool:
 def quiet_libraries(log_path: Path) -> None:
     """Route the libraries' logging and non-famlab warnings to ``log_path`` (appended) from now on, in this process.
 
-    Called again with another path (the next run of a comparison's worker), it moves the output there.
+    Called again with another path (the next run of a comparison's worker), it moves the output there; called when
+    the user asks for verbose output, it undoes an earlier routing in this process (a notebook, a test session).
     """
     if verbose():
+        _restore_console()
         return
+    if not _SILENT_BEFORE:
+        _SILENT_BEFORE.append(os.environ.get("WANDB_SILENT"))
     os.environ["WANDB_SILENT"] = "true"  # read by wandb.init: no banners, no sync hints on the console
     handler = _RunLogHandler(log_path, encoding="utf-8", delay=True)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
     for name in LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
+        if name not in _SAVED:
+            _SAVED[name] = ([h for h in logger.handlers if type(h) is logging.StreamHandler], logger.propagate)
         for old in list(logger.handlers):  # Lightning adds a console handler of its own at import
             if old.get_name() == _HANDLER_NAME or type(old) is logging.StreamHandler:
                 logger.removeHandler(old)
@@ -61,6 +69,29 @@ def quiet_libraries(log_path: Path) -> None:
         logger.propagate = False
     warnings.showwarning = _warning_router(log_path)
     _LOG[:] = [log_path]
+
+
+def _restore_console() -> None:
+    """Put back what :func:`quiet_libraries` changed: the loggers' own console handlers, warnings, W&B's banners."""
+    for name, (handlers, propagate) in _SAVED.items():
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            if old.get_name() == _HANDLER_NAME:
+                logger.removeHandler(old)
+                old.close()
+        for h in handlers:
+            if h not in logger.handlers:
+                logger.addHandler(h)
+        logger.propagate = propagate
+    _SAVED.clear()
+    if _SILENT_BEFORE:
+        before = _SILENT_BEFORE.pop()
+        if before is None:
+            os.environ.pop("WANDB_SILENT", None)
+        else:
+            os.environ["WANDB_SILENT"] = before
+    warnings.showwarning = _CONSOLE_SHOW
+    _LOG.clear()
 
 
 @contextlib.contextmanager

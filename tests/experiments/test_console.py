@@ -49,10 +49,23 @@ def test_a_removed_run_directory_never_breaks_the_code_that_logs(tmp_path, monke
 
 
 def test_famlab_verbose_leaves_the_libraries_alone(tmp_path, monkeypatch):
+    """Verbose: nothing is routed, and a routing made earlier in the process (a notebook's previous run, an earlier
+    test) is undone: Lightning's console handler, its propagate flag and W&B's banners come back."""
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
     monkeypatch.setenv(console.VERBOSE_ENV, "1")
-    before = list(logging.getLogger("lightning.pytorch").handlers)
-    console.quiet_libraries(tmp_path / "x.log")
-    assert logging.getLogger("lightning.pytorch").handlers == before and not (tmp_path / "x.log").exists()
+    console.quiet_libraries(tmp_path / "x.log")  # whatever an earlier test routed is put back first
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    logger = logging.getLogger("lightning.pytorch")
+    before = (list(logger.handlers), logger.propagate)
+    monkeypatch.delenv(console.VERBOSE_ENV)
+    console.quiet_libraries(tmp_path / "routed.log")
+    assert (list(logger.handlers), os.environ.get("WANDB_SILENT")) != (before[0], None)
+    monkeypatch.setenv(console.VERBOSE_ENV, "1")
+    console.quiet_libraries(tmp_path / "y.log")
+    assert (list(logger.handlers), logger.propagate) == before and "WANDB_SILENT" not in os.environ
+    logger.info("shown on the console again")
+    assert not (tmp_path / "routed.log").exists() and not (tmp_path / "y.log").exists()
+    assert warnings.showwarning is console._CONSOLE_SHOW
 
 
 @pytest.mark.slow

@@ -28,10 +28,15 @@ def _famlab(args: list[str], root: Path, **extra: str) -> subprocess.CompletedPr
 
 
 @pytest.mark.slow
-def test_ddp_pretrain_logs_one_wandb_run_and_rank0_writes(tmp_path):
+def test_ddp_pretrain_from_a_prepared_dir_logs_one_wandb_run_and_rank0_writes(tmp_path):
+    """Both ranks train from a directory `famlab prepare` wrote, with the raw text gone: no rank reads it."""
     corpus = write_corpus(tmp_path / "corpus.txt")
+    prepared = tmp_path / "prepared"
+    done = _famlab(["prepare", "gpt", "tiny", f"data.corpus={corpus}", f"run_dir={prepared}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    corpus.unlink()
     run_dir = tmp_path / "ddp"
-    args = [a for a in fast_args(corpus, run_dir, 6) if not a.startswith("wandb.")] + ["wandb.mode=offline", *DDP]
+    args = [a for a in fast_args(prepared, run_dir, 6) if not a.startswith("wandb.")] + ["wandb.mode=offline", *DDP]
     done = _famlab(args, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("done:") == 1  # one report, from rank 0

@@ -66,15 +66,6 @@ def check_roformer_expressible(cfg: ModelConfig) -> None:
     check_expressible(_as_bert(cfg))
 
 
-def roformer_classifier_error(cfg: ModelConfig, pooling: str) -> HFConversionError:
-    """Why no Hugging Face class computes a famlab classifier on a rotary BERT (one line naming the pooling)."""
-    return HFConversionError(
-        f"export: finetune.pooling={pooling} on a model.pos=rope BERT has no Hugging Face class: "
-        f"RoFormerForSequenceClassification reads [CLS] through dense + model.activation={cfg.activation.value}, "
-        "not famlab's pooler (dense + tanh) or another pooling"
-    )
-
-
 def interleave_rows(x: Tensor, num_heads: int) -> Tensor:
     """Rows of a q or k projection ``(H*D, ...)`` from the rotate-half order to RoFormer's interleaved order:
     inside each head, new row ``2i`` = old row ``i`` and new row ``2i+1`` = old row ``i + D/2``."""

@@ -272,13 +272,15 @@ def _options(overrides: list[str]) -> dict[str, Any]:
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
-    """CLI entry: ``famlab eval <run_dir>... data.eval=<name | file.jsonl> [rule= limit= bigram= wandb.mode=]``."""
+    """CLI entry: ``famlab eval <run_dir>... data.eval=<name | file.jsonl> [rule= limit= headline= bigram=
+    wandb.mode= wandb.project=]`` (every option :func:`_options` parses; ``famlab eval --help`` names each)."""
     from famlab.experiments.configuration.config import Config, WandbMode
     from famlab.experiments.tracking.wandb_guard import wandb_mode
 
     opts = _options(overrides)
     if not presets or flags:
-        raise EvalInputError("usage: famlab eval <run_dir>... data.eval=<name | file.jsonl> [key=value]...")
+        raise EvalInputError("usage: famlab eval <run_dir>... data.eval=<name | file.jsonl> [key=value]... "
+                             "(famlab eval --help lists the options)")
     run_dirs = [Path(p) for p in presets]
     for d in run_dirs:
         if not (d / "config.yaml").is_file():

@@ -1,13 +1,22 @@
 """``famlab export <run_dir> <out_dir>``: a run as a Hugging Face model folder that ``transformers`` loads offline.
 
-The folder holds the model (``model.safetensors`` + ``config.json``; ``BertForMaskedLM``,
-``GPT2LMHeadModel`` or ``T5ForConditionalGeneration`` for a pretraining run, ``BertForSequenceClassification``
-or ``GPT2ForSequenceClassification`` with label names for a fine-tuned classifier), the run's tokenizer as a
+The folder holds the model (``model.safetensors`` + ``config.json``), the run's tokenizer as a
 ``PreTrainedTokenizerFast`` (famlab's special tokens, sentinels and ``[PAD]``; it adds the family's special
-tokens as the fine-tuning collator does) and a model card ``README.md``. A BERT with ``model.pos=rope`` is written
-as ``RoFormerForMaskedLM``, BERT with rotary q/k (Su et al. 2021; ``famlab.families.hf_roformer``). Every setting
-HF cannot express is refused on one line before anything is written. A multi-seed fine-tune exports ``seed=<s>``
-(default: the first seed); a fine-tune exports its best checkpoint, as its test scores were read from it.
+tokens as the fine-tuning collator does) and a model card ``README.md``. A pretraining run is written as
+``BertForMaskedLM``, ``GPT2LMHeadModel`` or ``T5ForConditionalGeneration``; a BERT with ``model.pos=rope`` as
+``RoFormerForMaskedLM``, BERT with rotary q/k (Su et al. 2021; ``famlab.families.hf_roformer``).
+
+A fine-tuned classifier that pools as a Hugging Face sequence classifier does (BERT with learned positions and
+``cls`` pooling, GPT with ``last``) is written as ``BertForSequenceClassification`` /
+``GPT2ForSequenceClassification`` with label names. No Hugging Face sequence classifier pools any other way (the
+default ``mean`` pooling included), so every other classifier is written as its fine-tuned body (``BertModel``,
+``RoFormerModel``, ``GPT2Model`` and ``T5Model``, which ``AutoModel`` loads, or ``T5EncoderModel`` when a T5 pools
+its encoder), with :data:`HEAD_FILE` (the classifier's ``weight`` and ``bias`` with a standardising head
+folded in, and BERT's ``pooler.weight`` / ``pooler.bias`` for ``cls`` pooling), the pooling and the label names in
+``config.json``, and a model card whose code computes the classifier's logits from the body (the same logits:
+tested). Every model setting HF cannot express is refused on one line before anything is written. A multi-seed
+fine-tune exports ``seed=<s>`` (default: the first seed); a fine-tune exports its best checkpoint, as its test
+scores were read from it.
 """
 
 from __future__ import annotations
@@ -22,6 +31,15 @@ from famlab.experiments.configuration.config import ConfigInputError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]", "[EOS]", "[R]", "[X]", "[S]")
 LM_CLASS = {"bert": "AutoModelForMaskedLM", "gpt": "AutoModelForCausalLM", "t5": "AutoModelForSeq2SeqLM"}
+HEAD_FILE = "classifier_head.safetensors"  # a classifier written as its body: the head Hugging Face has no class for
+# the model card's code for each pooling: (B, T, C) `hidden` and the tokenizer's `batch` -> (B, C) `pooled`
+POOLED = {
+    "mean": ['mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)',
+             "pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)  # mean over the tokens"],
+    "cls": ["pooled = hidden[:, 0]  # the first token"],
+    "last": ['pooled = hidden[torch.arange(len(hidden)), batch["attention_mask"].sum(1) - 1]  # last token'],
+    "decoder": ["pooled = hidden[:, 0]  # the decoder's first step"],
+}  # fmt: skip
 
 
 @dataclass
@@ -35,6 +53,16 @@ class ExportPlan:
     model: Any  # families ModelConfig
     classifier: dict[str, Any] | None = None  # hyper-parameters of a fine-tuned ClassifierModule
     labels: list[str] = field(default_factory=list)
+
+    @property
+    def body_only(self) -> bool:
+        """A classifier no Hugging Face sequence classifier computes: written as its body plus :data:`HEAD_FILE`."""
+        from famlab.families.hf_classifier import EXPRESSIBLE
+        from famlab.families.hf_roformer import is_roformer
+
+        if self.classifier is None:
+            return False
+        return is_roformer(self.model) or EXPRESSIBLE.get(self.model.family.value) != self.classifier["pooling"]
 
 
 def _checkpoint(run_dir: Path, finetune: bool, seed: str | None) -> Path:
@@ -76,8 +104,7 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     import torch
     from famlab.experiments.configuration.compose import to_dataclass
     from famlab.families.config import ModelConfig
-    from famlab.families.hf_classifier import check_classifier_expressible
-    from famlab.families.hf_roformer import check_roformer_expressible, is_roformer, roformer_classifier_error
+    from famlab.families.hf_roformer import check_roformer_expressible, is_roformer
     from famlab.families.hf_settings import check_expressible
     from omegaconf import OmegaConf
 
@@ -101,9 +128,8 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     if finetune or "num_classes" in hparams:
         if "num_classes" not in hparams:
             raise ConfigInputError(f"{ckpt}: a fine-tune checkpoint without the classifier's hyper-parameters")
-        if is_roformer(model):
-            raise roformer_classifier_error(model, hparams["pooling"])
-        check_classifier_expressible(model.family.value, hparams["pooling"])
+        if hparams["pooling"] not in POOLED:
+            raise ConfigInputError(f"export: finetune.pooling={hparams['pooling']} is not one of {', '.join(POOLED)}")
         plan.classifier = dict(hparams)
         plan.labels = _labels(saved, int(hparams["num_classes"]))
     return plan
@@ -137,7 +163,46 @@ def build_hf_model(plan: ExportPlan) -> tuple[Any, Any]:
     )
     head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
     head.eval()
+    if plan.body_only:
+        return body_to_hf(net, plan), (net, head)
     return classifier_to_hf(net, head, h["pooling"], plan.labels), (net, head)
+
+
+def body_to_hf(net: Any, plan: ExportPlan) -> Any:
+    """The fine-tuned body as a Hugging Face base model (``BertModel``, ``RoFormerModel``, ``GPT2Model``,
+    ``T5EncoderModel``, or ``T5Model`` when the decoder pools), its ``config.json`` naming the pooling,
+    the head file and the labels."""
+    import transformers
+    from famlab.families.hf import to_hf
+    from famlab.families.hf_roformer import is_roformer, roformer_to_hf
+
+    assert plan.classifier is not None
+    pooling = plan.classifier["pooling"]
+    lm = roformer_to_hf(net) if is_roformer(plan.model) else to_hf(net)
+    if plan.model.family.value != "t5":
+        body = lm.base_model  # BertModel (no pooler) / RoFormerModel / GPT2Model, sharing the LM's weights
+    else:
+        body = (transformers.T5Model if pooling == "decoder" else transformers.T5EncoderModel)(lm.config)
+        keys = body.state_dict().keys()
+        body.load_state_dict({k: v for k, v in lm.state_dict().items() if k in keys})
+    config = body.config
+    config.id2label = dict(enumerate(plan.labels))
+    config.label2id = {name: i for i, name in enumerate(plan.labels)}
+    config.famlab_classifier = {"pooling": pooling, "head": HEAD_FILE}
+    return body.eval()
+
+
+def head_tensors(head: Any) -> dict[str, Any]:
+    """:data:`HEAD_FILE`'s tensors: ``weight`` (K, C) and ``bias`` (K,) with a standardising head's evaluation
+    statistics folded in; ``pooler.weight`` / ``pooler.bias`` (BERT's dense + tanh, applied first) for ``cls``."""
+    from famlab.families.hf_classifier import folded_classifier
+
+    weight, bias = folded_classifier(head)
+    out = {"weight": weight.float().contiguous(), "bias": bias.float().contiguous()}
+    if head.pooler is not None:
+        out["pooler.weight"] = head.pooler.dense.weight.detach().contiguous()
+        out["pooler.bias"] = head.pooler.dense.bias.detach().contiguous()
+    return out
 
 
 def fast_tokenizer(plan: ExportPlan) -> Any:
@@ -172,14 +237,18 @@ def model_card(plan: ExportPlan, hf_class: str) -> str:
     saved, family = plan.saved, plan.model.family.value
     results = _read_json(plan.run_dir / "results.json")
     data = saved.get("data", {})
-    auto = "AutoModelForSequenceClassification" if plan.classifier else LM_CLASS[family]
+    auto = body_class(plan) if plan.body_only else "AutoModelForSequenceClassification" if plan.classifier \
+        else LM_CLASS[family]
     objective = (saved.get("objective") or {}).get("name", "?")
     kind = f"fine-tuned {family} classifier" if plan.classifier else f"{family} pretrained with {objective}"
     source = plan.checkpoint.relative_to(plan.run_dir)
     lines = [
         "---", "library_name: transformers", f"tags: [famlab, {family}]", "---", "",
         f"# {plan.run_dir.name}", "",
-        f"A {kind}, trained with famlab and exported as `{hf_class}` from `{source}`.",
+        f"A {kind}, trained with famlab and exported as `{hf_class}` from `{source}`." + (
+            f" Hugging Face has no sequence classifier with its pooling (`{(plan.classifier or {}).get('pooling')}`): "
+            f"this is the fine-tuned body, and `{HEAD_FILE}` holds the classification head (code below)."
+            if plan.body_only else ""),
         "", "## Data", "",
         f"- corpus: `{data.get('corpus', 'bundled')}`" + (f"; task: `{data.get('task')}`" if plan.classifier else ""),
         f"- tokenizer: {data.get('tokenizer', {}).get('kind', '?')}, "
@@ -193,27 +262,70 @@ def model_card(plan: ExportPlan, hf_class: str) -> str:
             lines.append(f"- {key}: `{json.dumps(results[key], sort_keys=True)}`")
     if not results:
         lines.append("- the run wrote no results.json")
-    lines += [
-        "", "## Usage", "", "```python",
-        f"from transformers import AutoTokenizer, {auto}", "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{plan.out_dir.name}")',
-        f'model = {auto}.from_pretrained("{plan.out_dir.name}").eval()',
-        'batch = tokenizer(["an example sentence"], return_tensors="pt", padding=True)',
-    ]
-    if family == "t5" and not plan.classifier:
-        lines.append("logits = model(**batch, decoder_input_ids=batch.input_ids[:, :1] * 0).logits  # start: [PAD]")
-    else:
-        lines.append("logits = model(**batch).logits")
-    lines += ["```", "", "## Training config (famlab `config.yaml`)", "", "```yaml",
+    lines += ["", "## Usage", "", *(body_usage(plan) if plan.body_only else usage(plan, auto))]
+    lines += ["", "## Training config (famlab `config.yaml`)", "", "```yaml",
               yaml.safe_dump(saved, sort_keys=False).rstrip(), "```", ""]  # fmt: skip
     return "\n".join(lines)
 
 
+def usage(plan: ExportPlan, auto: str) -> list[str]:
+    """The model card's Python for a model that computes its logits itself (an LM or a sequence classifier)."""
+    folder = plan.out_dir.name
+    lines = ["```python", f"from transformers import AutoTokenizer, {auto}", "",
+             f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
+             f'model = {auto}.from_pretrained("{folder}").eval()',
+             'batch = tokenizer(["an example sentence"], return_tensors="pt", padding=True)']  # fmt: skip
+    if plan.model.family.value == "t5" and not plan.classifier:
+        lines.append("logits = model(**batch, decoder_input_ids=batch.input_ids[:, :1] * 0).logits  # start: [PAD]")
+    else:
+        lines.append("logits = model(**batch).logits")
+    return [*lines, "```"]
+
+
+def body_class(plan: ExportPlan) -> str:
+    """The transformers class that loads a classifier's body: ``AutoModel``, but ``T5EncoderModel`` for a T5 that
+    pools its encoder (``AutoModel`` would build a ``T5Model`` with a decoder the classifier never trained)."""
+    assert plan.classifier is not None
+    t5_encoder = plan.model.family.value == "t5" and plan.classifier["pooling"] != "decoder"
+    return "T5EncoderModel" if t5_encoder else "AutoModel"
+
+
+def body_usage(plan: ExportPlan) -> list[str]:
+    """The model card's Python for a classifier written as its body: load it and the head, pool as famlab did,
+    apply the head (tests run this code and compare its logits with famlab's)."""
+    from famlab.families.hf_roformer import is_roformer
+
+    assert plan.classifier is not None
+    folder, pooling = plan.out_dir.name, plan.classifier["pooling"]
+    # BertModel would add a pooler the classifier never trained (RoFormerModel has none)
+    bert = plan.model.family.value == "bert" and not is_roformer(plan.model)
+    extra = ", add_pooling_layer=False" if bert else ""
+    decoder = ", decoder_input_ids=batch.input_ids[:, :1] * 0" if pooling == "decoder" else ""  # start: [PAD]
+    lines = ["```python", "import torch", "from safetensors.torch import load_file",
+             f"from transformers import AutoTokenizer, {body_class(plan)}", "",
+             f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
+             f'model = {body_class(plan)}.from_pretrained("{folder}"{extra}).eval()',
+             f'head = load_file("{folder}/{HEAD_FILE}")',
+             'batch = tokenizer(["an example sentence"], return_tensors="pt", padding=True)',
+             "with torch.no_grad():",
+             f"    hidden = model(**batch{decoder}).last_hidden_state",
+             *(f"    {line}" for line in POOLED[pooling])]  # fmt: skip
+    if pooling == "cls":  # the head's pooler (BERT's dense + tanh)
+        lines.append('    pooled = torch.tanh(pooled @ head["pooler.weight"].T + head["pooler.bias"])')
+    lines += ['    logits = pooled @ head["weight"].T + head["bias"]',
+              "labels = [model.config.id2label[i] for i in logits.argmax(-1).tolist()]", "```"]
+    return lines
+
+
 def export(plan: ExportPlan) -> Any:
     """Write the folder; returns the Hugging Face model written."""
-    model, _ = build_hf_model(plan)  # may still refuse (a rank-deficient GPT classifier): nothing written yet
+    model, ours = build_hf_model(plan)  # may still refuse (a rank-deficient GPT classifier): nothing written yet
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(plan.out_dir))
+    if plan.body_only:
+        from safetensors.torch import save_file
+
+        save_file(head_tensors(ours[1]), str(plan.out_dir / HEAD_FILE))
     fast_tokenizer(plan).save_pretrained(str(plan.out_dir))
     (plan.out_dir / "README.md").write_text(model_card(plan, type(model).__name__), encoding="utf-8")
     return model

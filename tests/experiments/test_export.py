@@ -158,15 +158,6 @@ def test_exported_classifier_has_label_names_and_the_same_logits(make_run, tmp_p
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
 
 
-def test_exported_t5_classifier_is_refused_before_writing(make_run, tmp_path, capsys):
-    run_dir, _ = make_run("t5", pooling="mean")
-    out = tmp_path / "hf"
-    assert main(["export", str(run_dir), str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("famlab: error: export: model.family=t5 classifiers") and "\n" not in err
-    assert not out.exists()
-
-
 @pytest.mark.parametrize(
     ("family", "overrides", "pooling", "named"),
     [
@@ -174,13 +165,10 @@ def test_exported_t5_classifier_is_refused_before_writing(make_run, tmp_path, ca
         ("t5", dict(pos="rope"), None, "model.pos=rope"),
         ("bert", dict(pos="rope", rope_theta=500000.0), None, "model.rope_theta=500000 is not expressible"),
         ("bert", dict(pos="rope", qk_scale=0.5), None, "model.qk_scale=0.5"),
-        ("bert", dict(pos="rope"), "cls", "finetune.pooling=cls on a model.pos=rope BERT"),
-        ("bert", dict(pos="rope"), "mean", "finetune.pooling=mean on a model.pos=rope BERT"),
         ("gpt", dict(qk_scale=0.5), None, "model.qk_scale=0.5"),
         ("t5", dict(qk_scale=None), None, "model.qk_scale=None"),
         ("t5", dict(tie_embeddings=False), None, "model.tie_embeddings=false"),
         ("bert", dict(norm="rmsnorm"), None, "model.norm=rmsnorm"),
-        ("gpt", {}, "mean", "finetune.pooling=mean"),
     ],
 )
 def test_settings_hf_cannot_express_are_refused_on_one_line_before_writing(

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
+from famlab.experiments.configuration.compare_defaults import TINY_DEFAULTS
 from famlab.experiments.configuration.compose import (
     compose,
     format_omegaconf_error,
@@ -68,7 +69,14 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
         details="Frozen pooled features + logistic regression (finetune.probe_c_grid chosen on validation); the same "
                 "for finetune.probe_seeds random-init bodies of the same shape. Writes results.json."),
     "compare": Command(
-        "famlab.experiments.commands.compare:main", "pretrain + fine-tune every family under a matched budget, report"),
+        "famlab.experiments.commands.compare:main", "pretrain + fine-tune every family under a matched budget, report",
+        args=f"[--dry-run] {PRESET_ARGS}", flags=("--dry-run",),
+        details="With no size preset (tiny, small, base; cpu extends tiny) a comparison is tiny plus these defaults "
+                "of famlab compare,\napplied before your presets and overrides (a key you set wins; famlab config "
+                "does not show them):\n" + "\n".join(f"  {' '.join(TINY_DEFAULTS[i:i + 4])}" for i in
+                                                      range(0, len(TINY_DEFAULTS), 4))
+                + "\ncompare.workers is one per visible GPU on a machine with several, each worker on its own GPU."
+                "\n--dry-run prints the composed config, the budget plan per arm and the jobs, and runs nothing."),
     "sweep": Command(
         "famlab.experiments.commands.sweep:main", "run a W&B sweep file locally (--dry-run lists the trials)",
         args="<sweep name | file.yaml> [sweep.*=...] [wandb.*=...] [run_dir=<dir> [resume=auto]]",
@@ -109,7 +117,9 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
         "famlab.experiments.commands.export:main",
         "write a run as a Hugging Face model folder (model, tokenizer, card)",
         args="<run_dir> <out_dir> [seed=<s>]",
-        details="The folder loads offline with transformers' AutoModelFor...; settings HF cannot express are refused."),
+        details="The folder loads offline in transformers; a classifier no HF class pools as famlab did (the default "
+                "mean pooling included) is written as its body with classifier_head.safetensors and a model card "
+                "that applies the head; model settings HF cannot express are refused."),
     "config": Command(
         "famlab.experiments.commands.cli:config_command", "print the resolved config (or the validation error)",
         details="Composes and validates exactly as the training commands do, Lightning settings included."),

@@ -12,7 +12,8 @@ Steps (each run is a run directory inside ``runs/compare-<name>-<ts>/``, all in 
 6. :func:`famlab.experiments.analysis.report.build_report` writes ``report.md``, PNG plots and ``results.json``.
 
 Steps 3-5 are jobs (:func:`run_jobs`) run ``compare.workers`` at a time: in this process, or side by side in worker
-processes that share the cores (:mod:`famlab.experiments.plumbing.workers`).
+processes that share the cores (:mod:`famlab.experiments.plumbing.workers`), each on a visible GPU of its own when
+there are GPUs (:func:`place_worker`).
 
 An *arm* is one (family, objective) pair. With ``compare.objectives=[]`` there is one arm per family, named
 after the family, with its preset's objective. ``compare.objectives=[span,prefix_lm,gpt:ul2]`` crosses
@@ -21,7 +22,10 @@ objectives with families (the T5 paper's Table 2 layout): a bare objective is gi
 ``<family>-<objective>`` (run directories ``<arm>-pretrain-s0``, ``<arm>-ft-s0``).
 
 With no size preset the bundled default is ``tiny`` plus :data:`TINY_DEFAULTS` (a budget that finishes in
-minutes on 2 CPU cores); ``famlab compare small`` is the serious single-GPU setting.
+minutes on 2 CPU cores; one worker per GPU on a machine with several:
+:mod:`famlab.experiments.configuration.compare_defaults`); ``famlab compare small`` is the serious single-GPU
+setting. ``famlab compare --dry-run`` prints the composed config, the budget plan and the jobs, and runs nothing
+(:func:`dry_run`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import copy
 import dataclasses
 import json
 import multiprocessing as mp
+import os
 import shutil
 import signal
 import sys
@@ -44,7 +49,16 @@ from famlab.experiments.commands.compare_budget import plan_budget
 from famlab.experiments.commands.compare_dir import log, open_dir, resume_command, write_settings
 from famlab.experiments.commands.evaluate import BUNDLED, evaluate_run, read_items
 from famlab.experiments.commands.suite import read_suite
-from famlab.experiments.configuration.compose import compose, flatten, load_yaml, parse_overrides, preset_path
+from famlab.experiments.configuration.compare_defaults import (
+    SIZES,  # noqa: F401 - part of this module's interface
+    TINY_DEFAULTS,  # noqa: F401 - part of this module's interface
+    WORKERS,
+    comparison_presets,
+    visible_gpus,
+    with_gpu_workers,
+    worker_device,
+)
+from famlab.experiments.configuration.compose import compose, parse_overrides
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.lightning_check import parse_devices
 from famlab.experiments.configuration.task import load_configured_task
@@ -55,48 +69,18 @@ from famlab.experiments.plumbing.run import get_bundle, prepared_corpus, set_voc
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 
-SIZES = ("tiny", "small", "base")
-# The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
-# within 15 minutes on 2 CPU cores, a smoke-scale run whose gains sit close to seed variation (the cpu preset pretrains
-# 2.6 times as long; docs/protocol.md). Most of the time goes to pretraining: the
-# median-cost family trains trainer.max_steps steps (T5, 1.05e13 FLOPs) and the others match its FLOPs. Fine-tuning is
-# low-resource (1,000 labelled definitions; 500 each for validation and test), where what pretraining put into the
-# body shows, and every arm, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
-# selection (at every scale the grid is the preset's finetune.lr and three times it, each with a 10x head lr;
-# validation chooses per arm).
-TINY_DEFAULTS = [
-    "trainer.max_steps=4500",  # the whole run: 593 s on 2 quiet cores (two workers), pretraining 77 % of their time
-    "compare.workers=2",  # two jobs side by side, one thread each
-    "trainer.val_check_interval=500",
-    "trainer.limit_val_batches=4",
-    "compare.task_limit=1000",
-    "compare.task_eval_limit=500",
-    # 150 steps, validated twice; the grid selects on seed 0 and seeds 1, 2 train at the selected point only (4
-    # fine-tunes per arm instead of 6): fine-tuning fell from 32 % to 20 % of the wall time, every family paid off
-    "finetune.max_steps=150",
-    "finetune.val_every=75",
-    "finetune.select_seeds=1",
-    "finetune.batch_size=32",
-    "trainer.progress_bar=false",
-]
 PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
 
 def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[str, Config]]:
     """The comparison's own config (first family) and one composed config per arm, keyed by arm name.
 
-    Arms come from ``compare.families`` x ``compare.objectives`` (:func:`expand_arms`), in family order.
+    Arms come from ``compare.families`` x ``compare.objectives`` (:func:`expand_arms`), in family order. With no size
+    preset the tiny comparison's defaults apply, one worker per GPU on a machine with several
+    (:mod:`famlab.experiments.configuration.compare_defaults`).
     """
-    presets = list(presets)
-    if not any(p in SIZES for p in presets):
-        presets = ["tiny", *presets]
-    parse_overrides(overrides)  # malformed tokens fail here, naming the token
-    user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
-    # what the user named wins over the tiny comparison's defaults: an override, or a key set by a preset of theirs
-    # (``famlab compare cpu`` keeps cpu.yaml's trainer.max_steps)
-    named = user_flat | {key for p in presets if p not in SIZES for key in preset_keys(p)}
-    defaults = [d for d in TINY_DEFAULTS if d.split("=", 1)[0] not in named] if "tiny" in presets else []
+    presets, defaults, base, gpus = compose_base(presets, overrides)
     family_free = [p for p in presets if p not in ("bert", "gpt", "t5")]
-    base = compose(family_free, [*defaults, *overrides]).cfg
+    user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
     families = list(base.compare.families)
     if not families or len(set(families)) != len(families):
         raise ConfigInputError(f"compare.families={families} must name distinct families")
@@ -123,36 +107,44 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
         raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
     if not base.compare.pretrain_seeds:
         raise ConfigInputError("compare.pretrain_seeds=[] must name at least one seed")
-    check_workers(base)
+    check_workers(base, gpus, defaulted=any(d.startswith(f"{WORKERS}=") for d in defaults))
     return base, cfgs
 
 
-def check_workers(base: Config) -> None:
-    """``compare.workers`` > 1 runs each job in one process: a job that would launch its own processes (several
-    devices or nodes) cannot run in a worker."""
-    if base.compare.workers == 1:
+def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str], Config, list[str]]:
+    """The presets the comparison composes, the tiny comparison's defaults that apply
+    (:func:`~famlab.experiments.configuration.compare_defaults.comparison_presets`, ``compare.workers`` one per GPU
+    on a machine with several), the comparison's own config (no family preset), and the visible GPUs its workers
+    share."""
+    parse_overrides(overrides)  # malformed tokens fail here, naming the token
+    presets, defaults = comparison_presets(presets, overrides)
+    family_free = [p for p in presets if p not in ("bert", "gpt", "t5")]
+    base = compose(family_free, [*defaults, *overrides]).cfg
+    gpus = visible_gpus(base.trainer.accelerator)
+    if (per_gpu := with_gpu_workers(defaults, gpus)) != defaults:
+        defaults, base = per_gpu, compose(family_free, [*per_gpu, *overrides]).cfg
+    return presets, defaults, base, gpus
+
+
+def check_workers(base: Config, gpus: list[str], defaulted: bool = False) -> None:
+    """``compare.workers`` > 1 runs each job in a process of its own on one device: worker ``i`` on GPU
+    ``gpus[i % len(gpus)]`` (:func:`~famlab.experiments.configuration.compare_defaults.worker_device`), or the CPU
+    without ``gpus``. A job that would want several devices, named device ids or several nodes is refused.
+
+    Args:
+        base: the comparison's config (``compare.workers``, ``trainer.devices`` / ``num_nodes``).
+        gpus: the visible GPUs (:func:`~famlab.experiments.configuration.compare_defaults.visible_gpus`).
+        defaulted: ``compare.workers`` is the tiny comparison's default, not the user's (the message says so).
+    """
+    n, t = base.compare.workers, base.trainer
+    if n == 1 or (t.num_nodes == 1 and parse_devices(t.devices) in ("auto", 1)):
         return
-    import torch
-
-    t = base.trainer
-    devices = parse_devices(t.devices)
-    if devices == "auto":
-        several = t.accelerator != "cpu" and torch.cuda.device_count() > 1
-    else:  # a count (-1: all) or an id list
-        several = devices != 1 if isinstance(devices, int) else "," in devices.strip("[],")
-    if t.num_nodes > 1 or several:
-        raise ConfigInputError(f"compare.workers={base.compare.workers} runs every job in one process; it cannot "
-                               f"run on trainer.devices={t.devices} / trainer.num_nodes={t.num_nodes} (set "
-                               "compare.workers=1, or trainer.devices=1)")
-
-
-def preset_keys(preset: str) -> set[str]:
-    """The dotted keys a preset file sets (``trainer.max_steps``), ``by_family`` sections included without it."""
-    from omegaconf import OmegaConf
-
-    node = OmegaConf.to_container(load_yaml(preset_path(preset)), resolve=False)
-    by_family = node.pop("by_family", None) or {}
-    return set(flatten(node)) | {key for section in by_family.values() for key in flatten(section)}
+    what = (" (famlab compare's default" + (": one per visible GPU)" if len(gpus) > 1 else ")")) if defaulted else ""
+    where = f"a GPU of its own among the {len(gpus)} visible" if gpus else "the CPU, its cores shared out"
+    asked = f"trainer.num_nodes={t.num_nodes}" if t.num_nodes > 1 else f"trainer.devices={t.devices}"
+    raise ConfigInputError(f"compare.workers={n}{what} runs every job in one process; it cannot run on {asked} (each "
+                           f"worker process runs its jobs on one device, {where}): set trainer.devices=auto or 1, "
+                           "or compare.workers=1 to run one job at a time on them")
 
 
 def arm_name(family: str, objective: str, crossed: bool) -> str:
@@ -341,6 +333,8 @@ class Comparison:
     suite: list[compare_suite.SuiteTask | None]  # [None]: one task, its runs in the compare directory itself
     plan: Plan
     clock: Clock
+    gpus: tuple[str, ...] = ()  # the GPUs worker processes are spread over, one each (none: the CPU, or one process)
+    started_workers: Any = None  # a shared counter: the index the next worker process to start takes
 
     @property
     def group(self) -> str:
@@ -403,7 +397,12 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_
     write_json(comp_dir / "plan.json", plan.to_json())
     log_plan(base, plan)
     clock = Clock(started, count_jobs(base, cfgs, suite), mp.get_context("spawn").Value("i", 0))
-    comparison = Comparison(base, cfgs, comp_dir, list(corpus.val[:base.compare.bpb_docs]), bundle, suite, plan, clock)
+    gpus = tuple(visible_gpus(base.trainer.accelerator)) if base.compare.workers > 1 else ()
+    if gpus:
+        log(f"{base.compare.workers} workers side by side, one GPU each: "
+            + ", ".join(f"worker {i} on GPU {worker_device(i, list(gpus))}" for i in range(base.compare.workers)))
+    comparison = Comparison(base, cfgs, comp_dir, list(corpus.val[:base.compare.bpb_docs]), bundle, suite, plan, clock,
+                            gpus, mp.get_context("spawn").Value("i", 0))
     del corpus  # each pretraining run loads its own; the parent of worker processes keeps only what they share
     return comparison
 
@@ -601,7 +600,22 @@ def _start_worker(c: Comparison | None) -> None:
     global _SHARED
     _SHARED = c
     if c is not None:  # a spawned worker starts with the libraries' defaults: quiet them as the parent did
+        place_worker(c)
         quiet_libraries(c.comp_dir / failures.LOG_NAME)
+
+
+def place_worker(c: Comparison) -> str | None:
+    """In a worker process (``compare.workers`` > 1) on a machine with GPUs: take the next worker index and see only
+    that worker's GPU (``CUDA_VISIBLE_DEVICES``, before CUDA starts; ``trainer.devices=auto`` then means it alone).
+    Returns the GPU, or None (the CPU, or the comparison's own process)."""
+    if not c.gpus or c.base.compare.workers == 1 or c.started_workers is None:
+        return None
+    with c.started_workers.get_lock():
+        index = c.started_workers.value
+        c.started_workers.value += 1
+    gpu = worker_device(index, list(c.gpus))
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return gpu
 
 
 def run_job(job: Job) -> Done:
@@ -796,13 +810,17 @@ def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
-    """CLI entry: ``famlab compare [presets...] [key=value...]``.
+    """CLI entry: ``famlab compare [--dry-run] [presets...] [key=value...]``.
 
     Exit status: 0 done; 2 bad settings or data (one line); 3 stopped by a signal, checkpoints written; 1 a required
     job failed (one line here, the traceback in ``compare.log``). After a stop the last line is the resume command.
+    ``--dry-run`` prints what would run (:func:`dry_run`) and exits 0, or 2 on bad settings, having run nothing.
     """
+    unknown = [f for f in flags if f != "--dry-run"]
+    if unknown:
+        raise ConfigInputError(f"famlab compare: unknown flag {unknown[0]} (valid flags: --dry-run)")
     if flags:
-        raise ConfigInputError(f"famlab compare takes no flags (got {' '.join(flags)})")
+        return dry_run(presets, overrides)
     try:
         comp_dir = run_compare(presets, overrides)
     except Stopped as stop:
@@ -810,6 +828,83 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     print((comp_dir / "report.md").read_text(encoding="utf-8"))
     print_wandb_commands(comp_dir)
     return 0
+
+
+def dry_run(presets: list[str], overrides: list[str]) -> int:
+    """``famlab compare --dry-run``: print what ``famlab compare`` with these arguments would run - the presets and
+    defaults it composes, every key of the composed config, the budget plan and the jobs - and run nothing: no
+    directory, tokenizer, corpus cache or W&B run. Settings and the task are checked as a real start checks them."""
+    from famlab.experiments.commands.compare_budget import assumed_ids, job_lines, plan_lines
+    from famlab.experiments.plumbing.run import set_vocab
+
+    names, defaults, _, gpus = compose_base(presets, overrides)
+    base, cfgs = compose_all(presets, overrides)
+    specs = read_suite(base.data.task)  # None: one task
+    compare_suite.check_tasks(base, specs)
+    config = config_lines(cfgs, defaults, planned=base.compare.match.value != "params")
+    for cfg in cfgs.values():
+        set_vocab(cfg, cfg.data.tokenizer.vocab_size)
+    plan = plan_budget(base, cfgs, assumed_ids(base))
+    cmp = base.compare
+    tasks: list[str | None] = [None] if specs is None else [s.name for s in specs]
+    jobs = job_lines(base, cfgs, plan, tasks)
+    task = (f"{base.data.task}" + (f", suite of {len(tasks)} tasks: {', '.join(map(str, tasks))}" if specs else "")
+            + (f"; a seeded subsample of {cmp.task_limit} training examples (compare.task_limit) and "
+               f"{cmp.task_eval_limit or cmp.task_limit // 5} each for validation and test" if cmp.task_limit else ""))
+    out = ["famlab compare --dry-run: nothing runs; `famlab compare` with these arguments would run this",
+           f"presets: {' '.join(names)}",
+           "famlab compare's defaults" + (f" (a key you set wins): {' '.join(defaults)}" if defaults else ": none"),
+           f"workers: {workers_note(cmp.workers, gpus)}",
+           f"fine-tuning task: data.task={task}",
+           "runs go to: " + (f"run_dir={base.run_dir}" if base.run_dir else "runs/compare-<name>-<YYYYmmdd-HHMMSS>/")
+           + (" (resume=auto: its finished jobs are read back, not rerun)" if base.resume == "auto" else ""),
+           "", *config, "", *plan_lines(base, cfgs, plan), "",
+           f"jobs ({len(jobs)}, compare.workers={cmp.workers} at a time, in this order; a model's probe and fine-tunes"
+           " start once it is pretrained):", *(f"  {i}. {line}" for i, line in enumerate(jobs, 1))]
+    print("\n".join(out))
+    return 0
+
+
+def workers_note(n: int, gpus: list[str]) -> str:
+    """How ``compare.workers`` jobs run side by side on this machine (``--dry-run``)."""
+    if n == 1:
+        return "1: one job at a time, in this process"
+    if gpus:
+        return f"{n} side by side, one GPU each: " + ", ".join(
+            f"worker {i} on GPU {worker_device(i, gpus)}" for i in range(n))
+    return f"{n} side by side on the CPU (torch threads: {workers.threads_per_worker(n)} each)"
+
+
+def config_lines(cfgs: dict[str, Config], defaults: list[str], planned: bool = True) -> list[str]:
+    """Every key of the arms' composed config as ``key: value`` (schema order), the keys that differ between arms
+    listed per arm; a comment marks a key one of ``defaults`` set and, with ``planned`` (a FLOP- or token-matched
+    budget), the keys the budget plan sets per arm. A start sets the tokenizer, vocabulary, task file and W&B group."""
+    from famlab.experiments.configuration.compose import flatten, to_plain
+
+    flat = {arm: flatten(to_plain(cfg)) for arm, cfg in cfgs.items()}
+    first = next(iter(flat.values()))
+    shared = [k for k in first if all(f.get(k) == first[k] for f in flat.values())]
+    default_keys = {d.split("=", 1)[0] for d in defaults}
+    per_arm = {"trainer.max_steps", "trainer.val_check_interval", "optim.warmup_steps"} if planned else set()
+
+    def note(key: str) -> str:
+        notes = ["famlab compare default"] * (key in default_keys) + ["per arm: the budget plan"] * (key in per_arm)
+        return f"  # {'; '.join(notes)}" if notes else ""
+
+    lines = [f"config ({', '.join(flat)}: keys every arm shares; `famlab config` shows the same keys without "
+             "famlab compare's defaults):"]
+    lines += [f"  {k}: {_shown(first[k])}{note(k)}" for k in shared if k != "provenance"]
+    lines.append("config that differs between arms:")
+    lines += [f"  {arm}: " + " ".join(f"{k}={_shown(v)}" for k, v in f.items() if k not in shared)
+              for arm, f in flat.items()]
+    lines.append("set as the comparison starts: model.vocab_size and data.tokenizer.path (its one tokenizer), the "
+                 "fine-tuning task's data.* (its task.csv subsample), wandb.group and wandb.dir; per run: seed, "
+                 "run_dir, name")
+    return lines
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def stopped(stop: Stopped) -> int:

@@ -102,3 +102,93 @@ def _divisor_near(n: int, want: float) -> int:
     step, so each family's final validation loss is measured at the end of its budget."""
     divisors = [d for d in range(1, n + 1) if n % d == 0]
     return min(divisors, key=lambda d: (abs(math.log(d / want)), -d))
+
+
+# --- famlab compare --dry-run: the plan and the jobs, stated before anything runs -----------------------------------
+
+def assumed_ids(cfg: Config) -> Any:
+    """Token ids for a plan made before the comparison's tokenizer exists (``famlab compare --dry-run``): the
+    requested ``data.tokenizer.vocab_size``, special tokens first and sentinels on top, as a trained tokenizer lays
+    them out (one that stops short of the requested size on a small corpus plans slightly other steps)."""
+    from famlab.objectives import TokenIds
+
+    size, sentinels = cfg.data.tokenizer.vocab_size, cfg.data.tokenizer.num_sentinels
+    names = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "r", "x", "s")
+    return TokenIds(vocab_size=size, sentinel_ids=range(size - 1, size - 1 - sentinels, -1),
+                    **{n: i for i, n in enumerate(names)})
+
+
+def plan_lines(base: Config, cfgs: dict[str, Config], plan: Plan) -> list[str]:
+    """The budget plan as ``--dry-run`` prints it: per arm the steps, warmup and validation interval the plan sets,
+    training FLOPs, corpus tokens, parameters and batch shape; then the reference and the achieved spread."""
+    head = ["arm", "steps", "warmup", "val every", "FLOPs", "corpus tokens", "params", "non-emb. params",
+            "batch shape"]
+    rows = [[arm, f"{p.steps}", f"{cfgs[arm].optim.warmup_steps}", f"{cfgs[arm].trainer.val_check_interval}",
+             f"{p.flops:.3e}", f"{p.corpus_tokens:,}", f"{p.params:,}", f"{p.non_embedding_params:,}", p.batch_shape]
+            for arm, p in plan.arms.items()]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    table = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]]
+    cmp = base.compare
+    return [f"budget plan (compare.match={plan.match}: {plan.reference}; planned with "
+            f"data.tokenizer.vocab_size={base.data.tokenizer.vocab_size}, a start plans with the trained tokenizer's "
+            "size):", *table,
+            f"  spread on {plan.match}: {plan.achieved_spread:.2%} (compare.tolerance {cmp.tolerance:.0%})"]
+
+
+def finetune_note(cfg: Config, seeds: list[int]) -> str:
+    """What one fine-tuning job trains: its grid, seeds and the fine-tunes they make (``finetune.select_seeds``)."""
+    from famlab.experiments.commands.finetune import grid_points
+
+    ft = cfg.finetune
+    points = grid_points(ft)
+    k = len(seeds) if ft.select_seeds is None or len(points) == 1 else min(ft.select_seeds, len(seeds))
+    runs = len(points) * k + len(seeds) - k
+    grid = ", ".join(f"{p.lr:g}/{p.head_lr:g}" for p in points)
+    select = f"; seeds {seeds[:k]} select, the others train at the selected point" if k < len(seeds) else ""
+    steps = f"{ft.max_steps} steps" if ft.max_steps else f"{ft.epochs} epochs"
+    return f"seeds {seeds} x grid (body/head lr) {grid}{select}: {runs} fine-tunes of {steps}"
+
+
+def job_lines(base: Config, cfgs: dict[str, Config], plan: Plan, tasks: list[str | None]) -> list[str]:
+    """The comparison's jobs in the order they are submitted (pretraining, most FLOPs first; the scratch baselines;
+    each pretrained model's probe and fine-tunes as soon as it is trained), one line each, with what each writes.
+
+    ``tasks``: ``[None]`` for one task (runs in the comparison directory), else the suite's task names (a folder
+    each)."""
+    cmp = base.compare
+    order = sorted(cfgs, key=lambda arm: plan.arms[arm].flops, reverse=True)
+    lines = []
+    for arm in order:
+        steps = f"{plan.arms[arm].steps} steps"
+        for i, seed in enumerate(cmp.pretrain_seeds):
+            if cmp.lr_grid and i == 0:
+                lines.append(f"pretrain {arm} seed {seed} at each lr of compare.lr_grid={list(cmp.lr_grid)}, {steps} "
+                             f"each -> {arm}-pretrain-s{seed}-lr<lr>/ (the lowest final val/loss is kept)")
+            else:
+                lines.append(f"pretrain {arm} seed {seed}: {steps} -> {arm}-pretrain-s{seed}/, then bits per byte "
+                             f"({cmp.bpb_docs} validation documents) and zero-shot ({cmp.zero_shot_items} items a "
+                             "task)")
+    firsts: dict[str, Config] = {}  # a family's scratch baseline is its first arm's network
+    for cfg in cfgs.values():
+        firsts.setdefault(cfg.model.family.value, cfg)
+    lines += [f"fine-tune {family} from scratch{_on(task)}: {finetune_note(cfg, list(cmp.scratch_seeds))} -> "
+              f"{_in(task)}{family}-scratch/" for family, cfg in firsts.items() if cmp.scratch_seeds for task in tasks]
+    for arm in order:
+        for seed in cmp.pretrain_seeds:
+            for task in tasks:
+                model = f"{arm}-pretrain-s{seed}{_on(task)}"
+                if cmp.probe:
+                    lines.append(f"probe {model}: frozen features vs {len(cfgs[arm].finetune.probe_seeds)} "
+                                 f"random-init bodies -> {_in(task)}{arm}-probe-s{seed}/")
+                if cmp.seeds:
+                    lines.append(f"fine-tune {model}: {finetune_note(cfgs[arm], list(cmp.seeds))} -> "
+                                 f"{_in(task)}{arm}-ft-s{seed}/")
+    return lines
+
+
+def _on(task: str | None) -> str:
+    return "" if task is None else f" on {task}"
+
+
+def _in(task: str | None) -> str:
+    return "" if task is None else f"{task}/"

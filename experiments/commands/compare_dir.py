@@ -22,8 +22,9 @@ from famlab.experiments.plumbing.resume import RESUME_FREE_KEYS
 
 SETTINGS_FILE = "comparison.yaml"
 # what a resumed comparison may change besides where it runs and how it reports: the tokenizer path is set by the
-# comparison itself (its own tokenizer.json)
-FREE_KEYS = (*RESUME_FREE_KEYS, "data.tokenizer.path")
+# comparison itself (its own tokenizer.json); the worker count follows the machine (one per GPU) and does not change
+# results (the same jobs, configs and seeds in any number of workers)
+FREE_KEYS = (*RESUME_FREE_KEYS, "data.tokenizer.path", "compare.workers")
 
 
 def log(message: str) -> None:

@@ -4,7 +4,10 @@ Merge order (docs/config.md): schema defaults <- the chosen family's defaults (`
 block choices, objective, pooling) <- its preset <- the other presets, left to right <- overrides. The family is
 whatever ``model.family`` ends up as, so it is resolved first from the presets and overrides, then the composition
 is done in that order: ``famlab pretrain t5 tiny`` and ``famlab pretrain tiny model.family=t5`` give identical
-configs."""
+configs.
+
+A preset file may begin from another: ``extends: tiny`` (``cpu.yaml``) puts ``tiny`` just before it wherever it is
+named (:func:`expand_presets`), so a preset means the same in every command."""
 
 from __future__ import annotations
 
@@ -91,6 +94,46 @@ def load_yaml(path: Path) -> DictConfig:
     if not isinstance(data, dict):
         raise ConfigInputError(f"{path}: a preset must be a mapping of config sections, got {type(data).__name__}")
     return OmegaConf.create(data)
+
+
+def preset_extends(name: str) -> str | None:
+    """The preset ``name``'s file says it extends (``extends: tiny``), or None."""
+    parent = load_yaml(preset_path(name)).get("extends")
+    if parent is not None and (not isinstance(parent, str) or not parent.strip()):
+        raise ConfigInputError(f"preset {name}: extends={parent!r} must name one preset (or a .yaml path)")
+    return parent
+
+
+def expand_presets(presets: list[str]) -> list[str]:
+    """The presets as composed: each preceded by the chain it extends (``cpu`` -> ``tiny, cpu``), each preset once,
+    at its first place.
+
+    A preset composes over what it extends in every command, not only in ``famlab compare``: a preset is one bundle
+    of settings, and ``famlab pretrain gpt cpu`` must build the model ``famlab compare cpu`` pretrains.
+
+    Raises:
+        ConfigInputError: an ``extends`` chain that loops or names no preset; an extended size preset named together
+            with another size preset (``small cpu``: the second would silently replace the first's model).
+    """
+    out: list[str] = []
+    for name in presets:
+        chain = [name]
+        while (parent := preset_extends(chain[0])) is not None:
+            if parent in chain:
+                raise ConfigInputError(f"preset {name}: extends chain {' -> '.join([*reversed(chain), parent])} "
+                                       "loops")
+            chain.insert(0, parent)
+        out += [link for link in chain if link not in out]
+    sizes = {p: load_yaml(preset_path(p)).get("size") for p in out}
+    for name in presets:
+        parent = preset_extends(name)
+        if parent is None or not sizes.get(parent):
+            continue
+        other = next((p for p, size in sizes.items() if size and size != sizes[parent]), None)
+        if other is not None:
+            raise ConfigInputError(f"preset {name} extends {parent} (size {sizes[parent]}); it cannot be combined "
+                                   f"with preset {other} (size {sizes[other]})")
+    return out
 
 
 def family_settings(family: str) -> dict[str, Any]:
@@ -194,7 +237,9 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         ConfigInputError: (a ValueError) with one line naming the key, preset or file.
     """
     over = overrides if isinstance(overrides, DictConfig) else parse_overrides(overrides)
-    loaded = [(name, load_yaml(preset_path(name))) for name in presets]
+    loaded = [(name, load_yaml(preset_path(name))) for name in expand_presets(presets)]
+    for _, node in loaded:
+        node.pop("extends", None)  # composition order, not a config key
     resolved = family
     for _, node in loaded:
         resolved = _family_of(node) or resolved

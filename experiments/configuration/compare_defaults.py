@@ -1,0 +1,95 @@
+"""What ``famlab compare`` adds to the presets it is given, and which device each of its worker processes gets.
+
+With no size preset a comparison is ``tiny`` plus :data:`TINY_DEFAULTS` (a preset's ``extends:`` chain counts:
+``famlab compare cpu`` is ``tiny, cpu``); a key the user sets, on the command line or in a preset they name, wins
+over a default. ``famlab compare --help`` lists the defaults and ``famlab compare --dry-run`` prints the config they
+compose to, the budget plan and the jobs, without running anything.
+
+``compare.workers`` > 1 runs jobs side by side, each in a process of its own on one device: on a machine with
+visible CUDA GPUs worker ``i`` sees only GPU ``i`` of them (round robin when there are more workers than GPUs,
+:func:`worker_device`), set as its ``CUDA_VISIBLE_DEVICES`` before CUDA starts; else the CPU, its cores shared out.
+The tiny comparison's default is 2 workers, or one per GPU on a machine with several (:func:`with_gpu_workers`).
+"""
+
+from __future__ import annotations
+
+import os
+
+SIZES = ("tiny", "small", "base")
+# The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
+# within 15 minutes on 2 CPU cores, a smoke-scale run whose gains sit close to seed variation (the cpu preset pretrains
+# 2.6 times as long; docs/protocol.md). Most of the time goes to pretraining: the
+# median-cost family trains trainer.max_steps steps (T5, 1.05e13 FLOPs) and the others match its FLOPs. Fine-tuning is
+# low-resource (1,000 labelled definitions; 500 each for validation and test), where what pretraining put into the
+# body shows, and every arm, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
+# selection (at every scale the grid is the preset's finetune.lr and three times it, each with a 10x head lr;
+# validation chooses per arm).
+TINY_DEFAULTS = [
+    "trainer.max_steps=4500",  # the whole run: 593 s on 2 quiet cores (two workers), pretraining 77 % of their time
+    "compare.workers=2",  # two jobs side by side, one thread each (one per GPU on a machine with several)
+    "trainer.val_check_interval=500",
+    "trainer.limit_val_batches=4",
+    "compare.task_limit=1000",
+    "compare.task_eval_limit=500",
+    # 150 steps, validated twice; the grid selects on seed 0 and seeds 1, 2 train at the selected point only (4
+    # fine-tunes per arm instead of 6): fine-tuning fell from 32 % to 20 % of the wall time, every family paid off
+    "finetune.max_steps=150",
+    "finetune.val_every=75",
+    "finetune.select_seeds=1",
+    "finetune.batch_size=32",
+    "trainer.progress_bar=false",
+]
+WORKERS = "compare.workers"
+
+
+def comparison_presets(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str]]:
+    """The presets a comparison composes (``extends`` chains expanded; ``tiny`` first when none is a size) and the
+    :data:`TINY_DEFAULTS` that apply: with ``tiny``, those whose key neither an override nor a non-size preset the
+    user named sets (``famlab compare cpu`` keeps cpu.yaml's trainer.max_steps)."""
+    from famlab.experiments.configuration.compose import expand_presets
+
+    presets = expand_presets(list(presets))
+    if not any(p in SIZES for p in presets):
+        presets = ["tiny", *presets]
+    if "tiny" not in presets:
+        return presets, []
+    user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
+    named = user_flat | {key for p in presets if p not in SIZES for key in preset_keys(p)}
+    return presets, [d for d in TINY_DEFAULTS if d.split("=", 1)[0] not in named]
+
+
+def preset_keys(preset: str) -> set[str]:
+    """The dotted keys a preset file sets (``trainer.max_steps``), ``by_family`` sections included without it."""
+    from famlab.experiments.configuration.compose import flatten, load_yaml, preset_path
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(load_yaml(preset_path(preset)), resolve=False)
+    node.pop("extends", None)
+    by_family = node.pop("by_family", None) or {}
+    return set(flatten(node)) | {key for section in by_family.values() for key in flatten(section)}
+
+
+def visible_gpus(accelerator: str) -> list[str]:
+    """The CUDA GPUs a run with ``trainer.accelerator=accelerator`` may use, as ``CUDA_VISIBLE_DEVICES`` names them
+    (``["0", "1"]``, or that variable's own entries); ``[]`` for the CPU or another accelerator."""
+    if accelerator not in ("auto", "gpu", "cuda"):
+        return []
+    import torch
+
+    count = torch.cuda.device_count()
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if len(listed) >= count and listed else [str(i) for i in range(count)]
+
+
+def worker_device(index: int, gpus: list[str]) -> str | None:
+    """The GPU worker ``index`` (0, 1, ... in start order) runs its jobs on: ``gpus[index]``, round robin past the
+    last; None (the CPU) without GPUs."""
+    return gpus[index % len(gpus)] if gpus else None
+
+
+def with_gpu_workers(defaults: list[str], gpus: list[str]) -> list[str]:
+    """The defaults with ``compare.workers`` at one per GPU on a machine with several (``[]`` or one GPU: as they
+    are, 2); a ``compare.workers`` the user set is not among ``defaults`` and stays."""
+    if len(gpus) < 2:
+        return list(defaults)
+    return [f"{WORKERS}={len(gpus)}" if d.startswith(f"{WORKERS}=") else d for d in defaults]

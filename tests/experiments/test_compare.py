@@ -1,7 +1,9 @@
-"""A tiny real comparison run twice: same seeds give the same table (except time columns); budgets match."""
+"""A tiny real comparison run twice (the second in two workers, from a prepared directory): same seeds give the same
+table (except time columns); budgets match."""
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import famlab.experiments
@@ -9,6 +11,7 @@ import pytest
 import yaml
 from famlab.experiments.analysis.report import TIME_COLUMNS
 from famlab.experiments.commands import cli
+from famlab.experiments.commands import prepare as prepare_command
 
 
 def tiny_inputs(root: Path) -> list[str]:
@@ -63,7 +66,12 @@ def twice(tmp_path_factory):
         mp.setenv("FAMLAB_CACHE", str(root / "cache"))
         grid = ["compare.families=[bert,gpt,t5]", "trainer.max_steps=30", "finetune.lr_grid=[1e-3,3e-3]"]
         first = run_compare(root, *grid)
-        second = run_compare(root, *grid, "compare.workers=2")  # the same jobs in two worker processes
+        # the same jobs in two worker processes, from a `famlab prepare` directory whose raw text is gone
+        shutil.copy(root / "corpus.txt", root / "raw.txt")
+        assert prepare_command.main([], ["data.corpus=raw.txt", f"run_dir={root / 'prepared'}",
+                                         *[o for o in tiny_inputs(root) if o.startswith("data.tokenizer.")]], []) == 0
+        (root / "raw.txt").unlink()
+        second = run_compare(root, *grid, "compare.workers=2", f"data.corpus={root / 'prepared'}")
     return first, second
 
 

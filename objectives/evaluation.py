@@ -28,7 +28,9 @@ per byte would read as a perfect model).
 `length_extrapolation` evaluates an objective's validation loss at 1x, 2x, 4x the training length; absolute
 position tables (`learned`, `sinusoidal`) cannot go past `model.max_seq_len`, which gives `loss=None` with
 the reason, as do validation tokens shorter than one block at that length, an objective that cannot be built at
-that length, and blocks that hold no label token.
+that length, and blocks that hold no label token. Past 1x a span-corruption objective keeps a training block's
+noise-token and span counts (a lower density), so the longer blocks use only the sentinels training used and the
+figure measures positions, not sentinel coverage (`extrapolation_objective` builds it).
 
 Legend: B batch, T sequence length, V vocab, C model dim.
 """
@@ -42,10 +44,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from famlab.objectives.corruption import span_counts
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Objective
 from famlab.objectives.prefix import prefix_lm_mask
-from famlab.objectives.registry import make_objective
+from famlab.objectives.registry import SETTINGS, entry, make_objective
 from famlab.objectives.tokens import TokenIds
 from torch import nn
 
@@ -298,6 +301,112 @@ def byte_score(
 
 
 ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
+# Each span-corruption denoiser's (density, mean span) settings: T5 / GPT `span` and UL2's R, then UL2's X.
+SPAN_DENOISERS = (("noise_density", "mean_span"), ("ul2_x_density", "ul2_x_mean_span"))
+Build = Callable[..., Objective]  # (seq_len, **settings) -> a fresh objective seeded as every other
+
+
+def _span_settings(counts: dict[tuple[str, str], tuple[int, int]], raw: int) -> dict[str, float]:
+    """The density `noise / raw` and mean span `noise / spans` that `span_counts` turns into exactly `counts` for a
+    raw block of `raw` tokens."""
+    settings = {}
+    for (density, mean_span), (noise, spans) in counts.items():
+        settings[density], settings[mean_span] = noise / raw, noise / spans
+    return settings
+
+
+def _holding_counts(build: Build, seq_len: int, counts: dict[tuple[str, str], tuple[int, int]], raw: int
+                    ) -> dict[str, float]:
+    """Settings under which the objective at `seq_len` corrupts its raw block with exactly `counts`.
+
+    The objective derives its raw length from the density, which `_span_settings` derives from the raw length:
+    iterate from the guess `raw` to the fixed point (a few rounds: a density error moves the raw length by a
+    fraction of that error, as the density is below 1/2).
+    """
+    for _ in range(16):
+        settings = _span_settings(counts, raw)
+        got = build(seq_len, **settings).raw_block_len
+        exact = all(span_counts(got, settings[d], settings[s]) == c for (d, s), c in counts.items())
+        if got == raw and exact:
+            return settings
+        raw = got
+    raise ObjectiveError(f"no raw block of seq_len={seq_len} holds the training blocks' (noise, spans) {counts}")
+
+
+def _settings_at(objective: str, family: str, build: Build, train_seq_len: int, seq_len: int,
+                 settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` for the objective at `seq_len`: unchanged at the training length and for objectives without
+    sentinels; span denoisers longer than that keep the training block's noise-token and span counts."""
+    pairs = [pair for pair in SPAN_DENOISERS if pair[0] in entry(objective, family).settings]
+    if seq_len == train_seq_len or not pairs:
+        return settings
+    try:
+        train_raw = build(train_seq_len, **settings).raw_block_len
+    except ObjectiveError as e:
+        raise ObjectiveError(f"the training length {train_seq_len} cannot be built, so neither its span counts: {e}"
+                             ) from e
+    values = {**SETTINGS, **settings}
+    counts = {pair: span_counts(train_raw, values[pair[0]], values[pair[1]]) for pair in pairs}
+    return settings | _holding_counts(build, seq_len, counts, train_raw * seq_len // train_seq_len)
+
+
+def _builder(objective: str, ids: TokenIds, family: str, seed: int) -> Build:
+    def build(seq_len: int, **settings: Any) -> Objective:
+        # A fresh seeded generator per build: the same masks on every call, the shape probe included.
+        generator = torch.Generator().manual_seed(seed)
+        return make_objective(objective, ids, seq_len=seq_len, family=family, generator=generator, **settings)
+
+    return build
+
+
+def extrapolation_objective(
+    objective: str, ids: TokenIds, *, family: str, train_seq_len: int, multiple: int, seed: int = 0, **settings: Any
+) -> Objective:
+    """The objective `length_extrapolation` scores at `multiple x train_seq_len` (rule in its docstring)."""
+    build = _builder(objective, ids, family, seed)
+    seq_len = multiple * train_seq_len
+    return build(seq_len, **_settings_at(objective, family, build, train_seq_len, seq_len, settings))
+
+
+def _blocks(tokens: torch.Tensor, raw: int, available: int, max_tokens: int) -> torch.Tensor | str:
+    """`(N, raw)` blocks from the first `available` tokens, or the reason there is none."""
+    num = available // raw if raw > 0 else 0
+    if num == 0:
+        return f"{available} validation tokens (max_tokens={max_tokens}) hold no block of {raw} tokens"
+    return tokens[: num * raw].reshape(num, raw).long()
+
+
+def _too_long(net: nn.Module, probe: Objective, block: torch.Tensor, m: int) -> str | None:
+    """Why an absolute position table cannot read `probe`'s batch of `block`; None when it can."""
+    cfg = _config(net)
+    pos = getattr(cfg.pos, "value", cfg.pos)
+    first = probe.collate([block])
+    needed = max(first["input_ids"].shape[1], first.get("decoder_input_ids", first["input_ids"]).shape[1])
+    if pos in ABSOLUTE_POSITIONS and needed > cfg.max_seq_len:
+        return f"model.pos={pos} covers model.max_seq_len={cfg.max_seq_len} positions, {m}x needs {needed}"
+    return None
+
+
+def _point(net: nn.Module, build: Build, settings: dict[str, Any], blocks: torch.Tensor, m: int, seq_len: int,
+           batch_size: int) -> LengthPoint:
+    """The token-weighted loss over `blocks` of the objective `build(seq_len, **settings)` at `m x`."""
+    reason = _too_long(net, build(seq_len, **settings), blocks[0], m)  # a fresh probe: `obj`'s masks untouched
+    if reason is not None:
+        return LengthPoint(m, seq_len, None, 0, reason)
+    obj = build(seq_len, **settings)
+    nll, count = 0.0, 0
+    device = next(net.parameters()).device
+    for start in range(0, len(blocks), batch_size):
+        batch = obj.collate(list(blocks[start : start + batch_size]))
+        out = obj.loss(net, {k: v.to(device) for k, v in batch.items()})
+        labels = int(out.num_label_tokens)
+        if labels:  # a batch without labels has a NaN mean loss, which 0 x NaN would spread
+            nll += float(out.loss) * labels
+            count += labels
+    if count == 0:
+        reason = f"{len(blocks)} blocks of {obj.raw_block_len} tokens hold no label token"
+        return LengthPoint(m, seq_len, None, 0, reason)
+    return LengthPoint(m, seq_len, nll / count, count)
 
 
 @torch.no_grad()
@@ -321,6 +430,12 @@ def length_extrapolation(
     corrupted with a generator seeded by `seed` (the same masks on every call). The loss is the mean over all
     label tokens, as `val/loss`.
 
+    Span corruption (T5 and GPT `span`, UL2's R and X) keeps, past 1x, each denoiser's noise-token and span counts
+    of a training block, at a lower density: the sentinels, span lengths and targets are training's and only the
+    input around them grows. At the training density a longer block would need sentinels no training block used
+    (never-trained embeddings), longer spans would change what each sentinel asks for, and restarting the
+    sentinels per segment would put one sentinel twice in an input. Other objectives are built as at 1x.
+
     Returns:
         One `LengthPoint` per multiple, never raising for a length: `loss=None` with a `reason` when the
         position scheme is absolute and the batch would need more than `model.max_seq_len` positions, when
@@ -328,60 +443,26 @@ def length_extrapolation(
         that length (e.g. a block too short to corrupt), or when the blocks hold no label token.
     """
     family = _family(net)
-    cfg = _config(net)
-    pos = getattr(cfg.pos, "value", cfg.pos)
     tokens = torch.as_tensor(tokens).reshape(-1)  # a NumPy memmap (the data module's) or a tensor
     available = min(len(tokens), max_tokens)
+    build = _builder(objective, ids, family, seed)
     points = []
     was_training = net.training
     net.eval()
     try:
         for m in multiples:
             seq_len = m * train_seq_len
-
-            def build(seq_len: int = seq_len) -> Objective:
-                # A fresh seeded generator per build: the same masks on every call, the probe below included.
-                generator = torch.Generator().manual_seed(seed)
-                return make_objective(
-                    objective,
-                    ids,
-                    seq_len=seq_len,
-                    family=family,
-                    generator=generator,
-                    **objective_kwargs,  # type: ignore[arg-type]
-                )
-
             try:
-                obj = build()
+                settings = _settings_at(objective, family, build, train_seq_len, seq_len, dict(objective_kwargs))
+                obj = build(seq_len, **settings)
             except ObjectiveError as e:  # e.g. a length too short for the objective's corruption
                 points.append(LengthPoint(m, seq_len, None, 0, f"objective {objective} at seq_len={seq_len}: {e}"))
                 continue
-            raw = obj.raw_block_len
-            num = available // raw if raw > 0 else 0
-            if num == 0:
-                reason = f"{available} validation tokens (max_tokens={max_tokens}) hold no block of {raw} tokens"
-                points.append(LengthPoint(m, seq_len, None, 0, reason))
-                continue
-            blocks = tokens[: num * raw].reshape(num, raw).long()
-            first = build().collate(list(blocks[:1]))
-            needed = max(first["input_ids"].shape[1], first.get("decoder_input_ids", first["input_ids"]).shape[1])
-            if pos in ABSOLUTE_POSITIONS and needed > cfg.max_seq_len:
-                reason = f"model.pos={pos} covers model.max_seq_len={cfg.max_seq_len} positions, {m}x needs {needed}"
-                points.append(LengthPoint(m, seq_len, None, 0, reason))
-                continue
-            nll, count = 0.0, 0
-            device = next(net.parameters()).device
-            for start in range(0, num, batch_size):
-                batch = obj.collate(list(blocks[start : start + batch_size]))
-                out = obj.loss(net, {k: v.to(device) for k, v in batch.items()})
-                labels = int(out.num_label_tokens)
-                if labels:  # a batch without labels has a NaN mean loss, which 0 x NaN would spread
-                    nll += float(out.loss) * labels
-                    count += labels
-            if count == 0:
-                points.append(LengthPoint(m, seq_len, None, 0, f"{num} blocks of {raw} tokens hold no label token"))
-                continue
-            points.append(LengthPoint(m, seq_len, nll / count, count))
+            blocks = _blocks(tokens, obj.raw_block_len, available, max_tokens)
+            if isinstance(blocks, str):
+                points.append(LengthPoint(m, seq_len, None, 0, blocks))
+            else:
+                points.append(_point(net, build, settings, blocks, m, seq_len, batch_size))
     finally:
         net.train(was_training)
     return points

@@ -62,7 +62,7 @@ from famlab.experiments.configuration.compose import compose, parse_overrides
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.lightning_check import parse_devices
 from famlab.experiments.configuration.task import load_configured_task
-from famlab.experiments.plumbing import failures, workers
+from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.run import get_bundle, prepared_corpus, set_vocab, token_ids, write_json
@@ -70,6 +70,7 @@ from famlab.experiments.plumbing.signals import Preempted, SignalLatch
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 
 PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
+STATUS_DIR = "jobs"  # each job's status file, for the live view
 
 def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[str, Config]]:
     """The comparison's own config (first family) and one composed config per arm, keyed by arm name.
@@ -379,7 +380,10 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         failures.log_traceback(comp_dir, "the comparison's setup failed", e)
         raise Stopped(comp_dir, e, resume_command(comp_dir, presets, overrides)) from e
     try:
-        run_jobs(comparison)
+        live.clear_unfinished(comp_dir / STATUS_DIR)
+        board = live.Board(comp_dir / STATUS_DIR, board_entries(comparison)) if live.live_wanted() else None
+        with live.live_view(board):
+            run_jobs(comparison)
         finish(comparison, presets, overrides)
     except (Exception, KeyboardInterrupt) as e:
         failures.log_traceback(comp_dir, "the comparison stopped", e)
@@ -602,6 +606,7 @@ def _start_worker(c: Comparison | None) -> None:
     if c is not None:  # a spawned worker starts with the libraries' defaults: quiet them as the parent did
         place_worker(c)
         quiet_libraries(c.comp_dir / failures.LOG_NAME)
+        live.worker_console(c.comp_dir / failures.LOG_NAME)
 
 
 def place_worker(c: Comparison) -> str | None:
@@ -619,11 +624,41 @@ def place_worker(c: Comparison) -> str | None:
 
 
 def run_job(job: Job) -> Done:
-    """Run ``job`` (in a worker, or in the comparison's own process with one worker) on a fresh clock."""
+    """Run ``job`` (in a worker, or in the comparison's own process with one worker) on a fresh clock, its state and
+    its fits' progress in its status file for the live view (:mod:`famlab.experiments.plumbing.live`)."""
     assert _SHARED is not None, "run_job outside a comparison"
     if workers.signalled() is not None:  # this worker was asked to stop: start nothing
         raise Preempted(0, None, signum=workers.signalled(), run_dir=_SHARED.comp_dir)
-    c = dataclasses.replace(_SHARED, clock=_SHARED.clock.fresh())
+    with live.job_status(_SHARED.comp_dir / STATUS_DIR / f"{job_name(_SHARED, job)}.json") as outcome:
+        done = _run_job(dataclasses.replace(_SHARED, clock=_SHARED.clock.fresh()), job)
+        if done.run is not None:
+            loss = done.run.result.final.get("val/loss")
+            outcome["result"] = f"val/loss {loss:.4f}" if isinstance(loss, float) else ""
+    return done
+
+
+def job_name(c: Comparison, job: Job) -> str:
+    """The job's name on the live view: ``<arm>-pretrain-s<seed>``, ``<arm>-transfer-s<seed>``, ``<family>-scratch``
+    (and ``@<task>`` in a suite)."""
+    task = c.suite[job.task] if job.kind != "pretrain" else None
+    where = f"@{task.spec.name}" if task is not None else ""
+    seed = f"-s{job.seed}" if job.kind != "scratch" else ""
+    return f"{job.arm}-{job.kind}{seed}{where}"
+
+
+def board_entries(c: Comparison) -> list[live.Entry]:
+    """Every job the comparison will run, in the order it starts them, pretraining with its planned FLOPs."""
+    cmp, tasks = c.base.compare, range(len(c.suite))
+    jobs = [Job("pretrain", arm, seed) for arm in pretrain_order(c) for seed in cmp.pretrain_seeds]
+    if cmp.scratch_seeds:
+        jobs += [Job("scratch", family, task=t) for family in scratch_configs(c.cfgs) for t in tasks]
+    if cmp.seeds or cmp.probe:
+        jobs += [Job("transfer", arm, seed, t) for arm in pretrain_order(c) for seed in cmp.pretrain_seeds for t in tasks]
+    return [live.Entry(job_name(c, j), j.kind, c.plan.arms[j.arm].flops if j.kind == "pretrain" else None)
+            for j in jobs]
+
+
+def _run_job(c: Comparison, job: Job) -> Done:
     if job.kind == "scratch":
         scratch_baseline(c, scratch_configs(c.cfgs)[job.arm], c.suite[job.task])
         return Done(c.clock.phases)

@@ -94,3 +94,35 @@ def test_the_view_is_drawn_only_where_asked(monkeypatch):
     assert live.live_wanted()
     monkeypatch.delenv(live.LIVE_ENV)
     assert not live.live_wanted()  # pytest's stdout is not a terminal
+
+
+@pytest.mark.slow
+def test_a_comparison_draws_its_jobs_and_its_workers_never_write_over_the_view(tmp_path):
+    """A test-scale comparison in two workers with the live view forced on a pipe: rich draws the final table (every
+    job done, with its result), the workers' own lines go to compare.log, and each job's status file says done."""
+    import json
+    import subprocess
+    import sys
+
+    from test_compare import tiny_inputs
+
+    env = {k: v for k, v in os.environ.items() if k != "FAMLAB_VERBOSE"}
+    env |= {"FAMLAB_CACHE": str(tmp_path / "cache"), live.LIVE_ENV: "1", "FAMLAB_HEARTBEAT_S": "1",
+            "COLUMNS": "200"}
+    args = [a for a in tiny_inputs(tmp_path) if a != "compare.workers=1"]
+    done = subprocess.run([sys.executable, "-m", "famlab", "compare", *args, "compare.families=[gpt,t5]",
+                           "trainer.max_steps=30", "compare.bpb_docs=8", "compare.zero_shot_items=12",
+                           "compare.workers=2", "run_dir=cmp"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = ["gpt-pretrain-s0", "t5-pretrain-s0", "gpt-scratch", "t5-scratch", "gpt-transfer-s0", "t5-transfer-s0"]
+    statuses = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "cmp" / "jobs").glob("*.json")}
+    assert sorted(statuses) == sorted(names) and {s["state"] for s in statuses.values()} == {"done"}
+    assert statuses["gpt-pretrain-s0"]["result"].startswith("val/loss ")
+    table = done.stdout
+    assert "6/6 jobs done, 0 running, 0 queued" in table
+    for name in names:
+        assert any(name in line and "done" in line for line in table.splitlines()), name
+    assert "steps/s" not in table  # no heartbeat line from a worker tore the view
+    log = (tmp_path / "cmp" / "compare.log").read_text()
+    assert "[famlab compare" in log  # the workers' own progress lines, kept

@@ -34,6 +34,7 @@ from famlab.experiments.analysis.results import (
     read_failures,
     read_result,
 )
+from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES
 from famlab.experiments.analysis.suite_table import read_tasks
 from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
@@ -96,6 +97,16 @@ def _ft_scores(runs: list[RunRecord]) -> dict[str, list[float]]:
             for m in METRICS:
                 scores[m].append(float(seed_scores[m]))
     return scores
+
+
+def _ft_nested(runs: list[RunRecord]) -> dict[str, list[list[float]]]:
+    """Per metric: one group per pretraining run (a fine-tune's ``init``), holding its fine-tuning seeds' scores."""
+    groups: dict[str, dict[str, list[float]]] = {m: {} for m in METRICS}
+    for result in [r.results for r in runs if isinstance(r.results, FinetuneResult)]:
+        for seed_scores in result.seeds.values():
+            for m in METRICS:
+                groups[m].setdefault(str(result.init), []).append(float(seed_scores[m]))
+    return {m: list(g.values()) for m, g in groups.items()}
 
 
 def _throughput(metrics: list[dict[str, float]]) -> float:
@@ -174,6 +185,7 @@ def summarize(runs: list[RunRecord], plan: Plan | None) -> dict[str, dict[str, A
             vals = _ft_scores(tuned)
             row["finetune"] = {m: _mean_std(vals[m]) for m in METRICS}
             row["finetune_values"] = vals
+            row["finetune_nested_values"] = _ft_nested(tuned)  # per pretraining run: the tests' unit
         arms[arm] = row
     for fam in dict.fromkeys(r.family for r in runs if r.is_scratch):
         vals = _ft_scores([r for r in runs if r.is_scratch and r.family == fam])
@@ -287,24 +299,54 @@ def suite_tasks(
 
 
 def significance(families: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[dict[str, Any]]:
-    """Welch's two-sided t-test on fine-tune scores over seeds for every pair of arms, Holm-corrected."""
-    from famlab.experiments.analysis.stats import holm, welch
+    """A two-sided test of fine-tune scores for every pair of arms (:func:`pair_test`), Holm-corrected across pairs."""
+    from famlab.experiments.analysis.stats import holm
 
-    out, tested = [], []
-    for a, b in itertools.combinations(families, 2):
-        va = families[a].get("finetune_values", {}).get(metric, [])
-        vb = families[b].get("finetune_values", {}).get(metric, [])
-        if len(va) < 2 or len(vb) < 2:
-            out.append({"pair": f"{a} vs {b}", "p": None, "verdict": "too few seeds for a test (need >= 2 each)"})
-            continue
-        w = welch(va, vb, alternative="two-sided")
-        out.append({"pair": f"{a} vs {b}", "diff": w.diff, "ci": [w.ci_low, w.ci_high], "p": w.p})
-        tested.append(out[-1])
+    out = [pair_test(f"{a} vs {b}", _runs_of(families[a], metric), _runs_of(families[b], metric))
+           for a, b in itertools.combinations(families, 2)]
+    tested = [s for s in out if s["p"] is not None]
     for s, p in zip(tested, holm([s["p"] for s in tested]), strict=True):
         s["p_holm"] = p
         s["verdict"] = ("exceeds seed variation (Holm p < 0.05)" if p < 0.05
                         else "within seed variation (Holm p >= 0.05)")
     return out
+
+
+def _runs_of(row: dict[str, Any], metric: str) -> list[list[float]]:
+    """An arm's scores, one list per pretraining run (a row without them: all its scores as one run)."""
+    nested = row.get("finetune_nested_values", {}).get(metric)
+    if nested:
+        return [list(g) for g in nested if g]
+    flat = row.get("finetune_values", {}).get(metric, [])
+    return [list(flat)] if flat else []
+
+
+def pair_test(pair: str, a: list[list[float]], b: list[list[float]]) -> dict[str, Any]:
+    """Two arms' scores (one list per pretraining run) tested two-sided, the test chosen by the pretraining runs.
+
+    Both arms with 2 or more pretraining runs: Welch on the per-run means (:func:`stats.nested_welch`), whose unit
+    is the pretraining run, so it covers pretraining- and fine-tuning-seed variance (pooling the runs' fine-tunes
+    would count fine-tunes of one pretrained model as independent and understate the variance). Both with one:
+    Welch over fine-tuning seeds, which covers fine-tuning-seed variance only. One run against several: no test,
+    since the single run's pretraining-seed variance cannot be estimated.
+    """
+    from famlab.experiments.analysis.stats import nested_welch, welch
+
+    runs, flat_a, flat_b = [len(a), len(b)], sum(a, []), sum(b, [])
+    if min(len(flat_a), len(flat_b)) < 2:
+        return {"pair": pair, "p": None, "test": None, "pretrain_seeds": runs,
+                "verdict": "too few seeds for a test (need >= 2 each)"}
+    if min(runs) >= 2:
+        w, test, sources = nested_welch(a, b, alternative="two-sided"), RUN_MEANS, ["pretraining", "fine-tuning"]
+    elif max(runs) >= 2:
+        return {"pair": pair, "p": None, "test": None, "pretrain_seeds": runs,
+                "verdict": f"too few pretraining seeds for a test that covers them ({runs[0]} and {runs[1]}; "
+                           "need >= 2 each)"}
+    else:
+        w, test, sources = welch(flat_a, flat_b, alternative="two-sided"), SEED_VALUES, ["fine-tuning"]
+    return {"pair": pair, "diff": w.diff, "ci": [w.ci_low, w.ci_high], "p": w.p, "test": test,
+            "variance": [f"{v} seeds" for v in sources], "pretrain_seeds": runs, "units": [w.n_a, w.n_b],
+            "df": w.df if math.isfinite(w.df) else None}
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -493,7 +535,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         md += suite.markdown
         sig = []
     else:
-        md += finetune_section(ft_table, _between(families))
+        md += finetune_section(ft_table, _between(families), sig)
     md += [significance_line(s) for s in sig]
     bought = transfer.section(runs, probes, families, out_dir, dirs, smoke)
     md += ["", *with_failed_rows(bought["markdown"], failed, "probe")]
@@ -638,22 +680,43 @@ def pretraining_section(pre_table: str, crossed: bool) -> list[str]:
             "as the one masked span of an empty input: far from the ~15 % short spans it trained on, so it "
             "overstates its bits) and **PLL** (BERT's pseudo-log-likelihood, one mask at a time: not a "
             "likelihood). The 2x / 4x length columns are each objective's own validation loss on longer blocks; "
-            "a span-corruption model's longer blocks hold more noise spans than any training block, so its decoder "
-            "meets sentinel tokens it never trained on, and its jump measures sentinel coverage as well as "
+            "a span-corruption model's longer blocks keep a training block's number of noise spans and tokens "
+            "(a lower noise density), so it meets only the sentinels, span lengths and target length it trained "
+            "on, and its column measures how far its input positions extrapolate, as the others' do for their "
             "positions." + (" Each arm's bits per byte conditions on its own objective's input format." if crossed
                             else ""), ""]
 
 
-def finetune_section(ft_table: str, between: str) -> list[str]:
+def finetune_section(ft_table: str, between: str, sig: list[dict[str, Any]] | None = None) -> list[str]:
     return ["## Fine-tuning (test split)", "", ft_table, "",
-            f"## Do {between} differ by more than seed variation?", "",
-            "Welch's t-test (unequal variances) on fine-tuned test accuracy over fine-tuning seeds "
-            "(pretraining seeds pooled); p < 0.05 counts as exceeding seed variation.", ""]
+            f"## Do {between} differ by more than seed variation?", "", significance_note(sig or []), ""]
+
+
+def significance_note(sig: list[dict[str, Any]]) -> str:
+    """Which test the family-vs-family lines ran and which seed variance it covers (from each line's ``test``)."""
+    tests = {s.get("test") for s in sig}
+    flat = ("Welch's t-test (unequal variances) on fine-tuned test accuracy over the fine-tuning seeds of one "
+            "pretraining run per arm: it covers fine-tuning-seed variance only, not pretraining-seed variance "
+            "(`compare.pretrain_seeds` with 2 or more seeds adds it).")
+    nested = ("Welch's t-test (unequal variances) on each pretraining run's mean fine-tuned test accuracy (the mean "
+              "over its fine-tuning seeds): the pretraining run is the unit, so the test covers both pretraining-seed "
+              "and fine-tuning-seed variance (fine-tunes of one pretrained model share it and are not independent, "
+              "so pooling them would understate the variance). With k pretraining seeds an arm contributes k values "
+              "(df at most 2k - 2): with 2 seeds only a large, consistent difference can reach significance, and "
+              "'within seed variation' is weak evidence of no difference. A two-level bootstrap (pretraining seeds, "
+              "then fine-tuning seeds within each) is not used: with 2 pretraining seeds it draws only 3 distinct "
+              "sets of runs per arm, a coarse null distribution that understates the between-run variance.")
+    parts = [nested] if RUN_MEANS in tests else []
+    if SEED_VALUES in tests or not parts:
+        parts.append(f"Pairs whose arms have one pretraining run each: {flat}" if parts else flat)
+    return " ".join(parts) + " Holm-corrected across pairs; Holm p < 0.05 counts as exceeding seed variation."
 
 
 def significance_line(s: dict[str, Any]) -> str:
     p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
     diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
+    if s.get("test") == RUN_MEANS:
+        diff += f" ({s['units'][0]} vs {s['units'][1]} pretraining-run means)"
     return f"- {s['pair']}: p = {p}{diff}: {s['verdict']}"
 
 

@@ -5,6 +5,8 @@ sweep, a comparison and a zero-shot evaluation state significance the same way.
 
 - :func:`welch` - Welch's unequal-variance t-test of ``mean(a) - mean(b)``, one- or two-sided, with the
   Welch-Satterthwaite degrees of freedom and the matching confidence interval of the difference.
+- :func:`nested_welch` - Welch's test with a top-level unit (a pretraining run) as the observation: the mean of
+  each unit's values (its fine-tuning seeds), so both levels of seed variance are in the test.
 - :func:`above` - a fixed score against seeded controls (one-sample t-test).
 - :func:`holm` - Holm's step-down correction of a family of p-values (Holm 1979), which controls the
   family-wise error rate without Bonferroni's loss of power.
@@ -19,6 +21,9 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+RUN_MEANS = "welch_pretraining_run_means"  # a test's name in results.json: Welch with pretraining runs as the unit
+SEED_VALUES = "welch_finetune_seeds"  # Welch over the fine-tuning seeds of one pretraining run per arm
 
 
 @dataclass(frozen=True)
@@ -40,11 +45,11 @@ def welch(a: Sequence[float], b: Sequence[float], *, alternative: str = "greater
     """Welch's t-test of ``mean(a) - mean(b)``.
 
     Args:
-        a, b: per-seed values of the two arms (at least 2 each).
+        a, b: per-seed values of the two samples (at least 2 each).
         alternative: ``greater`` (H1: a > b), ``less`` or ``two-sided``.
         level: coverage of the two-sided confidence interval of the difference.
 
-    When both arms have zero variance the test is decided by the sign of the difference (p = 0 or 1; 0.5 for
+    When both samples have zero variance the test is decided by the sign of the difference (p = 0 or 1; 0.5 for
     a tie under a one-sided alternative), which is the limit of the t statistic.
 
     Raises:
@@ -55,7 +60,7 @@ def welch(a: Sequence[float], b: Sequence[float], *, alternative: str = "greater
     if alternative not in ("greater", "less", "two-sided"):
         raise ValueError(f"alternative={alternative!r} must be greater, less or two-sided")
     if len(a) < 2 or len(b) < 2:
-        raise ValueError(f"a Welch test needs at least 2 values per arm (got {len(a)} and {len(b)})")
+        raise ValueError(f"a Welch test needs at least 2 values per sample (got {len(a)} and {len(b)})")
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     diff, se = ma - mb, math.sqrt(va + vb)
@@ -77,6 +82,33 @@ def welch(a: Sequence[float], b: Sequence[float], *, alternative: str = "greater
     half = float(stats.t.ppf(0.5 + level / 2, df)) * se
     return WelchResult(diff, diff - half, diff + half, t, df, p, len(a), len(b), alternative)
 
+
+def nested_welch(
+    a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *, alternative: str = "greater", level: float = 0.95
+) -> WelchResult:
+    """Welch's t-test of nested values: one observation per top-level unit, the mean of that unit's values.
+
+    Args:
+        a, b: per arm, one group per pretraining run holding the scores of its fine-tuning seeds (a baseline
+            without pretraining passes each seed as its own group); at least 2 non-empty groups per arm.
+        alternative, level: as in :func:`welch`.
+
+    Fine-tunes of one pretrained model share it, so they are not independent; the means of different pretraining
+    runs are, and the variance of such a mean already holds both sources (pretraining-seed variance plus
+    fine-tuning-seed variance over the run's seeds). Why this test and not a two-level bootstrap: with equal seeds
+    per run and normal errors it keeps its level even with 2 runs per arm (the test on cluster means of a nested
+    design), paying in power (df at most ``k_a + k_b - 2``), whereas a bootstrap over 2 runs draws only 3 distinct
+    run sets per arm (a coarse null) and its plug-in variance is short by a factor (k - 1) / k, too liberal.
+    ``diff`` is the difference of the means of run means (each pretraining run weighs the same).
+
+    Raises:
+        ValueError: fewer than 2 non-empty groups on a side, or an unknown ``alternative``.
+    """
+    means_a = [statistics.fmean(g) for g in a if len(g)]
+    means_b = [statistics.fmean(g) for g in b if len(g)]
+    if len(means_a) < 2 or len(means_b) < 2:
+        raise ValueError(f"a nested Welch test needs at least 2 groups per arm (got {len(means_a)} and {len(means_b)})")
+    return welch(means_a, means_b, alternative=alternative, level=level)
 
 def above(value: float, baseline: Sequence[float], *, level: float = 0.95) -> WelchResult:
     """One-sample t-test of a fixed ``value`` against per-seed ``baseline`` values (H1: value > mean(baseline)).

@@ -119,12 +119,18 @@ def suite_rows(tasks: list[TaskRuns], arms: dict[str, str]) -> dict[str, list[Ta
 
 
 def suite_gains(rows: dict[str, list[TaskResult]], arms: dict[str, str]) -> list[transfer.Gain]:
-    """Per arm: its per-seed suite scores against its family's scratch suite scores (one-sided Welch, Holm)."""
+    """Per arm: its per-seed suite scores against its family's scratch suite scores (one-sided Welch, Holm); with
+    several pretraining runs each run's mean suite score is one value (:func:`transfer.finetune_gains`)."""
     values: dict[str, dict[str, Any]] = {}
     for arm, family in arms.items():
         pre, scratch = rows.get(f"{arm} pretrained"), rows.get(f"{family} scratch")
         if pre and scratch:
-            values[arm] = {"family": family, "finetune_values": {"suite": list(suite_seeds(pre).values())},
+            per_seed = suite_seeds(pre)  # keyed <pretraining run>/<fine-tuning seed>
+            runs: dict[str, list[float]] = {}
+            for key, score in per_seed.items():
+                runs.setdefault(key.rsplit("/", 1)[0], []).append(score)
+            values[arm] = {"family": family, "finetune_values": {"suite": list(per_seed.values())},
+                           "finetune_nested_values": {"suite": list(runs.values())},
                            "scratch_values": {"suite": list(suite_seeds(scratch).values())}}
     return transfer.finetune_gains(values, metric="suite")
 
@@ -217,13 +223,14 @@ def section(tasks: list[TaskRuns], arms: dict[str, str], smoke: bool = False) ->
         tables["suite_gains"] = transfer.gain_table(gains)
         gains_md = ["### Suite score", "",
                     "Suite score of each pretrained arm minus its family's scratch baseline (per-seed suite scores; "
-                    "one-sided Welch test, Holm-corrected across arms).", "", tables["suite_gains"], "",
+                    "one-sided Welch test, Holm-corrected across arms). " + transfer.unit_note(gains), "",
+                    tables["suite_gains"], "",
                     transfer.verdict(gains, smoke), ""]
     protocol = _protocol(tasks)
     if protocol:
         md += ["### Suite protocol", "", *[f"- {line}" for line in protocol], ""]
-    results["gains"] = [{"arm": g.arm, "diff": g.diff, "ci": [g.ci_low, g.ci_high], "p": g.p, "p_holm": g.p_holm}
-                        for g in gains]
+    results["gains"] = [{"arm": g.arm, "diff": g.diff, "ci": [g.ci_low, g.ci_high], "p": g.p, "p_holm": g.p_holm,
+                         "test": g.test, "pretrain_seeds": g.pretrain_seeds} for g in gains]
     return SuiteSection(markdown=md, gains_markdown=gains_md, tables=tables, results=results,
                         summary=summary_keys(rows, references))
 

@@ -4,9 +4,12 @@ A comparison only means something if each pretrained arm beats its own from-scra
 variation. For every arm (family x objective) this module computes, from stored run records:
 
 - **fine-tuning gain**: mean test accuracy of the pretrained arm minus its family's scratch baseline, the
-  Welch 95 % interval of that difference, and a one-sided Welch p-value (H1: pretrained > scratch);
+  Welch 95 % interval of that difference, and a one-sided Welch p-value (H1: pretrained > scratch); with 2 or
+  more pretraining runs the pretrained side's unit is a run (the mean over its fine-tuning seeds), so the test
+  covers pretraining-seed variance too;
 - **probe gain**: the probe accuracy of the pretrained body (one value per pretraining seed) minus the mean of
-  random-initialised bodies of the same shape, with a one-sided one-sample t-test;
+  random-initialised bodies of the same shape, with a one-sided one-sample t-test (one pretraining run) or a
+  one-sided Welch test over pretraining runs (several);
 
 and Holm-corrects each family of p-values across arms (:mod:`famlab.experiments.analysis.stats`). Results are plain
 dataclasses; :func:`gain_table`, :func:`probe_table` and :func:`plot_gains` render them.
@@ -22,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from famlab.experiments.analysis.results import FinetuneResult, Plan, ProbeResult, RunRecord
-from famlab.experiments.analysis.stats import above, holm, welch
+from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES, above, holm, nested_welch, welch
 
 ALPHA = 0.05
+PROBE_ONE = "one_sample_t"  # a probe gain's test with one pretraining run: its body against the random bodies
+PROBE_RUNS = "welch_pretrained_bodies"  # with several: Welch, one value per pretrained body and per random body
 
 
 @dataclasses.dataclass
@@ -40,6 +45,8 @@ class Gain:
     ci_high: float
     p: float
     p_holm: float = math.nan
+    test: str | None = None  # which test gave p (stats.RUN_MEANS, SEED_VALUES, PROBE_RUNS or PROBE_ONE)
+    pretrain_seeds: int | None = None  # pretraining runs on the pretrained side
 
     @property
     def significant(self) -> bool:
@@ -47,21 +54,36 @@ class Gain:
 
 
 def finetune_gains(arms: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[Gain]:
-    """Pretrained vs scratch per arm (``arms`` from ``report.summarize``); arms lacking 2 seeds a side are skipped."""
+    """Pretrained vs scratch per arm (``arms`` from ``report.summarize``); arms lacking 2 seeds a side are skipped.
+
+    An arm with 2 or more pretraining runs (``finetune_nested_values``: one list per run) is tested with the run
+    as the unit (:func:`stats.nested_welch`: each run's mean over its fine-tuning seeds against each scratch seed),
+    since fine-tunes of one pretrained model are not independent; with one run, Welch over fine-tuning seeds.
+    """
     gains = []
     for arm, row in arms.items():
         a = row.get("finetune_values", {}).get(metric, [])
         b = row.get("scratch_values", {}).get(metric, [])
+        runs = [g for g in row.get("finetune_nested_values", {}).get(metric, []) if g]
         if len(a) < 2 or len(b) < 2:
             continue
-        w = welch(a, b, alternative="greater")
-        gains.append(Gain(arm, row["family"], list(a), list(b), w.diff, w.ci_low, w.ci_high, w.p))
+        if len(runs) >= 2:
+            w, test = nested_welch(runs, [[v] for v in b], alternative="greater"), RUN_MEANS
+        else:
+            w, test = welch(a, b, alternative="greater"), SEED_VALUES
+        gains.append(Gain(arm, row["family"], list(a), list(b), w.diff, w.ci_low, w.ci_high, w.p,
+                          test=test, pretrain_seeds=max(1, len(runs))))
     _correct(gains)
     return gains
 
 
 def probe_gains(probes: dict[str, list[ProbeResult]], families: dict[str, str]) -> list[Gain]:
     """Per arm: pretrained-body probe accuracy (mean over pretraining seeds) against the random-init bodies.
+
+    One pretraining run: a one-sample t-test of its body's accuracy against the random bodies. Several: a Welch
+    test of the pretrained bodies (one value per pretraining run, so it covers pretraining-seed variance) against
+    the random bodies. A random body's seed fixes it (``famlab probe`` seeds torch with it), so a seed probed by
+    several runs counts once (its mean), not once per run.
 
     Args:
         probes: arm -> the results of its probe runs (one per pretraining seed).
@@ -70,13 +92,38 @@ def probe_gains(probes: dict[str, list[ProbeResult]], families: dict[str, str]) 
     gains = []
     for arm, results in probes.items():
         pre = [r.pretrained["test"]["test/acc"] for r in results]
-        rand = [v["test"]["test/acc"] for r in results for v in r.random.values()]
+        by_seed: dict[str, list[float]] = {}
+        for r in results:
+            for seed, v in r.random.items():
+                by_seed.setdefault(seed, []).append(v["test"]["test/acc"])
+        rand = [statistics.fmean(v) for v in by_seed.values()]
         if not pre or len(rand) < 2:
             continue
-        t = above(statistics.fmean(pre), rand)
-        gains.append(Gain(arm, families.get(arm, arm), pre, rand, t.diff, t.ci_low, t.ci_high, t.p))
+        t, test = (welch(pre, rand), PROBE_RUNS) if len(pre) >= 2 else (above(pre[0], rand), PROBE_ONE)
+        gains.append(Gain(arm, families.get(arm, arm), pre, rand, t.diff, t.ci_low, t.ci_high, t.p,
+                          test=test, pretrain_seeds=len(pre)))
     _correct(gains)
     return gains
+
+
+def unit_note(gains: list[Gain]) -> str:
+    """Which seed variance the gains' tests cover, in words (a sentence for the text above a gain table)."""
+    tests = {g.test for g in gains}
+    parts = []
+    if RUN_MEANS in tests:
+        parts.append("With 2 or more pretraining runs the pretrained side's unit is a pretraining run (the mean over "
+                     "its fine-tuning seeds; the table's mean ± std pools every fine-tune), so the test covers "
+                     "pretraining-seed as well as fine-tuning-seed variance; with 2 runs it has little power.")
+    if PROBE_RUNS in tests:
+        parts.append("With 2 or more pretraining runs the pretrained side has one body per pretraining run, so the "
+                     "test covers pretraining-seed variance; with 2 runs it has little power.")
+    if tests & {SEED_VALUES, None}:
+        parts.append("With one pretraining run the test covers fine-tuning-seed variance only, not pretraining-seed "
+                     "variance.")
+    if PROBE_ONE in tests:
+        parts.append("With one pretraining run its body's accuracy is one fixed value: the test covers the random "
+                     "bodies' spread, not pretraining-seed variance.")
+    return " ".join(parts)
 
 
 def _correct(gains: list[Gain]) -> None:
@@ -184,14 +231,17 @@ def section(
     if ft_gains:
         tables["gains"] = gain_table(ft_gains)
         md += ["Fine-tuned test accuracy of each pretrained arm minus its family's from-scratch baseline "
-               "(same recipe, grid and selection; one-sided Welch test, Holm-corrected across arms).", "",
+               "(same recipe, grid and selection; one-sided Welch test, Holm-corrected across arms). "
+               + unit_note(ft_gains), "",
                tables["gains"], "", verdict(ft_gains, smoke), ""]
     if pr_gains:
         tables["probe"] = probe_table(pr_gains)
         md += ["### Linear probe (frozen body)", "",
                "Logistic regression on the frozen body's pooled features (the family's fine-tuning pooling), "
                "strength chosen on validation; the pretrained body against random-initialised bodies of the same "
-               "shape (one per probe seed; one-sided one-sample t-test, Holm-corrected across arms).", "",
+               "shape (one per probe seed; one-sided one-sample t-test with one pretraining run, one-sided Welch "
+               "test over the pretrained bodies with several; Holm-corrected across arms). " + unit_note(pr_gains),
+               "",
                tables["probe"], ""]
     if ft_gains or pr_gains:
         plot = plot_gains(ft_gains, pr_gains, out_dir / "pretraining_gain.png")
@@ -239,7 +289,8 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -
                      "seeds of one pretraining run, so they do not include pretraining-seed variance.")
     elif seeds:
         lines.append("Pretraining seeds per arm: " + ", ".join(f"{k} {v}" for k, v in seeds.items())
-                     + " (fine-tuning seeds of every pretraining run pooled).")
+                     + " (the fine-tuning tables pool the fine-tuning seeds of every pretraining run; the tests take "
+                       "each pretraining run's mean as one value, so they cover pretraining-seed variance).")
     return lines
 
 

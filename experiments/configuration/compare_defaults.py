@@ -21,9 +21,9 @@ SIZES = ("tiny", "small", "base")
 # 2.6 times as long; docs/protocol.md). Most of the time goes to pretraining: the
 # median-cost family trains trainer.max_steps steps (T5, 1.05e13 FLOPs) and the others match its FLOPs. Fine-tuning is
 # low-resource (1,000 labelled definitions; 500 each for validation and test), where what pretraining put into the
-# body shows, and every arm, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
+# body shows, and every side, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
 # selection (at every scale the grid is the preset's finetune.lr and three times it, each with a 10x head lr;
-# validation chooses per arm).
+# validation chooses per side).
 TINY_DEFAULTS = [
     "trainer.max_steps=4500",  # the whole run: 593 s on 2 quiet cores (two workers), pretraining 77 % of their time
     "compare.workers=2",  # two jobs side by side, one thread each (one per GPU on a machine with several)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from famlab.datamodules.suite import TaskSpec
 from famlab.experiments.analysis.results import RunRecord
-from famlab.experiments.analysis.stats import welch
+from famlab.experiments.analysis.stats import nested_welch
 from famlab.experiments.analysis.suite_table import TaskRuns, suite_gains, suite_rows
 from famlab.experiments.commands import cli
 from famlab.experiments.configuration.compose import compose
@@ -162,7 +162,7 @@ def test_suite_rows_key_seeds_by_pretraining_run_and_gains_test_the_suite_scores
     (gain,) = suite_gains(rows, {"gpt": "gpt"})
     pre = [(0.8 + 0.3) / 2, (0.7 + 0.2) / 2, (0.9 + 0.4) / 2, (0.6 + 0.5) / 2]
     scratch = [(0.4 + 0.1) / 2, (0.5 + 0.2) / 2]
-    w = welch(pre, scratch, alternative="greater")
+    w = nested_welch([pre[:2], pre[2:]], [[v] for v in scratch], alternative="greater")  # one unit per pretraining run
     assert gain.diff == pytest.approx(w.diff) and gain.p == pytest.approx(w.p) and gain.p_holm == pytest.approx(w.p)
     assert sorted(gain.pretrained) == pytest.approx(sorted(pre))
 

@@ -63,7 +63,7 @@ from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.lightning_check import parse_devices
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures, live, workers
-from famlab.experiments.plumbing.console import quiet_libraries
+from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.run import get_bundle, prepared_corpus, set_vocab, token_ids, write_json
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
@@ -381,8 +381,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
         raise Stopped(comp_dir, e, resume_command(comp_dir, presets, overrides)) from e
     try:
         live.clear_unfinished(comp_dir / STATUS_DIR)
-        board = live.Board(comp_dir / STATUS_DIR, board_entries(comparison)) if live.live_wanted() else None
-        with live.live_view(board):
+        board = live.Board(comp_dir / STATUS_DIR, board_entries(comparison))
+        with live.live_view(board, live=live.live_wanted(), every_s=heartbeat_seconds()):
             run_jobs(comparison)
         finish(comparison, presets, overrides)
     except (Exception, KeyboardInterrupt) as e:

@@ -9,7 +9,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from famlab.experiments.plumbing.console import say
-from famlab.experiments.plumbing.live import LIVE_ENV, PROGRESS_ENV, report_progress
+from famlab.experiments.plumbing.live import BOARD_ENV, PROGRESS_ENV, report_progress
 
 STATUS_EVERY_S = 2.0  # how often a fit rewrites its job's status file (a tiny JSON file)
 
@@ -35,7 +35,7 @@ class Heartbeat(pl.Callback):
             self._reported = now
             step, total, loss, rate = self._state(trainer, now)
             report_progress(fit=self.name, step=step, max_steps=total, loss=loss, rate=rate)
-        if now - self._last < self.every_s or os.environ.get(LIVE_ENV) == "1":  # a live view shows it instead
+        if now - self._last < self.every_s or os.environ.get(BOARD_ENV) == "1":  # a comparison's board shows it
             return
         self._last = now
         step, total, loss, rate = self._state(trainer, now)

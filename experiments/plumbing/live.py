@@ -25,6 +25,7 @@ from typing import Any
 
 PROGRESS_ENV = "FAMLAB_PROGRESS_FILE"  # the status file the current job's fits write their progress to
 LIVE_ENV = "FAMLAB_LIVE"  # "1": draw the live view even off a terminal; "0": never; set to "1" for the workers
+BOARD_ENV = "FAMLAB_BOARD"  # "1" while a board reports the jobs' progress: fits print no heartbeat lines of their own
 STATES = ("queued", "running", "done", "failed")
 
 
@@ -141,6 +142,11 @@ class Board:
         return (f"{counts['done']}/{len(self.entries)} jobs done, {counts['running']} running, {counts['queued']} "
                 f"queued{failed}; elapsed {duration(now - self.started)}{left}")
 
+    def line(self) -> str:
+        """One plain line: the running jobs' progress, then the headline ("" when nothing runs)."""
+        running = [f"{e.name} {short(s)}" for e in self.entries for s in [self.status(e)] if s["state"] == "running"]
+        return f"{'; '.join(running)} | {self.headline()}" if running else ""
+
     def __rich__(self) -> Any:
         from rich.table import Table
 
@@ -164,6 +170,15 @@ def detail(s: dict[str, Any]) -> str:
     total = f"/{s['max_steps']}" if s.get("max_steps") else ""
     loss = f", loss {s['loss']:.4f}" if isinstance(s.get("loss"), float) else ""
     return f"{s.get('fit', '')} step {s['step']}{total}{loss}, {s.get('rate', 0.0):.1f} steps/s"
+
+
+def short(s: dict[str, Any]) -> str:
+    """A running job's progress in a few characters: ``step 281/4500, loss 4.7077``."""
+    if "step" not in s:
+        return "starting"
+    total = f"/{s['max_steps']}" if s.get("max_steps") else ""
+    loss = f", loss {s['loss']:.4f}" if isinstance(s.get("loss"), float) else ""
+    return f"step {s['step']}{total}{loss}"
 
 
 def _fraction(s: dict[str, Any]) -> float:
@@ -200,26 +215,56 @@ def duration(seconds: float) -> str:
 
 
 @contextlib.contextmanager
-def live_view(board: Board | None) -> Iterator[None]:
-    """Draw ``board`` with rich's ``Live`` (famlab's own lines print above it) while the block runs; no board: a
-    plain console. The workers are told (``FAMLAB_LIVE=1``) so their fits report progress and print no heartbeat."""
-    if board is None:
-        yield
-        return
-    from rich.console import Console
-    from rich.live import Live
-
-    before = os.environ.get(LIVE_ENV)
-    os.environ[LIVE_ENV] = "1"
+def live_view(board: Board, *, live: bool, every_s: float = 60.0) -> Iterator[None]:
+    """Show ``board`` while the block runs: with ``live``, drawn by rich's ``Live`` (famlab's own lines print above
+    it; workers are told through ``FAMLAB_LIVE=1`` to keep their lines to the log); else one plain line every
+    ``every_s`` seconds (:meth:`Board.line`) from a thread of this process, which also runs while a job trains in
+    it. Either way the fits print no heartbeat of their own (``FAMLAB_BOARD=1``)."""
+    before = {k: os.environ.get(k) for k in (LIVE_ENV, BOARD_ENV)}
+    os.environ[BOARD_ENV] = "1"
+    if live:
+        os.environ[LIVE_ENV] = "1"
     try:
-        with Live(board, console=Console(), refresh_per_second=1, transient=False, redirect_stdout=True,
-                  redirect_stderr=True):
-            yield
-    finally:
-        if before is None:
-            os.environ.pop(LIVE_ENV, None)
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            with Live(board, console=Console(), refresh_per_second=1, transient=False, redirect_stdout=True,
+                      redirect_stderr=True):
+                yield
         else:
-            os.environ[LIVE_ENV] = before
+            with _every(every_s, board.line):
+                yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _every(seconds: float, make_line: Any) -> Iterator[None]:
+    """Print ``make_line()`` (when it is not empty) every ``seconds`` from a daemon thread while the block runs."""
+    import threading
+
+    from famlab.experiments.plumbing.console import say
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            line = make_line()
+            if line:
+                say(line)
+
+    thread = threading.Thread(target=loop, name="famlab-board", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 def clear_unfinished(folder: Path) -> None:

@@ -126,3 +126,22 @@ def test_a_comparison_draws_its_jobs_and_its_workers_never_write_over_the_view(t
     assert "steps/s" not in table  # no heartbeat line from a worker tore the view
     log = (tmp_path / "cmp" / "compare.log").read_text()
     assert "[famlab compare" in log  # the workers' own progress lines, kept
+
+
+def test_off_a_terminal_the_board_prints_one_line_a_period_while_jobs_run(tmp_path, capsys):
+    """The plain view: a line per period naming each running job's step and loss with the headline; nothing while
+    no job runs; the fits are told not to print heartbeats of their own."""
+    import time
+
+    board = live.Board(tmp_path, [live.Entry("gpt-pretrain-s0", "pretrain", 1e9), live.Entry("gpt-scratch", "scratch")])
+    with live.live_view(board, live=False, every_s=0.05):
+        assert os.environ[live.BOARD_ENV] == "1" and live.LIVE_ENV not in os.environ
+        time.sleep(0.2)
+        quiet = capsys.readouterr().out
+        with live.job_status(tmp_path / "gpt-pretrain-s0.json"):
+            live.report_progress(fit="gpt-pretrain-s0", step=7, max_steps=20, loss=3.5, rate=1.0)
+            time.sleep(0.3)
+    assert live.BOARD_ENV not in os.environ
+    lines = capsys.readouterr().out.splitlines()
+    assert quiet == "" and len(lines) >= 2
+    assert all("gpt-pretrain-s0 step 7/20, loss 3.5000 | 0/2 jobs done, 1 running, 1 queued" in x for x in lines)

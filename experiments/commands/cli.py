@@ -19,6 +19,7 @@ override it does not read.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from typing import NamedTuple
@@ -184,7 +185,9 @@ def _help() -> str:
     lines = [USAGE, "", "commands:"]
     lines += [f"  {name:<9} {command(name).summary}" for name in COMMANDS]
     lines += ["", "presets: " + " ".join(preset_names()) + "   (famlab presets describes them)",
-              "famlab <command> --help describes one command; famlab --version prints the version"]
+              "famlab <command> --help describes one command; famlab --version prints the version",
+              "--verbose (any command, or FAMLAB_VERBOSE=1): the libraries' own console output too (W&B banners, "
+              "Lightning tips, their warnings); by default they go to the run directory's famlab.log"]
     return "\n".join(lines)
 
 
@@ -233,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] in ("-V", "--version", "version"):
         print(version())
         return 0
-    name, rest = args[0], args[1:]
+    name, rest = args[0], [a for a in args[1:] if a != "--verbose"]
+    if len(rest) < len(args) - 1:  # any command: the libraries' own console output (banners, tips, warnings)
+        os.environ["FAMLAB_VERBOSE"] = "1"
     try:
         if name not in COMMANDS:
             raise UsageError(f"unknown command {name!r}; commands: {', '.join(COMMANDS)}")

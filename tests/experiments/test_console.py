@@ -88,3 +88,13 @@ def test_a_comparison_prints_only_famlab_lines_with_a_heartbeat(tmp_path):
     board = [line for line in done.stdout.splitlines() if "jobs done" in line]  # the board's line a "minute"
     assert any("-pretrain-s0 step " in line and "loss" in line for line in board), done.stdout[-3000:]
     assert not any("steps/s" in line for line in done.stdout.splitlines())  # no fit's own heartbeat besides it
+
+
+def test_verbose_flag_of_any_command_shows_the_libraries_output(monkeypatch, capsys):
+    """``famlab <command> --verbose`` is FAMLAB_VERBOSE=1 for that run; without it nothing is set."""
+    from famlab.experiments.commands import cli
+
+    monkeypatch.delenv(console.VERBOSE_ENV, raising=False)
+    assert cli.main(["config", "gpt", "tiny"]) == 0 and not console.verbose()
+    assert cli.main(["config", "gpt", "tiny", "--verbose"]) == 0 and console.verbose()
+    assert "--verbose" in cli._help()

@@ -168,6 +168,31 @@ class BigramLM(nn.Module):
         unigram = torch.bincount(prev, minlength=vocab_size)
         return cls(vocab_size, keys, counts, unigram, k)
 
+    @classmethod
+    def fit_stream(cls, stream: Any, vocab_size: int, *, separator: int, k: float = 0.1,
+                   chunk: int = 1 << 24) -> BigramLM:
+        """The counts :meth:`fit` gives for the documents of ``stream`` (a 1-D token array, e.g. a prepared
+        training stream's memory map, in which each document is followed by ``separator``), counted ``chunk`` tokens
+        at a time: memory grows with the distinct bigrams, not with the corpus."""
+        import numpy as np
+
+        keys, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        unigram = np.zeros(vocab_size, dtype=np.int64)
+        last = separator  # the first document is preceded by the separator, as in fit
+        for lo in range(0, len(stream), chunk):
+            part = np.asarray(stream[lo : lo + chunk], dtype=np.int64)
+            prev, nxt, last = np.concatenate(([last], part[:-1])), part, int(part[-1])
+            keep = nxt != separator  # fit counts no pair into a separator: a document's last token ends it
+            prev, nxt = prev[keep], nxt[keep]
+            unigram += np.bincount(prev, minlength=vocab_size)[:vocab_size]
+            new_keys, new_counts = np.unique(prev * vocab_size + nxt, return_counts=True)
+            keys, where = np.unique(np.concatenate((keys, new_keys)), return_inverse=True)
+            counts = np.bincount(where, weights=np.concatenate((counts, new_counts)), minlength=len(keys))
+            counts = counts.astype(np.int64)
+        if not len(keys):
+            raise ObjectiveError("a bigram model needs at least one non-empty document")
+        return cls(vocab_size, torch.from_numpy(keys), torch.from_numpy(counts), torch.from_numpy(unigram), k)
+
     def with_k(self, k: float) -> BigramLM:
         """The same counts with another smoothing constant."""
         return BigramLM(self.vocab_size, self.keys, self.counts, self.unigram, k)

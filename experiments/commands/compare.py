@@ -395,6 +395,7 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_
            resumed: bool) -> Comparison:
     """The shared tokenizer, the tasks and the budget plan: what every job of the comparison reads."""
     corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
+    check_corpus_fits(cfgs, corpus, bundle)
     suite = prepare_tasks(base, cfgs, specs, comp_dir)
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan.tokenizer_hash = bundle.hash
@@ -409,6 +410,15 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_
                             gpus, mp.get_context("spawn").Value("i", 0))
     del corpus  # each pretraining run loads its own; the parent of worker processes keeps only what they share
     return comparison
+
+
+def check_corpus_fits(cfgs: dict[str, Config], corpus: Any, bundle: Any) -> None:
+    """Each arm's token streams (written now, once, as its pretraining would) hold a batch of its blocks and a
+    validation block: a corpus too small fails here in one line, before any baseline or pretraining runs."""
+    from famlab.experiments.commands.pretrain import data_module
+
+    for cfg in cfgs.values():
+        data_module(copy.deepcopy(cfg), corpus, bundle)
 
 
 def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False) -> tuple[Any, Any]:

@@ -141,21 +141,28 @@ def summarise(items: list[Item], scores: list[Any], *, seed: int = 0) -> dict[st
     return result
 
 
-def load_bigram(run: Any, saved: dict[str, Any]) -> BigramLM:
+def load_bigram(run: Any, saved: dict[str, Any], run_dir: Path) -> BigramLM:
     """An add-k bigram on the run's pretraining corpus (train documents) with the run's tokenizer; k is chosen
-    by validation NLL among :data:`BIGRAM_KS`."""
-    from famlab.datamodules import load_corpus
+    by validation NLL among :data:`BIGRAM_KS`. The counts come from the prepared corpus's training stream, chunk by
+    chunk (a corpus of any size, no raw text read when it is prepared); the validation texts are its first 2,000."""
+    import numpy as np
+    from famlab.experiments.configuration.compose import to_dataclass
+    from famlab.experiments.configuration.config import Config, DataConfig
+    from famlab.experiments.plumbing.run import prepared_corpus
+    from omegaconf import OmegaConf
 
-    data = saved.get("data") or {}
-    val_fraction = data.get("val_fraction")
-    corpus = load_corpus(data.get("corpus", "wordnet"), val_fraction=0.05 if val_fraction is None else val_fraction,
-                         seed=int(data.get("seed", 0)))
-    tok = run.tokenizer
-    train = [e.ids for e in tok.encode_batch(corpus.train, add_special_tokens=False)]
-    val = [e.ids for e in tok.encode_batch(corpus.val[:2000], add_special_tokens=False)]
+    cfg = Config()
+    cfg.data = to_dataclass(OmegaConf.merge(OmegaConf.structured(DataConfig), saved.get("data") or {}))
+    cfg.data.tokenizer.path = str(run_dir / "tokenizer.json")  # the corpus as the run's own tokenizer encodes it
+    corpus = prepared_corpus(cfg)
+    eos = run.ids.eos
+    corpus.ensure_streams(eos)
+    train_file, _ = corpus.stream_files(eos)
+    stream = np.memmap(train_file, dtype=corpus.dtype, mode="r") if train_file.stat().st_size else []
+    lm = BigramLM.fit_stream(stream, run.ids.vocab_size, separator=eos)
+    val = [e.ids for e in run.tokenizer.encode_batch(corpus.val[:2000], add_special_tokens=False)]
     val = [v for v in val if v]  # texts that encode to nothing hold no bigram: without any, k falls back below
-    lm = BigramLM.fit(train, run.ids.vocab_size, separator=run.ids.eos)
-    return min((lm.with_k(k) for k in BIGRAM_KS), key=lambda m: m.nll(val, run.ids.eos) if val else m.k)
+    return min((lm.with_k(k) for k in BIGRAM_KS), key=lambda m: m.nll(val, eos) if val else m.k)
 
 
 def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full", bigram: bool = True,
@@ -167,7 +174,7 @@ def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "fu
     run = load_run(str(run_dir))
     saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
     scorer = Scorer(run.net, run.encode, run.ids, objective=run.objective, rule=rule)
-    floor = Scorer(load_bigram(run, saved), run.encode, run.ids, rule=rule) if bigram else None
+    floor = Scorer(load_bigram(run, saved, run_dir), run.encode, run.ids, rule=rule) if bigram else None
     out = {}
     for name, items in tasks.items():
         started = time.time()

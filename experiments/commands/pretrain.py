@@ -147,11 +147,18 @@ def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
     """The prepared corpus (``data.corpus`` prepared once into the cache by rank 0, or a prepared directory), its
     tokenizer (``model.vocab_size`` set from it), the objective and the data module, its token streams memory-mapped
     (the streams for the objective's separator written by rank 0 if new) and set up for fitting."""
+    corpus = prepared_corpus(cfg)
+    bundle = get_bundle(cfg, corpus, run_dir)
+    objective, dm = data_module(cfg, corpus, bundle)
+    return corpus, bundle, objective, dm
+
+
+def data_module(cfg: Config, corpus: Any, bundle: Any) -> tuple[Any, Any]:
+    """The objective and the data module of ``corpus`` encoded with ``bundle`` (``model.vocab_size`` set from it),
+    its streams written by rank 0 if new and set up for fitting: a corpus too small for a batch fails here."""
     from famlab.datamodules import PretrainDataModule
     from famlab.objectives import make_objective
 
-    corpus = prepared_corpus(cfg)
-    bundle = get_bundle(cfg, corpus, run_dir)
     set_vocab(cfg, bundle.vocab_size)
     objective = make_objective(cfg.objective.name, token_ids(bundle), seq_len=cfg.data.seq_len,
                                family=cfg.model.family.value, **objective_settings(cfg))
@@ -172,7 +179,7 @@ def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
     if env_rank() == 0:
         dm.prepare_data()  # the streams for this separator, once; also needed for the unigram floor below
     dm.setup("fit")
-    return corpus, bundle, objective, dm
+    return objective, dm
 
 
 def make_module(cfg: Config, objective: Any, dm: Any) -> Any:

@@ -374,3 +374,15 @@ def test_suite_fuzz_any_yaml_shape_is_a_suite_or_one_line_naming_the_file(files)
         outcomes["suite"] += 1
     assert outcomes["suite"] > 50 and outcomes["refused"] > 300, outcomes
 
+
+
+def test_a_comparison_on_a_corpus_smaller_than_one_batch_stops_before_any_job(files, cli_env, capsys):
+    """Refused right after the tokenizer, before the scratch baselines: one line, exit 2, no comparison left."""
+    corpus = files / "two-docs.txt"
+    corpus.write_text("a first short document.\n\nand a second one.\n" * 3)
+    args = ["compare", "compare.families=[gpt,t5]", "compare.workers=1", "wandb.mode=disabled",
+            f"data.corpus={corpus}", "data.tokenizer.vocab_size=300", "data.tokenizer.num_sentinels=20",
+            f"data.task={files}/good.csv", "compare.task_limit=None", "run_dir=cmp"]
+    line = one_error(capsys, args)
+    assert str(corpus) in line and "fewer than one batch" in line, line
+    assert not (Path.cwd() / "cmp").exists()

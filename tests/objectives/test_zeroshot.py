@@ -112,6 +112,23 @@ def test_bigram_counts_and_scores_by_hand(ids):
         assert math.isclose(got.log_prob[k], lm.log_prob(seq[:-1], seq[1:]).sum().item(), rel_tol=1e-9)
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])
+def test_bigram_from_a_prepared_stream_has_the_documents_counts(ids, chunk):
+    """A training stream (each document followed by the separator, empty documents included), counted chunk by
+    chunk, gives exactly fit's keys, counts and left-context counts."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(chunk)
+    docs = [torch.randint(10, 40, (int(n),), generator=g).tolist() for n in torch.randint(0, 9, (40,), generator=g)]
+    stream = np.array([t for d in docs for t in (*d, ids.eos)], dtype=np.uint16)
+    want = BigramLM.fit(docs, 64, separator=ids.eos)
+    got = BigramLM.fit_stream(stream, 64, separator=ids.eos, chunk=chunk)
+    for a, b in ((got.keys, want.keys), (got.counts, want.counts), (got.unigram, want.unigram)):
+        assert torch.equal(a, b)
+    with pytest.raises(ObjectiveError, match="non-empty document"):
+        BigramLM.fit_stream(np.array([ids.eos, ids.eos]), 64, separator=ids.eos)
+
+
 def test_bad_rule_and_bad_objects_are_refused(ids, tiny_net):
     """Unknown rules and non-famlab modules raise ObjectiveError."""
     with pytest.raises(ObjectiveError, match="rule"):

@@ -71,7 +71,7 @@ def read_items(path: Path) -> list[Item]:
         raise EvalInputError(f"data.eval={path}: no such file (bundled tasks: {', '.join(BUNDLED)})")
     opener = gzip.open if path.suffix == ".gz" else open
     items = []
-    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 items.append(_parse(line, f"{path}:{n}"))
@@ -149,16 +149,18 @@ def load_bigram(run: Any, saved: dict[str, Any], run_dir: Path) -> BigramLM:
     from famlab.experiments.configuration.compose import to_dataclass
     from famlab.experiments.configuration.config import Config, DataConfig
     from famlab.experiments.plumbing.run import prepared_corpus
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     cfg = Config()
-    cfg.data = to_dataclass(OmegaConf.merge(OmegaConf.structured(DataConfig), saved.get("data") or {}))
+    data = OmegaConf.merge(OmegaConf.structured(DataConfig), saved.get("data") or {})
+    assert isinstance(data, DictConfig)
+    cfg.data = to_dataclass(data)
     cfg.data.tokenizer.path = str(run_dir / "tokenizer.json")  # the corpus as the run's own tokenizer encodes it
     corpus = prepared_corpus(cfg)
     eos = run.ids.eos
     corpus.ensure_streams(eos)
     train_file, _ = corpus.stream_files(eos)
-    stream = np.memmap(train_file, dtype=corpus.dtype, mode="r") if train_file.stat().st_size else []
+    stream: Any = np.memmap(train_file, dtype=corpus.dtype, mode="r") if train_file.stat().st_size else []
     lm = BigramLM.fit_stream(stream, run.ids.vocab_size, separator=eos)
     val = [e.ids for e in run.tokenizer.encode_batch(corpus.val[:2000], add_special_tokens=False)]
     val = [v for v in val if v]  # texts that encode to nothing hold no bigram: without any, k falls back below

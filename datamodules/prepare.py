@@ -681,6 +681,10 @@ def write_streams(path: Path, manifest: dict[str, Any], separator_id: int) -> No
     _write_json(path / f"streams-sep{separator_id}.json", {"separator_id": separator_id, "tokens": sizes})
 
 
+STREAM_PART_DOCS = 1 << 18  # documents gathered per part (a few MB of index arrays)
+OFFSET_BLOCK = 1 << 17  # offsets read per pread: 1 MiB
+
+
 def copy_documents(path: Path, dtype: np.dtype, docs: np.ndarray, val_docs: np.ndarray | None, separator_id: int,
                    f: Any, counts: np.ndarray | None) -> int:
     """Write documents ``docs`` (indices, in this order; training positions when ``val_docs`` is given, mapped by
@@ -694,14 +698,13 @@ def copy_documents(path: Path, dtype: np.dtype, docs: np.ndarray, val_docs: np.n
     """
     written = 0
     fd = os.open(path / "tokens.bin", os.O_RDONLY)
+    offsets_fd = os.open(path / "offsets.bin", os.O_RDONLY)
     try:
-        for lo in range(0, len(docs), 1 << 16):
-            part = docs[lo : lo + (1 << 16)].astype(np.int64)
+        for lo in range(0, len(docs), STREAM_PART_DOCS):
+            part = docs[lo : lo + STREAM_PART_DOCS].astype(np.int64)
             if val_docs is not None:
                 part = train_documents(part, val_docs)
-            offsets = _open_array(path / "offsets.bin", np.int64)
-            starts, lengths = np.asarray(offsets[part]), np.asarray(offsets[part + 1]) - np.asarray(offsets[part])
-            del offsets  # (a few pages of offsets.bin per part)
+            starts, lengths = document_spans(offsets_fd, part)
             ends = np.cumsum(lengths + 1)
             cuts = np.searchsorted(ends, np.arange(STREAM_CHUNK_TOKENS, ends[-1], STREAM_CHUNK_TOKENS), side="left")
             for a, b in zip(np.r_[0, cuts + 1], np.r_[cuts + 1, len(part)], strict=True):
@@ -714,7 +717,28 @@ def copy_documents(path: Path, dtype: np.dtype, docs: np.ndarray, val_docs: np.n
                     counts += np.bincount(out, minlength=len(counts))[: len(counts)]
     finally:
         os.close(fd)
+        os.close(offsets_fd)
     return written
+
+
+def document_spans(offsets_fd: int, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, lengths)`` in ``tokens.bin`` of documents ``docs`` (any order), read from ``offsets.bin`` one block
+    of :data:`OFFSET_BLOCK` entries at a time with ``pread``. A memory map would do, but permuted lookups fault in
+    (with the kernel's fault-around) all of ``offsets.bin``, 8 bytes per document of the corpus, as resident memory."""
+    order = np.argsort(docs, kind="stable")
+    wanted = docs[order]
+    starts, ends = np.empty(len(docs), dtype=np.int64), np.empty(len(docs), dtype=np.int64)
+    i = 0
+    for block in np.unique(wanted // OFFSET_BLOCK):
+        first = int(block) * OFFSET_BLOCK
+        j = int(np.searchsorted(wanted, first + OFFSET_BLOCK, side="left"))
+        entries = int(wanted[j - 1]) - first + 2  # through the end offset of the block's last wanted document
+        raw = os.pread(offsets_fd, entries * 8, first * 8)
+        table = np.frombuffer(raw, dtype=np.int64)
+        at = wanted[i:j] - first
+        starts[order[i:j]], ends[order[i:j]] = table[at], table[at + 1]
+        i = j
+    return starts, ends - starts
 
 
 def gather(fd: int, dtype: np.dtype, starts: np.ndarray, lengths: np.ndarray, separator_id: int) -> np.ndarray:

@@ -259,3 +259,18 @@ def test_a_prepare_killed_at_any_point_restarts_to_the_same_result(tmp_path):
     assert result.hash == reference.hash
     for a, b in zip(new_streams(result), new_streams(reference), strict=True):
         assert np.array_equal(a, b)
+
+
+def test_document_spans_reads_any_order_of_documents_block_by_block(tmp_path, monkeypatch):
+    """The pread lookup of document spans equals indexing the offsets table, for permuted, repeated and edge
+    documents, with blocks smaller than the table."""
+    monkeypatch.setattr(prep, "OFFSET_BLOCK", 7)
+    offsets = np.cumsum(np.r_[0, np.random.default_rng(0).integers(0, 9, 100)]).astype(np.int64)
+    (tmp_path / "offsets.bin").write_bytes(offsets.tobytes())
+    docs = np.r_[np.random.default_rng(1).permutation(100), [0, 99, 6, 7, 6]].astype(np.int64)
+    fd = os.open(tmp_path / "offsets.bin", os.O_RDONLY)
+    try:
+        starts, lengths = prep.document_spans(fd, docs)
+    finally:
+        os.close(fd)
+    assert np.array_equal(starts, offsets[docs]) and np.array_equal(lengths, offsets[docs + 1] - offsets[docs])

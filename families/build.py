@@ -1,15 +1,13 @@
-"""``build_network``: the family's network class for a :class:`ModelConfig` (re-exported by ``famlab.families``)."""
+"""``build_network``: the family's network for a :class:`ModelConfig` (re-exported by ``famlab.families``)."""
 
 from __future__ import annotations
 
-from famlab.families.bert import Bert
-from famlab.families.config import Family, ModelConfig
-from famlab.families.gpt import GPT
-from famlab.families.t5 import T5
-from torch import nn
+from famlab.families.config import ModelConfig
+from famlab.families.network import Network
+from famlab.families.registry import family
 
 
-def build_network(cfg: ModelConfig) -> nn.Module:
-    """Build the network for ``cfg.family`` (``bert | gpt | t5``); raises ConfigError if ``vocab_size`` is unset."""
-    family = Family(cfg.family)
-    return {Family.BERT: Bert, Family.GPT: GPT, Family.T5: T5}[family](cfg)
+def build_network(cfg: ModelConfig) -> Network:
+    """Build the network of ``cfg.family``, a registered family (``famlab.families.registry``: ``bert | gpt | t5``
+    built in); raises ConfigError if ``vocab_size`` is unset."""
+    return family(cfg.family).network(cfg)

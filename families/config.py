@@ -18,11 +18,65 @@ class ConfigError(ValueError):
 
 
 class Family(str, Enum):
-    """Which network is assembled from the blocks."""
+    """Which network is assembled from the blocks: the built-in families, and any family registered since
+    (``famlab.families.registry.register_family`` adds its member with :func:`add_family`)."""
 
     BERT = "bert"  # bidirectional encoder + MLM head
     GPT = "gpt"  # causal decoder + tied LM head
     T5 = "t5"  # encoder-decoder + (tied) LM head
+
+
+BUILTIN_FAMILIES = tuple(m.value for m in Family)
+
+
+@dataclass(frozen=True)
+class FamilyTraits:
+    """What :class:`ModelConfig` derives from its family, given when the family is registered
+    (``famlab.families.registry`` reads them off the family's spec: its architecture, input format and defaults)."""
+
+    encoder_decoder: bool = False  # num_decoder_layers: num_layers when unset (other families: 0, and only 0)
+    type_vocab_size: int = 0  # type_vocab_size when unset: 2 where the input format has token types (BERT)
+    scaled_tied_head: bool = False  # head_scale when unset: dim^-0.5 for a tied head (Mesh-TF, T5), else 1.0
+
+
+_TRAITS: dict[str, FamilyTraits] = {}
+
+
+def family_traits(name: str) -> FamilyTraits:
+    """The traits family ``name`` was registered with; a ConfigError for a family not registered."""
+    if name not in _TRAITS:
+        raise ConfigError(f"model.family={name!r} is not registered (famlab.families.registry)")
+    return _TRAITS[name]
+
+
+def add_family(name: str, traits: FamilyTraits | None = None) -> Family:
+    """Make ``name`` a :class:`Family` value with its :class:`FamilyTraits`, so ``model.family=<name>`` passes
+    OmegaConf and ``ModelConfig`` (the family registry calls this; ``Family(name)`` is then the one member of that
+    value)."""
+    traits = traits or FamilyTraits()
+    if name in Family._value2member_map_:
+        _TRAITS[name] = traits
+        return Family(name)
+    if not (name.isidentifier() and name == name.lower()):
+        raise ConfigError(f"model.family={name!r}: a family name is a lower-case identifier")
+    member = str.__new__(Family, name)
+    member._name_, member._value_ = name.upper(), name
+    member._sort_order_ = len(Family._member_names_)  # type: ignore[attr-defined]
+    Family._value2member_map_[name] = member
+    Family._member_map_[member._name_] = member
+    Family._member_names_.append(member._name_)
+    _TRAITS[name] = traits
+    return member
+
+
+def remove_family(name: str) -> None:
+    """Undo :func:`add_family` (a family unregistered; the built-in members stay)."""
+    if name in BUILTIN_FAMILIES or name not in Family._value2member_map_:
+        return
+    _TRAITS.pop(name, None)
+    member = Family._value2member_map_.pop(name)
+    Family._member_map_.pop(member._name_, None)
+    Family._member_names_.remove(member._name_)
 
 
 class PosScheme(str, Enum):
@@ -34,6 +88,13 @@ class PosScheme(str, Enum):
     ALIBI = "alibi"  # linear attention biases with per-head slopes (Press et al. 2022)
     T5_BIAS = "t5_bias"  # bucketed learned relative attention bias shared by a stack (Raffel et al. 2020)
     NONE = "none"  # no position information (causal decoders can still infer order)
+
+    @property
+    def length_bounded(self) -> bool:
+        """Whether the scheme holds a table of ``model.max_seq_len`` positions, so no input may be longer (the one
+        place this is declared: the stack, validation at other lengths, zero-shot scoring and generation read it).
+        Relative schemes and ``none`` run at any length."""
+        return self in (PosScheme.LEARNED, PosScheme.SINUSOIDAL)
 
 
 class Norm(str, Enum):
@@ -251,7 +312,8 @@ class ModelConfig:
         elif self.ffn_dim < 1:
             raise ConfigError(f"model.ffn_dim={self.ffn_dim} must be >= 1")
 
-        if self.family is Family.T5:
+        traits = family_traits(self.family.value)
+        if traits.encoder_decoder:
             if self.num_decoder_layers is None:
                 self.num_decoder_layers = self.num_layers
             elif self.num_decoder_layers < 1:
@@ -259,19 +321,20 @@ class ModelConfig:
         elif self.num_decoder_layers is None:
             self.num_decoder_layers = 0
         elif self.num_decoder_layers != 0:
+            owners = " or ".join(name for name, t in _TRAITS.items() if t.encoder_decoder)
             raise ConfigError(
-                f"model.num_decoder_layers={self.num_decoder_layers} applies only to model.family=t5 "
+                f"model.num_decoder_layers={self.num_decoder_layers} applies only to model.family={owners} "
                 f"(got model.family={self.family.value}); set it to null"
             )
 
         if self.type_vocab_size is None:
-            self.type_vocab_size = 2 if self.family is Family.BERT else 0
+            self.type_vocab_size = traits.type_vocab_size
         elif self.type_vocab_size < 0:
             raise ConfigError(f"model.type_vocab_size={self.type_vocab_size} must be >= 0")
 
         if self.head_scale is None:
-            tied_t5 = self.family is Family.T5 and self.tie_embeddings
-            self.head_scale = self.dim**-0.5 if tied_t5 else 1.0
+            scaled = traits.scaled_tied_head and self.tie_embeddings
+            self.head_scale = self.dim**-0.5 if scaled else 1.0
 
         if self.pos is PosScheme.T5_BIAS:
             if self.rel_pos_buckets < 2:

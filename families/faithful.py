@@ -1,32 +1,22 @@
-"""Each family's defaults, in one place: the block choices that make it compute what its Hugging Face original
-computes, its default pretraining objective and its default fine-tuning pooling.
+"""The built-in families' defaults, in one place: the block choices that make each compute what its Hugging Face
+original computes, its default pretraining objective and its default fine-tuning pooling.
 
-Everything that needs these reads :func:`family_defaults`: the config composer (the family presets in
+``famlab.families.builtin`` puts them into each family's :class:`~famlab.families.registry.FamilySpec`; everything that
+needs a family's defaults reads them from there (:func:`family_defaults`): the config composer (the family presets in
 ``experiments/configs/`` hold only the optimiser and objective rates), the Hugging Face conversion
 (``famlab.families.hf_settings``), the objective registry, ``famlab bench``, ``famlab generate``, fine-tuning and the
-tests. ``tests/test_one_source.py`` fails if another module writes a copy. Pure Python, so every layer may read it.
+tests. ``tests/test_one_source.py`` fails if another module writes a copy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from famlab.families.registry import FamilyDefaults, family
 
-@dataclass(frozen=True)
-class FamilyDefaults:
-    """A family's defaults (see the module docstring); ``model`` holds ``ModelConfig`` keys as plain values."""
-
-    model: MappingProxyType[str, Any] = field(repr=False)
-    objective: str  # the pretraining objective when ``objective.name`` is unset (objectives/registry.py)
-    pooling: str  # the fine-tuning pooling when ``finetune.pooling`` is unset (families/heads.py ``pool``)
-    # The ``model`` keys the family's Hugging Face class has no setting for: ``from_hf`` takes them (and ``init``)
-    # from ``model`` and ``to_hf`` refuses any other value. The other keys are HF config values ``from_hf`` reads.
-    hf_fixed: tuple[str, ...] = ()
-
-
-_DEFAULTS = {
+FAITHFUL: Mapping[str, FamilyDefaults] = MappingProxyType({
     # Devlin et al. 2019 / HF BertForMaskedLM: post-norm LayerNorm (on the embeddings too, no final norm), learned
     # positions, erf GELU, MLM decoder tied to the word embeddings (with its own bias), BERT init normal(0, 0.02).
     "bert": FamilyDefaults(
@@ -65,20 +55,20 @@ _DEFAULTS = {
         objective="span",
         pooling="mean",  # mean-pooled encoder states
         hf_fixed=("pos", "norm", "norm_position", "bias"),  # ffn: T5 v1.1 is gated; qk_scale: hf_settings
+        scaled_tied_head=True,  # the tied head's dim^-0.5 rescaling (Mesh-TF): model.head_scale's derived value
     ),
-}
+})
 
 
-def family_defaults(family: str) -> FamilyDefaults:
-    """The defaults of ``family`` (``bert | gpt | t5``); a ValueError naming ``model.family`` for another name."""
-    if family not in _DEFAULTS:
-        raise ValueError(f"model.family={family!r} is not one of: {', '.join(_DEFAULTS)}")
-    return _DEFAULTS[family]
+def family_defaults(name: str) -> FamilyDefaults:
+    """The defaults of family ``name`` (its registered spec's); a ValueError naming ``model.family`` for another
+    name."""
+    return family(name).defaults
 
 
-def family_model_settings(family: str) -> dict[str, Any]:
+def family_model_settings(name: str) -> dict[str, Any]:
     """``model.family`` and the ``model`` keys of its defaults, a new dict (``ModelConfig(**settings, dim=...)``)."""
-    return {"family": family, **family_defaults(family).model}
+    return family(name).model_settings()
 
 
-__all__ = ["FamilyDefaults", "family_defaults", "family_model_settings"]
+__all__ = ["FAITHFUL", "FamilyDefaults", "family_defaults", "family_model_settings"]

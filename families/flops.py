@@ -8,7 +8,12 @@ biases are not matmuls and are left out, as in the usual 6·N·D estimate.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from famlab.families.config import FFNKind, ModelConfig
+from famlab.families.formats import Arch
+from famlab.families.registry import family
+from torch import Tensor
 
 
 def _attention(C: int, H: int, K: int, D: int, T: int, S: int, *, self_attn: bool) -> int:
@@ -33,15 +38,15 @@ def forward_flops(
         cfg: The network's config.
         batch_size: B.
         seq_len: Tokens per sequence read by the encoder (BERT, T5) or decoder (GPT).
-        dec_len: T5 decoder tokens per sequence.
+        dec_len: An encoder-decoder's (T5's) decoder tokens per sequence.
         num_label_tokens: Positions the output head projects, over the whole batch; default every output
             position (B·seq_len, or B·dec_len for T5).
     """
     C, H, D = cfg.dim, cfg.num_heads, cfg.head_dim or 0
     K = cfg.num_kv_heads or H
-    family = cfg.family.value
+    arch = family(cfg.family).arch
     per_seq = 0
-    if family == "t5":
+    if arch is Arch.ENCODER_DECODER:
         enc = _attention(C, H, K, D, seq_len, seq_len, self_attn=True) + _ffn(cfg, seq_len)
         dec = (
             _attention(C, H, K, D, dec_len, dec_len, self_attn=True)
@@ -55,9 +60,19 @@ def forward_flops(
         out_positions = batch_size * seq_len
     labels = out_positions if num_label_tokens is None else num_label_tokens
     head = 2 * labels * C * cfg.vocab_size
-    if family == "bert":
+    if arch is Arch.ENCODER:
         head += 2 * labels * C * C  # MLM transform dense
     return batch_size * per_seq + head
+
+
+def batch_shape(cfg: ModelConfig, batch: Mapping[str, Tensor]) -> tuple[int, int, int | None]:
+    """``(seq_len, dec_len, num_label_tokens)`` of a collated pretraining batch, as :func:`forward_flops` takes them:
+    an encoder-decoder's decoder reads the targets (``dec_len``); an encoder's sparse MLM head projects only the
+    labelled positions, every other head every output position (``num_label_tokens=None``)."""
+    arch = family(cfg.family).arch
+    dec_len = int(batch["labels"].shape[1]) if arch is Arch.ENCODER_DECODER else 0
+    labels = int((batch["labels"] != -100).sum()) if arch is Arch.ENCODER else None
+    return int(batch["input_ids"].shape[1]), dec_len, labels
 
 
 def train_flops(

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from famlab.families import registry
+from famlab.families.formats import Arch
+from famlab.families.network import Network
+from torch import Tensor
 
 
 def sample_next(
@@ -44,7 +47,7 @@ def sample_next(
 
 @torch.no_grad()
 def generate(
-    net: nn.Module,
+    net: Network,
     input_ids: Tensor,
     *,
     max_new_tokens: int,
@@ -75,8 +78,10 @@ def generate(
     """
     model: Any = net  # a famlab network: family, config, encode/decode, decoder.new_cache, project
     family = getattr(net, "family", None)
-    if family not in ("gpt", "t5"):
-        raise ValueError(f"generate: needs a gpt or t5 network, got {family}")
+    arch = registry.family(family).arch if family in registry.family_names() else None
+    if arch not in (Arch.DECODER, Arch.ENCODER_DECODER):
+        names = " or ".join(registry.families_of(Arch.DECODER, Arch.ENCODER_DECODER))
+        raise ValueError(f"generate: needs a {names} network (a causal decoder or an encoder-decoder), got {family}")
     was_training = net.training
     net.eval()
     B = input_ids.shape[0]
@@ -85,7 +90,7 @@ def generate(
     positions: Tensor | None = None
     done = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
     out: list[Tensor] = []
-    if family == "t5":
+    if arch is Arch.ENCODER_DECODER:
         encoder_hidden = model.encode(input_ids, attention_mask)
         start = pad if decoder_start_id is None else decoder_start_id
         seq = torch.full((B, 1), start, dtype=torch.long, device=input_ids.device)

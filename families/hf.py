@@ -14,12 +14,13 @@ from typing import Any
 import torch
 from famlab.families.build import build_network
 from famlab.families.config import ModelConfig
-from famlab.families.hf_settings import HFConversionError, config_from_hf, config_to_hf
+from famlab.families.hf_settings import HFConversionError, config_from_hf, config_to_hf, hf_adapter
+from famlab.families.network import Network
 from torch import Tensor, nn
 
 __all__ = [
-    "HFConversionError", "bert_head_weight_map", "bert_weight_map", "config_from_hf", "copy_weights", "from_hf",
-    "hf_pooler_state", "to_hf",
+    "HFConversionError", "bert_head_weight_map", "bert_lm_weight_map", "bert_weight_map", "config_from_hf",
+    "copy_weights", "from_hf", "gpt2_weight_map", "hf_pooler_state", "t5_weight_map", "to_hf",
 ]
 
 
@@ -67,7 +68,9 @@ def bert_head_weight_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
     ]
 
 
-def _gpt_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
+def gpt2_weight_map(cfg: ModelConfig, hf_class: str = "GPT2LMHeadModel") -> list[tuple[str, list[str], str]]:
+    """(our key, HF keys, how) triples of a ``GPT2LMHeadModel`` (``GPT2Model``'s keys are the same under
+    ``transformer.``; ``from_hf`` reads either)."""
     m = [
         ("embed.weight", ["transformer.wte.weight"], "copy"),
         ("decoder.positions.weight", ["transformer.wpe.weight"], "copy"),
@@ -93,7 +96,8 @@ def _gpt_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
     return m
 
 
-def _t5_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
+def t5_weight_map(cfg: ModelConfig, hf_class: str = "T5ForConditionalGeneration") -> list[tuple[str, list[str], str]]:
+    """(our key, HF keys, how) triples of a ``T5ForConditionalGeneration``."""
     m = [("embed.weight", ["shared.weight"], "copy")]
     wi = ["wi_0", "wi_1"] if cfg.ffn.value == "gated" else ["wi"]
     for side, depth in (("encoder", cfg.num_layers), ("decoder", cfg.num_decoder_layers or 0)):
@@ -131,18 +135,19 @@ def _t5_map(cfg: ModelConfig) -> list[tuple[str, list[str], str]]:
     return m
 
 
-def _weight_map(cfg: ModelConfig, kind_of_model: str) -> list[tuple[str, list[str], str]]:
-    fam = cfg.family.value
-    if fam == "bert":
-        prefix = "" if kind_of_model == "BertModel" else "bert."
-        m = bert_weight_map(cfg, prefix)
-        if kind_of_model != "BertModel":
-            m += bert_head_weight_map(cfg)
-        return m
-    return _gpt_map(cfg) if fam == "gpt" else _t5_map(cfg)
+def bert_lm_weight_map(cfg: ModelConfig, hf_class: str = "BertForMaskedLM") -> list[tuple[str, list[str], str]]:
+    """(our key, HF keys, how) triples of a ``BertForMaskedLM`` / ``BertForPreTraining`` (body and MLM head), or of a
+    ``BertModel`` (the body only, without the ``bert.`` prefix)."""
+    if hf_class == "BertModel":
+        return bert_weight_map(cfg, "")
+    return bert_weight_map(cfg, "bert.") + bert_head_weight_map(cfg)
 
 
-def from_hf(model: Any) -> nn.Module:
+def _weight_map(cfg: ModelConfig, hf_class: str) -> list[tuple[str, list[str], str]]:
+    return hf_adapter(cfg.family.value).weight_map(cfg, hf_class)
+
+
+def from_hf(model: Any) -> Network:
     """Our network carrying the weights of a Hugging Face ``BertForMaskedLM`` (also ``BertForPreTraining`` /
     ``BertModel``, whose MLM head is then left at its init), ``GPT2LMHeadModel`` or ``T5ForConditionalGeneration``
     (v1.0 ReLU or v1.1 gated-GELU; tied or untied head)."""
@@ -154,7 +159,7 @@ def from_hf(model: Any) -> nn.Module:
         tensors = [hf[s] for s in sources]
         ours[key] = torch.cat(tensors, dim=0) if how == "cat" else tensors[0].t() if how == "t" else tensors[0]
     missing, unexpected = net.load_state_dict(ours, strict=False)
-    if type(model).__name__ == "BertModel":
+    if type(model).__name__ in hf_adapter(cfg.family.value).bodies:  # a body without the LM head
         missing = [k for k in missing if not k.startswith("head.")]
     if missing or unexpected:
         raise RuntimeError(f"from_hf weight map incomplete: missing {missing}, unexpected {unexpected}")
@@ -171,21 +176,17 @@ def hf_pooler_state(model: Any) -> dict[str, Tensor] | None:
     return {"dense.weight": pooler.dense.weight.detach().clone(), "dense.bias": pooler.dense.bias.detach().clone()}
 
 
-def to_hf(net: nn.Module) -> Any:
+def to_hf(net: Network) -> Any:
     """Build the Hugging Face model equivalent to ``net``; raises HFConversionError (a ValueError) naming the first
     ``model.*`` setting HF cannot express."""
     transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
 
-    cfg: ModelConfig = net.config  # type: ignore[assignment]
-    fam = cfg.family.value
+    cfg = net.config
     hf_cfg = config_to_hf(cfg)  # refuses what HF cannot express, before anything is built
-    cls = {
-        "bert": transformers.BertForMaskedLM,
-        "gpt": transformers.GPT2LMHeadModel,
-        "t5": transformers.T5ForConditionalGeneration,
-    }[fam]
+    adapter = hf_adapter(cfg.family.value)
+    cls = getattr(transformers, adapter.lm_class)
     model = cls(hf_cfg)
-    if fam == "t5" and not cfg.tie_embeddings:  # transformers 5 ties T5 always: give the head its own parameter
+    if adapter.always_tied and not cfg.tie_embeddings:  # e.g. transformers 5 ties T5 always: give the head its own
         model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
         if hasattr(model.config, "tie_word_embeddings"):
             model.config.tie_word_embeddings = False

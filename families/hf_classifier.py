@@ -21,25 +21,27 @@ import importlib
 from typing import Any
 
 import torch
+from famlab.families import registry
 from famlab.families.heads import ClassificationHead
 from famlab.families.hf import to_hf
 from famlab.families.hf_settings import HFConversionError
-from torch import Tensor, nn
-
-EXPRESSIBLE = {"bert": "cls", "gpt": "last"}
+from famlab.families.network import Network
+from torch import Tensor
 
 
 def check_classifier_expressible(family: str, pooling: str) -> None:
-    """Raise HFConversionError unless HF has a sequence classifier computing ``pooling`` for ``family``."""
-    if family not in EXPRESSIBLE:
+    """Raise HFConversionError unless HF has a sequence classifier computing ``pooling`` for ``family`` (its
+    :class:`~famlab.families.registry.HFAdapter`'s ``classifier_pooling``)."""
+    adapter = registry.family(family).hf if family in registry.family_names() else None
+    if adapter is None or adapter.classifier is None:
         raise HFConversionError(
             f"export: model.family={family} classifiers have no Hugging Face class with famlab's pooling "
             f"(finetune.pooling={pooling}; T5ForSequenceClassification reads the decoder at the last [EOS])"
         )
-    if pooling != EXPRESSIBLE[family]:
+    if pooling != adapter.classifier_pooling:
         raise HFConversionError(
             f"export: finetune.pooling={pooling} has no Hugging Face {family} sequence classifier "
-            f"(it pools with {EXPRESSIBLE[family]})"
+            f"(it pools with {adapter.classifier_pooling})"
         )
 
 
@@ -54,10 +56,9 @@ def folded_classifier(head: ClassificationHead) -> tuple[Tensor, Tensor]:
     return weight, bias
 
 
-def classifier_to_hf(net: nn.Module, head: ClassificationHead, pooling: str, labels: list[str]) -> Any:
+def classifier_to_hf(net: Network, head: ClassificationHead, pooling: str, labels: list[str]) -> Any:
     """``BertForSequenceClassification`` / ``GPT2ForSequenceClassification`` equivalent to ``head(pool(net(x)))``
     in evaluation mode, with ``id2label`` from ``labels``; raises HFConversionError for what HF cannot express."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
     family = str(getattr(net, "family", ""))
     check_classifier_expressible(family, pooling)
     lm = to_hf(net)  # checks the network's settings before anything else is built
@@ -67,26 +68,39 @@ def classifier_to_hf(net: nn.Module, head: ClassificationHead, pooling: str, lab
     config.label2id = {name: i for i, name in enumerate(labels)}
     config.tie_word_embeddings = False
     weight, bias = folded_classifier(head)
-    if family == "bert":
-        model = transformers.BertForSequenceClassification(config)
-        state = {k: v for k, v in lm.state_dict().items() if k.startswith("bert.")}
-        assert head.pooler is not None
-        state["bert.pooler.dense.weight"] = head.pooler.dense.weight.detach()
-        state["bert.pooler.dense.bias"] = head.pooler.dense.bias.detach()
-        state["classifier.weight"], state["classifier.bias"] = weight.float(), bias.float()
-    else:
-        model = transformers.GPT2ForSequenceClassification(config)
-        state = {k: v for k, v in lm.state_dict().items() if k.startswith("transformer.")}
-        beta = state["transformer.ln_f.bias"].double()
-        shift = torch.linalg.pinv(weight) @ bias  # (C,): W shift = b when W has full row rank
-        if (weight @ shift - bias).abs().max() > 1e-6 * max(1.0, bias.abs().max().item()):
-            raise HFConversionError(
-                "export: the classifier's bias cannot move into GPT-2's final LayerNorm (its weight is rank-deficient)"
-            )
-        state["transformer.ln_f.bias"] = (beta + shift).float()
-        state["score.weight"] = weight.float()
+    adapter = registry.family(family).hf
+    assert adapter is not None and adapter.classifier is not None  # checked
+    model, state = adapter.classifier(lm, weight, bias, head.pooler)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith(".attn.bias") and "masked_bias" not in k]
     if missing or unexpected:
         raise RuntimeError(f"classifier_to_hf: missing {missing}, unexpected {unexpected}")
     return model.eval()
+
+
+def bert_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Any) -> tuple[Any, dict[str, Tensor]]:
+    """``BertForSequenceClassification`` (``cls`` pooling through the head's pooler) and its state dict."""
+    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    model = transformers.BertForSequenceClassification(lm.config)
+    state = {k: v for k, v in lm.state_dict().items() if k.startswith("bert.")}
+    assert pooler is not None
+    state["bert.pooler.dense.weight"] = pooler.dense.weight.detach()
+    state["bert.pooler.dense.bias"] = pooler.dense.bias.detach()
+    state["classifier.weight"], state["classifier.bias"] = weight.float(), bias.float()
+    return model, state
+
+
+def gpt2_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Any) -> tuple[Any, dict[str, Tensor]]:
+    """``GPT2ForSequenceClassification`` (``last`` pooling; the bias moved into the final LayerNorm) and its state."""
+    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    model = transformers.GPT2ForSequenceClassification(lm.config)
+    state = {k: v for k, v in lm.state_dict().items() if k.startswith("transformer.")}
+    beta = state["transformer.ln_f.bias"].double()
+    shift = torch.linalg.pinv(weight) @ bias  # (C,): W shift = b when W has full row rank
+    if (weight @ shift - bias).abs().max() > 1e-6 * max(1.0, bias.abs().max().item()):
+        raise HFConversionError(
+            "export: the classifier's bias cannot move into GPT-2's final LayerNorm (its weight is rank-deficient)"
+        )
+    state["transformer.ln_f.bias"] = (beta + shift).float()
+    state["score.weight"] = weight.float()
+    return model, state

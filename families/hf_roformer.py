@@ -30,6 +30,7 @@ from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
 from famlab.families.hf import bert_head_weight_map, bert_weight_map, copy_weights
 from famlab.families.hf_settings import HFConversionError, check_expressible, config_to_hf
+from famlab.families.registry import family, family_names
 from torch import Tensor, nn
 
 ROFORMER_BASE = 10000.0  # RoFormerSinusoidalPositionalEmbedding.create_weight: pos / 10000^(2i/D)
@@ -42,13 +43,15 @@ SHARED_KEYS = (
 
 
 def is_roformer(cfg: ModelConfig) -> bool:
-    """Whether ``cfg`` is exported as RoFormer: a BERT-family network with rotary positions."""
-    return cfg.family.value == "bert" and cfg.pos.value == "rope"
+    """Whether ``cfg`` is exported as RoFormer: a network of a family whose Hugging Face adapter says so (BERT's,
+    ``HFAdapter.rope_variant``) with rotary positions."""
+    adapter = family(cfg.family).hf if cfg.family.value in family_names() else None
+    return adapter is not None and adapter.rope_variant and cfg.pos.value == "rope"
 
 
 def _as_bert(cfg: ModelConfig) -> ModelConfig:
-    """``cfg`` with BERT's own position scheme: the settings RoFormer shares with ``BertForMaskedLM``."""
-    return dataclasses.replace(cfg, pos=family_defaults("bert").model["pos"])
+    """``cfg`` with its family's (BERT's) own position scheme: the settings RoFormer shares with ``BertForMaskedLM``."""
+    return dataclasses.replace(cfg, pos=family_defaults(cfg.family.value).model["pos"])
 
 
 def check_roformer_expressible(cfg: ModelConfig) -> None:

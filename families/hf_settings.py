@@ -16,6 +16,7 @@ from typing import Any
 
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
+from famlab.families.registry import HFAdapter, family, family_names
 
 # HF activation names (transformers.activations.ACT2FN) that are, numerically, one of famlab's activations.
 # gelu_fast / gelu_accurate / gelu_python_tanh are the tanh approximation written out by hand (same formula,
@@ -84,15 +85,15 @@ def _tied(model: Any, head: str, embed: str) -> bool:
     return bool(head_w.data_ptr() == embed_w.data_ptr())
 
 
-def bert_config(model: Any) -> ModelConfig:
-    """:class:`ModelConfig` of a ``BertForMaskedLM`` / ``BertForPreTraining`` / ``BertModel``."""
+def bert_config(model: Any, family: str) -> ModelConfig:
+    """:class:`ModelConfig` of a ``BertForMaskedLM`` / ``BertForPreTraining`` / ``BertModel`` as ``family``."""
     c = model.config
     _require_false(c, "is_decoder", "add_cross_attention")
     if c.type_vocab_size < 1:
         raise _refuse_from(c, "type_vocab_size", c.type_vocab_size, "must be >= 1 (famlab's BERT has token types)")
     prefix = "bert." if hasattr(model, "bert") else ""
     return ModelConfig(
-        family="bert",  # type: ignore[arg-type]  # enum fields accept their string values
+        family=family,  # type: ignore[arg-type]  # enum fields accept their string values
         vocab_size=c.vocab_size,
         dim=c.hidden_size,
         num_layers=c.num_hidden_layers,
@@ -106,18 +107,18 @@ def bert_config(model: Any) -> ModelConfig:
         norm_eps=c.layer_norm_eps,
         init_std=c.initializer_range,
         pad_token_id=c.pad_token_id or 0,
-        **_fixed("bert"),
+        **_fixed(family),
     )
 
 
-def gpt_config(model: Any) -> ModelConfig:
-    """:class:`ModelConfig` of a ``GPT2LMHeadModel`` / ``GPT2Model``."""
+def gpt_config(model: Any, family: str) -> ModelConfig:
+    """:class:`ModelConfig` of a ``GPT2LMHeadModel`` / ``GPT2Model`` as ``family``."""
     c = model.config
     # scale_attn_by_inverse_layer_idx divides layer i's logits by i + 1: famlab has one qk_scale per model
     _require_false(c, "scale_attn_by_inverse_layer_idx", "add_cross_attention")
     # reorder_and_upcast_attn only changes the precision of the score matmul (fp32 either way here): honoured
     return ModelConfig(
-        family="gpt",  # type: ignore[arg-type]
+        family=family,  # type: ignore[arg-type]
         vocab_size=c.vocab_size,
         dim=c.n_embd,
         num_layers=c.n_layer,
@@ -131,12 +132,12 @@ def gpt_config(model: Any) -> ModelConfig:
         norm_eps=c.layer_norm_epsilon,
         init_std=c.initializer_range,
         pad_token_id=c.pad_token_id or 0,
-        **_fixed("gpt"),
+        **_fixed(family),
     )
 
 
-def t5_config(model: Any) -> ModelConfig:
-    """:class:`ModelConfig` of a ``T5ForConditionalGeneration``."""
+def t5_config(model: Any, family: str) -> ModelConfig:
+    """:class:`ModelConfig` of a ``T5ForConditionalGeneration`` as ``family``."""
     c = model.config
     _require_false(c, "is_decoder")
     if not c.is_encoder_decoder:
@@ -145,7 +146,7 @@ def t5_config(model: Any) -> ModelConfig:
     # rescales together under `tie_word_embeddings`
     scaled = getattr(c, "scale_decoder_outputs", c.tie_word_embeddings)
     return ModelConfig(
-        family="t5",  # type: ignore[arg-type]
+        family=family,  # type: ignore[arg-type]
         vocab_size=c.vocab_size,
         dim=c.d_model,
         num_layers=c.num_layers,
@@ -157,37 +158,35 @@ def t5_config(model: Any) -> ModelConfig:
         activation=_activation(c, "dense_act_fn"),  # type: ignore[arg-type]
         dropout=float(c.dropout_rate),
         tie_embeddings=_tied(model, "lm_head.weight", "shared.weight"),
-        qk_scale=family_defaults("t5").model["qk_scale"],  # HF T5 has no attention scale setting
+        qk_scale=family_defaults(family).model["qk_scale"],  # HF T5 has no attention scale setting
         head_scale=c.d_model**-0.5 if scaled else 1.0,
         rel_pos_buckets=c.relative_attention_num_buckets,
         rel_pos_max_distance=c.relative_attention_max_distance,
         norm_eps=c.layer_norm_epsilon,
         init_std=0.02 * c.initializer_factor,
         pad_token_id=c.pad_token_id or 0,
-        **_fixed("t5"),
+        **_fixed(family),
     )
 
 
-HF_FAMILY = {
-    "BertForMaskedLM": "bert",
-    "BertForPreTraining": "bert",
-    "BertModel": "bert",
-    "GPT2LMHeadModel": "gpt",
-    "GPT2Model": "gpt",
-    "T5ForConditionalGeneration": "t5",
-}
+def hf_adapter(name: str, what: str = "to_hf") -> HFAdapter:
+    """Family ``name``'s :class:`~famlab.families.registry.HFAdapter`; HFConversionError when it has none."""
+    adapter = family(name).hf
+    if adapter is None:
+        raise HFConversionError(f"{what}: model.family={name} has no Hugging Face equivalent")
+    return adapter
 
 
 def config_from_hf(model: Any) -> ModelConfig:
     """The :class:`ModelConfig` equivalent to a Hugging Face model; raises HFConversionError for a setting famlab
-    does not model (the message names the HF setting and its value)."""
+    does not model (the message names the HF setting and its value). The family is the one whose adapter reads the
+    model's class."""
     name = type(model).__name__
-    if name not in HF_FAMILY:
-        raise HFConversionError(
-            f"from_hf: unsupported model class {name}; expected BertForMaskedLM, GPT2LMHeadModel or "
-            "T5ForConditionalGeneration"
-        )
-    return {"bert": bert_config, "gpt": gpt_config, "t5": t5_config}[HF_FAMILY[name]](model)
+    readers = {c: n for n in family_names() if (a := family(n).hf) is not None for c in a.classes}
+    if name not in readers:
+        lm = [a.lm_class for n in family_names() if (a := family(n).hf) is not None]
+        raise HFConversionError(f"from_hf: unsupported model class {name}; expected {', '.join(lm[:-1])} or {lm[-1]}")
+    return hf_adapter(readers[name], "from_hf").config_from_hf(model, readers[name])
 
 
 def _value(x: object) -> object:
@@ -202,8 +201,8 @@ def _refuse_to(cfg: ModelConfig, key: str, why: str) -> HFConversionError:
 
 def check_expressible(cfg: ModelConfig) -> None:
     """Raise HFConversionError naming the first ``model.*`` setting the family's HF class cannot express."""
-    fam = cfg.family.value
-    defaults = family_defaults(fam)
+    adapter = hf_adapter(cfg.family.value)
+    defaults = family_defaults(cfg.family.value)
     for key in defaults.hf_fixed:
         value = defaults.model[key]
         if _value(getattr(cfg, key)) != value:
@@ -211,68 +210,102 @@ def check_expressible(cfg: ModelConfig) -> None:
     if cfg.num_kv_heads != cfg.num_heads:
         raise _refuse_to(cfg, "num_kv_heads", f"(GQA, num_heads={cfg.num_heads}) is not expressible")
     assert cfg.head_dim is not None and cfg.head_scale is not None
-    if fam in ("bert", "gpt"):
-        if cfg.head_dim * cfg.num_heads != cfg.dim:
-            per_head = f"{cfg.dim / cfg.num_heads:g}"
-            raise _refuse_to(cfg, "head_dim", f"!= model.dim/model.num_heads={per_head} is not expressible")
-        default = 1.0 / math.sqrt(cfg.head_dim)
-        allowed = (default, 1.0) if fam == "gpt" else (default,)  # GPT-2's scale_attn_weights=False is 1.0
-        if cfg.qk_scale is not None and not any(math.isclose(cfg.qk_scale, a, rel_tol=1e-9) for a in allowed):
-            names = "1/sqrt(head_dim) or 1.0" if fam == "gpt" else "1/sqrt(head_dim)"
-            raise _refuse_to(cfg, "qk_scale", f"is not expressible (needs null = {names})")
-        if cfg.head_scale != 1.0:
-            raise _refuse_to(cfg, "head_scale", "is not expressible (needs 1.0)")
-        if fam == "bert" and not cfg.type_vocab_size:
-            raise _refuse_to(cfg, "type_vocab_size", "is not expressible (needs >= 1)")
-    else:
-        if cfg.qk_scale != defaults.model["qk_scale"]:
-            raise _refuse_to(cfg, "qk_scale", "is not expressible (T5 attention is unscaled: needs 1.0)")
-        if not (cfg.head_scale == 1.0 or math.isclose(cfg.head_scale, cfg.dim**-0.5, rel_tol=1e-9)):
-            raise _refuse_to(cfg, "head_scale", f"is not expressible (needs 1.0 or dim^-0.5={cfg.dim**-0.5:.6g})")
+    adapter.check(cfg)
+
+
+def _check_gpt_style(cfg: ModelConfig, allowed_scales: tuple[float, ...], names: str) -> None:
+    """BERT's and GPT-2's attention: head_dim is dim / num_heads, qk_scale one of ``allowed_scales``, no head scale."""
+    assert cfg.head_dim is not None
+    if cfg.head_dim * cfg.num_heads != cfg.dim:
+        per_head = f"{cfg.dim / cfg.num_heads:g}"
+        raise _refuse_to(cfg, "head_dim", f"!= model.dim/model.num_heads={per_head} is not expressible")
+    if cfg.qk_scale is not None and not any(math.isclose(cfg.qk_scale, a, rel_tol=1e-9) for a in allowed_scales):
+        raise _refuse_to(cfg, "qk_scale", f"is not expressible (needs null = {names})")
+    if cfg.head_scale != 1.0:
+        raise _refuse_to(cfg, "head_scale", "is not expressible (needs 1.0)")
+
+
+def check_bert(cfg: ModelConfig) -> None:
+    """What ``BertForMaskedLM`` cannot express beyond the fixed keys (:func:`check_expressible`)."""
+    assert cfg.head_dim is not None
+    _check_gpt_style(cfg, (1.0 / math.sqrt(cfg.head_dim),), "1/sqrt(head_dim)")
+    if not cfg.type_vocab_size:
+        raise _refuse_to(cfg, "type_vocab_size", "is not expressible (needs >= 1)")
+
+
+def check_gpt2(cfg: ModelConfig) -> None:
+    """What ``GPT2LMHeadModel`` cannot express beyond the fixed keys (its ``scale_attn_weights=False`` is 1.0)."""
+    assert cfg.head_dim is not None
+    _check_gpt_style(cfg, (1.0 / math.sqrt(cfg.head_dim), 1.0), "1/sqrt(head_dim) or 1.0")
+
+
+def check_t5(cfg: ModelConfig) -> None:
+    """What ``T5ForConditionalGeneration`` cannot express beyond the fixed keys."""
+    assert cfg.head_scale is not None
+    if cfg.qk_scale != family_defaults(cfg.family.value).model["qk_scale"]:
+        raise _refuse_to(cfg, "qk_scale", "is not expressible (T5 attention is unscaled: needs 1.0)")
+    if not (cfg.head_scale == 1.0 or math.isclose(cfg.head_scale, cfg.dim**-0.5, rel_tol=1e-9)):
+        raise _refuse_to(cfg, "head_scale", f"is not expressible (needs 1.0 or dim^-0.5={cfg.dim**-0.5:.6g})")
 
 
 def config_to_hf(cfg: ModelConfig) -> Any:
-    """The ``BertConfig`` / ``GPT2Config`` / ``T5Config`` equivalent to ``cfg`` (checked with
-    :func:`check_expressible` first)."""
+    """The family's Hugging Face config equivalent to ``cfg`` (``BertConfig`` / ``GPT2Config`` / ``T5Config``; checked
+    with :func:`check_expressible` first)."""
     check_expressible(cfg)
+    return hf_adapter(cfg.family.value).config_to_hf(cfg)
+
+
+def _common(cfg: ModelConfig) -> dict[str, Any]:
+    return dict(vocab_size=cfg.vocab_size, pad_token_id=cfg.pad_token_id, tie_word_embeddings=cfg.tie_embeddings)
+
+
+def bert_config_to_hf(cfg: ModelConfig) -> Any:
+    """The ``BertConfig`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
     transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
-    fam = cfg.family.value
+    return transformers.BertConfig(
+        hidden_size=cfg.dim,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.ffn_dim,
+        max_position_embeddings=cfg.max_seq_len,
+        hidden_act=ACT_TO_HF[cfg.activation.value],
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.dropout,
+        type_vocab_size=cfg.type_vocab_size,
+        layer_norm_eps=cfg.norm_eps,
+        initializer_range=cfg.init_std,
+        **_common(cfg),
+    )
+
+
+def gpt2_config_to_hf(cfg: ModelConfig) -> Any:
+    """The ``GPT2Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
+    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    return transformers.GPT2Config(
+        n_embd=cfg.dim,
+        n_layer=cfg.num_layers,
+        n_head=cfg.num_heads,
+        n_inner=cfg.ffn_dim,
+        n_positions=cfg.max_seq_len,
+        activation_function=ACT_TO_HF[cfg.activation.value],
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.dropout,
+        layer_norm_epsilon=cfg.norm_eps,
+        initializer_range=cfg.init_std,
+        scale_attn_weights=cfg.qk_scale is None or cfg.qk_scale != 1.0,
+        bos_token_id=None,
+        eos_token_id=None,
+        **_common(cfg),
+    )
+
+
+def t5_config_to_hf(cfg: ModelConfig) -> Any:
+    """The ``T5Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
+    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
     act = cfg.activation.value
-    common = dict(vocab_size=cfg.vocab_size, pad_token_id=cfg.pad_token_id, tie_word_embeddings=cfg.tie_embeddings)
-    if fam == "bert":
-        return transformers.BertConfig(
-            hidden_size=cfg.dim,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            intermediate_size=cfg.ffn_dim,
-            max_position_embeddings=cfg.max_seq_len,
-            hidden_act=ACT_TO_HF[act],
-            hidden_dropout_prob=cfg.dropout,
-            attention_probs_dropout_prob=cfg.dropout,
-            type_vocab_size=cfg.type_vocab_size,
-            layer_norm_eps=cfg.norm_eps,
-            initializer_range=cfg.init_std,
-            **common,
-        )
-    if fam == "gpt":
-        return transformers.GPT2Config(
-            n_embd=cfg.dim,
-            n_layer=cfg.num_layers,
-            n_head=cfg.num_heads,
-            n_inner=cfg.ffn_dim,
-            n_positions=cfg.max_seq_len,
-            activation_function=ACT_TO_HF[act],
-            resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
-            attn_pdrop=cfg.dropout,
-            layer_norm_epsilon=cfg.norm_eps,
-            initializer_range=cfg.init_std,
-            scale_attn_weights=cfg.qk_scale is None or cfg.qk_scale != 1.0,
-            bos_token_id=None,
-            eos_token_id=None,
-            **common,
-        )
     ffp = f"gated-{T5_GATED_TO_HF[act]}" if cfg.ffn.value == "gated" else ACT_TO_HF[act]
+    common = _common(cfg)
     common["tie_word_embeddings"] = cfg.head_scale != 1.0  # transformers 5: False means "do not rescale"
     return transformers.T5Config(
         d_model=cfg.dim,

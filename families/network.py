@@ -1,9 +1,12 @@
-"""What the three assemblers share: the output type, config-to-stack wiring and faithful initialisation."""
+"""What the assemblers share: the output type, the :class:`Network` protocol every family's network follows,
+config-to-stack wiring and faithful initialisation."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from famlab.families.blocks.attention import Attention
@@ -29,6 +32,68 @@ class NetworkOutput:
     logits: Tensor | None
     hidden: Tensor
     encoder_hidden: Tensor | None = None
+
+
+@runtime_checkable
+class Network(Protocol):
+    """What a famlab network is to its callers (the LightningModules, the objectives, evaluation, zero-shot scoring,
+    fine-tuning, export): an ``nn.Module`` (these are the ``nn.Module`` methods they use) that names its family and
+    its config, computes a :class:`NetworkOutput` and projects hidden states onto the vocabulary.
+
+    The family's :class:`~famlab.families.formats.InputFormat` says what else a network of its architecture offers:
+    a causal decoder :class:`CausalDecoder` (``decoder.new_cache()``, ``output_embedding()``), an encoder-decoder
+    :class:`EncoderDecoder` (``encode`` / ``decode``, ``output_embedding()``).
+    """
+
+    family: str  # ``model.family``: the name the family is registered under (``famlab.families.registry``)
+    config: ModelConfig
+    training: bool
+
+    def __call__(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> NetworkOutput: ...
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """The output head on any ``(..., C)`` tensor, giving ``(..., V)``."""
+        ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+                         ) -> Iterator[tuple[str, nn.Parameter]]: ...
+
+    def modules(self) -> Iterator[nn.Module]: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def to(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any: ...
+
+
+class CausalDecoder(Network, Protocol):
+    """A causal decoder (GPT): ``decoder`` is its :class:`Stack` (``decoder.new_cache()`` for incremental decoding),
+    ``forward(input_ids, attention_mask, position_ids, compute_logits, cache)``."""
+
+    decoder: Stack
+
+    def output_embedding(self) -> tuple[Tensor, float]: ...
+
+
+class EncoderDecoder(Network, Protocol):
+    """An encoder-decoder (T5): ``encode(input_ids, attention_mask) -> (B, S, C)``, ``decode(decoder_input_ids,
+    encoder_hidden, encoder_attention_mask, decoder_attention_mask, cache) -> (B, T, C)``."""
+
+    decoder: Stack
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor: ...
+
+    def decode(self, decoder_input_ids: Tensor, encoder_hidden: Tensor, encoder_attention_mask: Tensor | None = None,
+               decoder_attention_mask: Tensor | None = None, cache: Any = None) -> Tensor: ...
+
+    def output_embedding(self) -> tuple[Tensor, float]: ...
 
 
 def check_buildable(cfg: ModelConfig) -> None:

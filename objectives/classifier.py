@@ -17,38 +17,26 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from famlab.families import heads
+from famlab.families import heads, registry
+from famlab.families.network import Network
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch
 from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups
-from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
 
 POOLINGS = ("cls", "last", "mean", "decoder")
 
 
-def pooled_features(net: nn.Module, family: str, batch: Batch, pooling: str) -> torch.Tensor:
+def pooled_features(net: Network, family: str, batch: Batch, pooling: str) -> torch.Tensor:
     """`(B, C)` pooled hidden states of `net` for a classification batch (`ClassificationCollator` output).
 
     The fine-tuned classifier and the linear probe read the body through this one function, so both see the
-    same features. `cls` is the first position's raw state here (BERT's dense + tanh pooler belongs to the
-    classification head).
+    same features; how the body reads the batch is the family's input format's
+    (`famlab.families.formats.InputFormat.pooled`). `cls` is the first position's raw state here (BERT's dense +
+    tanh pooler belongs to the classification head).
     """
-    input_ids, mask = batch["input_ids"], batch["attention_mask"]
-    if family == "t5":
-        encoded = net.encode(input_ids, attention_mask=mask)  # type: ignore[operator]  # (B, T, C)
-        if pooling != "decoder":
-            return heads.pool(encoded, mask, pooling)
-        decoded = net.decode(batch["decoder_input_ids"], encoded, encoder_attention_mask=mask)  # type: ignore[operator]
-        return decoded[:, 0]  # (B, C): the decoder state at the first step
-    if family == "bert":
-        out = net(input_ids, attention_mask=mask, token_type_ids=batch.get("token_type_ids"), compute_logits=False)
-    else:
-        # Left padding shifts the text; count positions from the first real token so they match pretraining.
-        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        out = net(input_ids, attention_mask=mask, position_ids=positions, compute_logits=False)
-    return heads.pool(out.hidden, mask, pooling)
+    return registry.family(family).input_format.pooled(net, batch, pooling)
 
 
 def _metrics(num_classes: int, prefix: str) -> MetricCollection:
@@ -66,10 +54,11 @@ class ClassifierModule(L.LightningModule):
     """Fine-tune `net` (BERT / GPT / T5) on a `num_classes`-way classification task.
 
     Args:
-        net: a `families` network; only its hidden states are used (no LM head).
+        net: a `families` network (any registered family); only its hidden states are used (no LM head).
         num_classes: K.
         optim: AdamW and schedule settings for the network.
-        pooling: `cls` | `last` | `mean` | `decoder` (`decoder` needs an encoder-decoder).
+        pooling: `cls` | `last` | `mean` | `decoder` (one of the family's input format's `poolings`: `decoder` needs
+            an encoder-decoder).
         head_dropout: dropout before the classifier.
         head_lr: learning rate of the head (pooler + classifier); `None` = `optim.lr`.
         standardize: standardise the pooled features over the batch before the classifier
@@ -80,7 +69,7 @@ class ClassifierModule(L.LightningModule):
 
     def __init__(
         self,
-        net: nn.Module,
+        net: Network,
         num_classes: int,
         optim: OptimSettings,
         *,
@@ -94,8 +83,11 @@ class ClassifierModule(L.LightningModule):
         family = str(getattr(net, "family", ""))
         if pooling not in POOLINGS:
             raise ObjectiveError(f"finetune.pooling={pooling} is not one of {list(POOLINGS)}")
-        if pooling == "decoder" and family != "t5":
-            raise ObjectiveError(f"finetune.pooling=decoder needs an encoder-decoder (t5), not model.family={family}")
+        if pooling not in registry.family_of(net).input_format.poolings:
+            owners = " or ".join(n for n in registry.family_names()
+                                 if pooling in registry.family(n).input_format.poolings)
+            raise ObjectiveError(f"finetune.pooling={pooling} needs an encoder-decoder ({owners}), not "
+                                 f"model.family={family}")
         if num_classes < 2:
             raise ObjectiveError(f"num_classes={num_classes}: a classification task needs at least 2 labels")
         self.save_hyperparameters(
@@ -113,7 +105,7 @@ class ClassifierModule(L.LightningModule):
         self.pooling = pooling
         self.optim = optim
         self.head_lr = head_lr
-        dim: int = net.config.dim  # type: ignore[assignment]  # a families network's ModelConfig
+        dim = net.config.dim
         self.head = heads.ClassificationHead(
             dim, num_classes, head_dropout, pooler=pooling == "cls", standardize=standardize
         )

@@ -1,7 +1,8 @@
 """Turns tokenized classification examples into each family's input format (docs/interfaces.md).
 
-BERT `[CLS] a [SEP] (b [SEP])` with token types; GPT and T5 `a ([SEP] b) [EOS]`. Padding with `[PAD]` to the
-longest row of the batch, on the right (default) or the left, with an attention mask.
+The format is the family's :class:`~famlab.families.formats.InputFormat` (its template: BERT
+`[CLS] a [SEP] (b [SEP])` with token types; GPT and T5 `a ([SEP] b) [EOS]`). Padding with `[PAD]` to the longest row
+of the batch, on the right (default) or the left, with an attention mask.
 """
 
 from __future__ import annotations
@@ -10,65 +11,44 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from famlab.families import registry
+from famlab.families.formats import truncate_pair
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.tokens import TokenIds
 
-FAMILIES = ("bert", "gpt", "t5")
-
-
-def truncate_pair(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None]:
-    """Cut `a` (and `b`) to at most `budget` tokens together, longest first (as Hugging Face's default).
-
-    Tokens are removed from the end of the longer text until both are equally long, then from both alike.
-    """
-    if b is None:
-        return a[:budget], None
-    if len(a) + len(b) <= budget:
-        return a, b
-    keep_a = min(len(a), max(budget - len(b), (budget + 1) // 2))
-    keep_b = min(len(b), budget - keep_a)
-    return a[:keep_a], b[:keep_b]
+__all__ = ["ClassificationCollator", "truncate_pair"]
 
 
 class ClassificationCollator:
     """Collate `{"input_ids", "pair_ids", "label"}` items (no special tokens yet) into a padded batch.
 
     Args:
-        family: `bert` | `gpt` | `t5`.
+        family: a registered family (`bert` | `gpt` | `t5` built in); its input format writes each row.
         ids: the tokenizer's special ids.
         max_len: longest row, special tokens included; texts are truncated to fit, the specials are kept.
         pad_side: `right` | `left`.
 
-    Returns (from `__call__`): `input_ids`, `attention_mask` `(B, T)`, `labels` `(B,)`; plus `token_type_ids`
-    `(B, T)` for BERT and `decoder_input_ids` `(B, 1)` (the decoder start token `[PAD]`, as HF T5) for T5.
+    Returns (from `__call__`): `input_ids`, `attention_mask` `(B, T)`, `labels` `(B,)`; plus the format's
+    `extra_inputs`: `token_type_ids` `(B, T)` for BERT and `decoder_input_ids` `(B, 1)` (the decoder start token
+    `[PAD]`, as HF T5) for T5.
     """
 
     def __init__(self, family: str, ids: TokenIds, max_len: int, pad_side: str = "right") -> None:
-        if family not in FAMILIES:
-            raise ObjectiveError(f"model.family={family} is not one of {list(FAMILIES)}")
+        if family not in registry.family_names():
+            raise ObjectiveError(f"model.family={family} is not one of {list(registry.family_names())}")
         if pad_side not in ("right", "left"):
             raise ObjectiveError(f"pad_side={pad_side} must be right or left")
         if max_len < 5:
             raise ObjectiveError(f"max_len={max_len} is too short for a classification input (need at least 5)")
         self.family = family
+        self.input_format = registry.family(family).input_format
         self.ids = ids
         self.max_len = max_len
         self.pad_side = pad_side
 
     def format(self, a: Sequence[int], b: Sequence[int] | None) -> tuple[list[int], list[int]]:
         """One example's `(token ids, token type ids)`, truncated to `max_len`."""
-        ids = self.ids
-        pair = b is not None
-        if self.family == "bert":
-            budget = self.max_len - (3 if pair else 2)
-            ta, tb = truncate_pair(list(a), None if b is None else list(b), budget)
-            first = [ids.cls, *ta, ids.sep]
-            second = [] if tb is None else [*tb, ids.sep]
-            return first + second, [0] * len(first) + [1] * len(second)
-        budget = self.max_len - (2 if pair else 1)
-        ta, tb = truncate_pair(list(a), None if b is None else list(b), budget)
-        tokens = ta + ([] if tb is None else [ids.sep, *tb]) + [ids.eos]
-        return tokens, [0] * len(tokens)
+        return self.input_format.classification(a, b, self.ids, self.max_len)
 
     def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         rows = [self.format(item["input_ids"], item.get("pair_ids")) for item in items]
@@ -88,8 +68,4 @@ class ClassificationCollator:
             "attention_mask": mask,
             "labels": torch.tensor([int(item["label"]) for item in items], dtype=torch.long),
         }
-        if self.family == "bert":
-            out["token_type_ids"] = token_types
-        if self.family == "t5":
-            out["decoder_input_ids"] = torch.full((batch, 1), self.ids.pad, dtype=torch.long)
-        return out
+        return out | self.input_format.extra_inputs(token_types, self.ids)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from famlab.families.network import Network
 from famlab.objectives.corruption import span_corrupt, span_counts
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch, LossOutput, MaskedLM, Objective, dense_lm_loss, stack_samples
@@ -39,7 +40,6 @@ from famlab.objectives.prefix import (
 )
 from famlab.objectives.spans import span_mlm_mask
 from famlab.objectives.tokens import TokenIds
-from torch import nn
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _largest_raw(fits: object, limit: int) -> int:
 class _DecoderOnly(Objective):
     """A GPT objective whose batches carry `prefix_len`: prefix attention from `prefix_lm_mask`."""
 
-    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+    def loss(self, net: Network, batch: Batch) -> LossOutput:
         mask = prefix_lm_mask(batch["prefix_len"], batch["input_ids"].shape[1])  # (B, 1, T, T)
         hidden = net(batch["input_ids"], attention_mask=mask, compute_logits=False).hidden  # (B, T, C)
         return dense_lm_loss(net, hidden, batch["labels"])
@@ -81,7 +81,7 @@ class _DecoderOnly(Objective):
 class _EncoderDecoder(Objective):
     """A T5 objective with right-padded encoder inputs (`attention_mask`) and targets."""
 
-    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+    def loss(self, net: Network, batch: Batch) -> LossOutput:
         hidden = net(
             batch["input_ids"],
             attention_mask=batch["attention_mask"],
@@ -274,7 +274,7 @@ class UL2(Objective):
         tgt_len = torch.cat([p[3] for p in parts])[inverse]
         return encoder_decoder_batch(enc, enc_len, tgt, tgt_len, pad=self.ids.pad)
 
-    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+    def loss(self, net: Network, batch: Batch) -> LossOutput:
         impl = _DecoderOnly.loss if self.decoder_only else _EncoderDecoder.loss
         return impl(self, net, batch)  # type: ignore[arg-type]
 

@@ -25,12 +25,12 @@ encodes to no tokens, is skipped and counted in `ByteScore.num_skipped`: it has 
 bytes with no bits would flatter the model. When nothing is scored at all the value is NaN with a `reason` (0 bits
 per byte would read as a perfect model).
 
-`length_extrapolation` evaluates an objective's validation loss at 1x, 2x, 4x the training length; absolute
-position tables (`learned`, `sinusoidal`) cannot go past `model.max_seq_len`, which gives `loss=None` with
-the reason, as do validation tokens shorter than one block at that length, an objective that cannot be built at
-that length, and blocks that hold no label token. Past 1x a span-corruption objective keeps a training block's
-noise-token and span counts (a lower density), so the longer blocks use only the sentinels training used and the
-figure measures positions, not sentinel coverage (`extrapolation_objective` builds it).
+`length_extrapolation` evaluates an objective's validation loss at 1x, 2x, 4x the training length; a length-bounded
+position scheme (`PosScheme.length_bounded`: `learned`, `sinusoidal`) cannot go past `model.max_seq_len`, which gives
+`loss=None` with the reason, as do validation tokens shorter than one block at that length, an objective that cannot
+be built at that length, and blocks that hold no label token. Past 1x a span-corruption objective keeps a training
+block's noise-token and span counts (a lower density), so the longer blocks use only the sentinels training used and
+the figure measures positions, not sentinel coverage (`extrapolation_objective` builds it).
 
 Legend: B batch, T sequence length, V vocab, C model dim.
 """
@@ -44,13 +44,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from famlab.families.config import PosScheme
+from famlab.families.formats import Arch
+from famlab.families.network import Network
+from famlab.families.registry import FamilySpec, families_of, family_names, family_of
 from famlab.objectives.corruption import span_counts
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Objective
 from famlab.objectives.prefix import prefix_lm_mask
 from famlab.objectives.registry import SETTINGS, entry, make_objective
 from famlab.objectives.tokens import TokenIds
-from torch import nn
 
 Encode = Callable[[str], Sequence[int]]
 LN2 = math.log(2.0)
@@ -106,13 +109,13 @@ def _texts(texts: Sequence[str], encode: Encode) -> tuple[list[tuple[str, list[i
     return kept, len(texts) - len(kept)
 
 
-def _max_len(net: nn.Module, max_len: int | None, context: int) -> int:
+def _max_len(net: Network, max_len: int | None, context: int) -> int:
     """`max_len` (None: `model.max_seq_len`), refused when an absolute position table cannot hold it or when it
     leaves no room for a scored token after the `context` tokens every chunk carries."""
     cfg = _config(net)
     pos = getattr(cfg.pos, "value", cfg.pos)
     max_len = max_len or int(cfg.max_seq_len)
-    if pos in ABSOLUTE_POSITIONS and max_len > cfg.max_seq_len:
+    if PosScheme(pos).length_bounded and max_len > cfg.max_seq_len:
         raise ObjectiveError(f"max_len={max_len} exceeds model.max_seq_len={cfg.max_seq_len} (model.pos={pos})")
     if max_len <= context:
         raise ObjectiveError(f"max_len={max_len} leaves no room for a scored token after {context} context tokens")
@@ -128,34 +131,35 @@ def _result(measure: str, log_prob: float, num_bytes: int, num_tokens: int, num_
     return ByteScore(measure, bits / num_bytes, bits, num_bytes, num_tokens, num_texts, num_skipped)
 
 
-def _config(net: nn.Module) -> Any:
-    """The network's `ModelConfig` (typed loosely: `nn.Module.__getattr__` would claim a Tensor)."""
-    return getattr(net, "config")  # noqa: B009
+def _config(net: Network) -> Any:
+    """The network's `ModelConfig`."""
+    return net.config
 
 
-def _family(net: nn.Module) -> str:
-    family = getattr(net, "family", None)
-    if family not in ("bert", "gpt", "t5"):
-        raise ObjectiveError(f"expected a famlab network (bert, gpt or t5), got {type(net).__name__}")
-    return str(family)
+def _spec(net: Network) -> FamilySpec:
+    try:
+        return family_of(net)
+    except ValueError:
+        raise ObjectiveError(f"expected a famlab network ({', '.join(family_names())}), got {type(net).__name__}"
+                             ) from None
 
 
 def _score_items(
-    net: nn.Module, items: list[tuple[list[int], list[int], list[int]]], pad: int, batch_size: int
+    net: Network, items: list[tuple[list[int], list[int], list[int]]], pad: int, batch_size: int
 ) -> torch.Tensor:
     """Summed log-probabilities (nats, float64) of every item's scored tokens.
 
-    An item is `(encoder_ids, given, scored)`: GPT reads `encoder_ids + given + scored[:-1]` with
+    An item is `(encoder_ids, given, scored)`: a decoder (GPT) reads `encoder_ids + given + scored[:-1]` with
     `encoder_ids` as a bidirectional prefix (`prefix_lm_mask`; plain causal when it is empty) and predicts
-    `scored` after `given`; T5 encodes `encoder_ids` and decodes `[PAD] + given + scored[:-1]` the same way.
-    Rows are right padded, which causal attention never sees before a real token.
+    `scored` after `given`; an encoder-decoder (T5) encodes `encoder_ids` and decodes `[PAD] + given + scored[:-1]`
+    the same way. Rows are right padded, which causal attention never sees before a real token.
     """
-    family = _family(net)
+    decoder = _spec(net).arch is Arch.DECODER
     total = torch.zeros((), dtype=torch.float64)
     device = next(net.parameters()).device
     for start in range(0, len(items), batch_size):
         group = items[start : start + batch_size]
-        if family == "gpt":
+        if decoder:
             seqs = [enc + given + scored for enc, given, scored in group]
         else:
             seqs = [[pad] + given + scored for _, given, scored in group]
@@ -163,13 +167,13 @@ def _score_items(
         seq = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=device)  # (B, T + 1)
         labels = torch.full_like(seq, -100)
         for row, (enc_ids, given, scored) in enumerate(group):
-            offset = len(enc_ids) + len(given) if family == "gpt" else len(given) + 1
+            offset = len(enc_ids) + len(given) if decoder else len(given) + 1
             labels[row, offset : offset + len(scored)] = torch.tensor(scored)
-        if family == "gpt" and any(enc for enc, _, _ in group):
+        if decoder and any(enc for enc, _, _ in group):
             prefix = torch.tensor([len(enc) for enc, _, _ in group], device=device)
             mask = prefix_lm_mask(prefix, width - 1)  # (B, 1, T, T)
             logits = net(seq[:, :-1], attention_mask=mask).logits  # (B, T, V)
-        elif family == "gpt":
+        elif decoder:
             logits = net(seq[:, :-1]).logits  # (B, T, V)
         else:
             enc_w = max(len(e) for e, _, _ in group)
@@ -177,6 +181,7 @@ def _score_items(
             enc_mask = torch.tensor([[1] * len(e) + [0] * (enc_w - len(e)) for e, _, _ in group], device=device)
             logits = net(enc, attention_mask=enc_mask, decoder_input_ids=seq[:, :-1]).logits  # (B, T, V)
         target = labels[:, 1:]
+        assert logits is not None  # compute_logits defaults to True
         nll = F.cross_entropy(logits.double().transpose(1, 2), target, reduction="sum", ignore_index=-100)
         total -= nll.cpu()
     return total
@@ -184,7 +189,7 @@ def _score_items(
 
 @torch.no_grad()
 def bits_per_byte(
-    net: nn.Module,
+    net: Network,
     texts: Sequence[str],
     encode: Encode,
     ids: TokenIds,
@@ -205,20 +210,15 @@ def bits_per_byte(
         max_len: longest sequence fed to the network; None = `net.config.max_seq_len`.
         batch_size: chunks per forward pass.
     """
-    family = _family(net)
-    if family == "bert":
-        raise ObjectiveError("bits_per_byte needs a gpt or t5 network; BERT has pll_bits_per_byte (not a likelihood)")
-    objective = objective or ("clm" if family == "gpt" else "span")
-    if family == "gpt" and objective == "span":  # as T5's span rule, in one sequence with a prefix mask
-        encoder, given = [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
-    elif family == "gpt":
-        encoder, given = [], [ids.s if objective == "ul2" else ids.eos]
-    elif objective == "span":
-        encoder, given = [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
-    else:
-        encoder, given = ([ids.s, ids.eos] if objective == "ul2" else [ids.eos]), []
-    # tokens scored per chunk: GPT reads encoder + given + chunk[:-1], T5's decoder [PAD] + given + chunk[:-1]
-    if family == "gpt":
+    spec = _spec(net)
+    fmt = spec.input_format
+    if fmt.measure != "bits_per_byte":
+        names = " or ".join(families_of(Arch.DECODER, Arch.ENCODER_DECODER))
+        raise ObjectiveError(f"bits_per_byte needs a {names} network; a {spec.name} network has {fmt.measure} (not a "
+                             "likelihood)")
+    encoder, given = fmt.byte_context(objective or spec.defaults.objective, ids)
+    # tokens scored per chunk: a decoder reads encoder + given + chunk[:-1], T5's decoder [PAD] + given + chunk[:-1]
+    if spec.arch is Arch.DECODER:
         max_len = _max_len(net, max_len, len(encoder) + len(given) - 1)
         size = max_len - len(encoder) - len(given) + 1
     else:
@@ -239,7 +239,7 @@ def bits_per_byte(
 
 @torch.no_grad()
 def pll_bits_per_byte(
-    net: nn.Module,
+    net: Network,
     texts: Sequence[str],
     encode: Encode,
     ids: TokenIds,
@@ -251,17 +251,20 @@ def pll_bits_per_byte(
 
     One forward pass per scored token (batched); the vocabulary projection only at the masked position.
     """
-    if _family(net) != "bert":
-        raise ObjectiveError("pll_bits_per_byte needs a bert network; gpt and t5 have bits_per_byte")
-    max_len = _max_len(net, max_len, 2)  # [CLS] and [SEP] around every chunk
+    spec = _spec(net)
+    fmt = spec.input_format
+    if fmt.measure != "pll_bits_per_byte":
+        names = " or ".join(families_of(Arch.ENCODER))
+        raise ObjectiveError(f"pll_bits_per_byte needs a {names} network; a {spec.name} network has {fmt.measure}")
+    max_len = _max_len(net, max_len, fmt.specials(pair=False))  # BERT: [CLS] and [SEP] around every chunk
     device = next(net.parameters()).device
     rows: list[tuple[list[int], int]] = []  # (sequence with one [MASK], masked position)
     targets: list[int] = []
     kept, num_skipped = _texts(texts, encode)
     for _, tokens in kept:
-        for chunk in _chunks(tokens, max_len - 2):
-            full = [ids.cls] + chunk + [ids.sep]
-            for i in range(1, len(chunk) + 1):
+        for chunk in _chunks(tokens, max_len - fmt.specials(pair=False)):
+            full = fmt.wrap(chunk, ids)
+            for i in range(fmt.offset, fmt.offset + len(chunk)):
                 rows.append((full[:i] + [ids.mask] + full[i + 1 :], i))
                 targets.append(full[i])
     was_training = net.training
@@ -275,7 +278,7 @@ def pll_bits_per_byte(
             mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in group], device=device)
             hidden = net(seq, attention_mask=mask, compute_logits=False).hidden  # (B, T, C)
             pos = torch.tensor([p for _, p in group], device=device)
-            logits = net.project(hidden[torch.arange(len(group), device=device), pos])  # type: ignore[operator]
+            logits = net.project(hidden[torch.arange(len(group), device=device), pos])
             target = torch.tensor(targets[start : start + len(group)], device=device)
             total -= F.cross_entropy(logits.double(), target, reduction="sum").cpu()
     finally:
@@ -285,7 +288,7 @@ def pll_bits_per_byte(
 
 
 def byte_score(
-    net: nn.Module,
+    net: Network,
     texts: Sequence[str],
     encode: Encode,
     ids: TokenIds,
@@ -293,14 +296,13 @@ def byte_score(
     objective: str | None = None,
     max_len: int | None = None,
 ) -> ByteScore:
-    """`pll_bits_per_byte` for BERT, `bits_per_byte` for GPT and T5 — check `ByteScore.measure` before
-    putting two scores on one axis."""
-    if _family(net) == "bert":
+    """`pll_bits_per_byte` for BERT, `bits_per_byte` for GPT and T5 (the family's input format's `measure`) — check
+    `ByteScore.measure` before putting two scores on one axis."""
+    if _spec(net).input_format.measure == "pll_bits_per_byte":
         return pll_bits_per_byte(net, texts, encode, ids, max_len=max_len)
     return bits_per_byte(net, texts, encode, ids, objective=objective, max_len=max_len)
 
 
-ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
 # Each span-corruption denoiser's (density, mean span) settings: T5 / GPT `span` and UL2's R, then UL2's X.
 SPAN_DENOISERS = (("noise_density", "mean_span"), ("ul2_x_density", "ul2_x_mean_span"))
 Build = Callable[..., Objective]  # (seq_len, **settings) -> a fresh objective seeded as every other
@@ -376,18 +378,18 @@ def _blocks(tokens: torch.Tensor, raw: int, available: int, max_tokens: int) -> 
     return tokens[: num * raw].reshape(num, raw).long()
 
 
-def _too_long(net: nn.Module, probe: Objective, block: torch.Tensor, m: int) -> str | None:
+def _too_long(net: Network, probe: Objective, block: torch.Tensor, m: int) -> str | None:
     """Why an absolute position table cannot read `probe`'s batch of `block`; None when it can."""
     cfg = _config(net)
     pos = getattr(cfg.pos, "value", cfg.pos)
     first = probe.collate([block])
     needed = max(first["input_ids"].shape[1], first.get("decoder_input_ids", first["input_ids"]).shape[1])
-    if pos in ABSOLUTE_POSITIONS and needed > cfg.max_seq_len:
+    if PosScheme(pos).length_bounded and needed > cfg.max_seq_len:
         return f"model.pos={pos} covers model.max_seq_len={cfg.max_seq_len} positions, {m}x needs {needed}"
     return None
 
 
-def _point(net: nn.Module, build: Build, settings: dict[str, Any], blocks: torch.Tensor, m: int, seq_len: int,
+def _point(net: Network, build: Build, settings: dict[str, Any], blocks: torch.Tensor, m: int, seq_len: int,
            batch_size: int) -> LengthPoint:
     """The token-weighted loss over `blocks` of the objective `build(seq_len, **settings)` at `m x`."""
     reason = _too_long(net, build(seq_len, **settings), blocks[0], m)  # a fresh probe: `obj`'s masks untouched
@@ -411,7 +413,7 @@ def _point(net: nn.Module, build: Build, settings: dict[str, Any], blocks: torch
 
 @torch.no_grad()
 def length_extrapolation(
-    net: nn.Module,
+    net: Network,
     tokens: torch.Tensor,
     ids: TokenIds,
     *,
@@ -442,7 +444,7 @@ def length_extrapolation(
         `tokens` (at most `max_tokens` of them) hold less than one block, when the objective cannot be built at
         that length (e.g. a block too short to corrupt), or when the blocks hold no label token.
     """
-    family = _family(net)
+    family = _spec(net).name
     tokens = torch.as_tensor(tokens).reshape(-1)  # a NumPy memmap (the data module's) or a tensor
     available = min(len(tokens), max_tokens)
     build = _builder(objective, ids, family, seed)

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from famlab.families.kernels.dispatch import Kernel, use_fast
 from famlab.families.kernels.linear_cross_entropy import linear_cross_entropy
+from famlab.families.network import Network
 from famlab.objectives.corruption import IGNORE, clm_shift, mlm_mask, span_corrupt, t5_lengths
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.tokens import TokenIds
-from torch import nn
 
 Batch = dict[str, torch.Tensor]
 
@@ -53,7 +53,7 @@ def _summed_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     return total, count
 
 
-def dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> LossOutput:
+def dense_lm_loss(net: Network, hidden: torch.Tensor, labels: torch.Tensor) -> LossOutput:
     """Mean cross-entropy of the network's LM head on `hidden` `(B, T, C)` against `labels` `(B, T)`, `-100` skipped.
 
     The fast path (`famlab.families.kernels.dispatch`) fuses the head's projection (`net.output_embedding()`)
@@ -61,10 +61,10 @@ def dense_lm_loss(net: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) ->
     materialised; the reference path projects with `net.project`. The output carries `logits=None` either way.
     """
     if use_fast(Kernel.LINEAR_CROSS_ENTROPY, hidden):
-        weight, scale = net.output_embedding()  # type: ignore[operator]
+        weight, scale = net.output_embedding()  # type: ignore[attr-defined]  # a CausalDecoder / EncoderDecoder
         mean = linear_cross_entropy(hidden, weight, labels, scale=scale, reduction="mean")
     else:
-        total, count = _summed_ce(net.project(hidden), labels)  # type: ignore[operator]  # (B, T, V) logits
+        total, count = _summed_ce(net.project(hidden), labels)  # (B, T, V) logits
         mean = total / count.clamp(min=1)
     return LossOutput(mean, (labels != IGNORE).sum(), None, labels)
 
@@ -93,7 +93,7 @@ class Objective:
     def collate(self, samples: Sequence[torch.Tensor]) -> Batch:
         raise NotImplementedError
 
-    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+    def loss(self, net: Network, batch: Batch) -> LossOutput:
         raise NotImplementedError
 
     def tokens_in(self, batch: Batch) -> int:
@@ -122,7 +122,7 @@ class MaskedLM(Objective):
         ignore = torch.full_like(cls, IGNORE)
         return {"input_ids": torch.cat([cls, inputs], 1), "labels": torch.cat([ignore, labels], 1)}  # (B, T)
 
-    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+    def loss(self, net: Network, batch: Batch) -> LossOutput:
         """Sparse MLM loss; `logits` `(B, K, V)` and `labels` `(B, K)` at the K selected positions per row."""
         out = net(batch["input_ids"], compute_logits=False)
         selected = (batch["labels"] != IGNORE).float()  # (B, T)
@@ -133,7 +133,7 @@ class MaskedLM(Objective):
         labels = batch["labels"].gather(1, positions)  # (B, K)
         hidden = out.hidden.gather(1, positions[..., None].expand(-1, -1, out.hidden.shape[-1]))  # (B, K, C)
         # The vocabulary projection only at the ~15 % selected positions (cramming, Geiping & Goldstein 2022).
-        logits = net.project(hidden)  # type: ignore[operator]  # (B, K, V)
+        logits = net.project(hidden)  # (B, K, V)
         total, count = _summed_ce(logits, labels)
         return LossOutput(total / count.clamp(min=1), count, logits, labels)
 
@@ -152,7 +152,7 @@ class CausalLM(Objective):
         inputs, labels = clm_shift(stack_samples(samples, self.raw_block_len))  # (B, T) each
         return {"input_ids": inputs, "labels": labels}
 
-    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+    def loss(self, net: Network, batch: Batch) -> LossOutput:
         hidden = net(batch["input_ids"], compute_logits=False).hidden  # (B, T, C)
         return dense_lm_loss(net, hidden, batch["labels"])
 
@@ -181,7 +181,7 @@ class SpanCorruption(Objective):
         decoder_inputs = torch.cat([start, targets[:, :-1]], 1)  # (B, Tt)
         return {"input_ids": inputs, "decoder_input_ids": decoder_inputs, "labels": targets}
 
-    def loss(self, net: nn.Module, batch: Batch) -> LossOutput:
+    def loss(self, net: Network, batch: Batch) -> LossOutput:
         hidden = net(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"], compute_logits=False).hidden
         return dense_lm_loss(net, hidden, batch["labels"])  # over the (B, Tt) targets
 

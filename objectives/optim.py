@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from famlab.families.network import Network
 from famlab.objectives.errors import ObjectiveError
 from torch import nn
 
@@ -65,7 +66,7 @@ class OptimSettings:
         self.betas = (float(self.betas[0]), float(self.betas[1]))
 
 
-def decay_groups(module: nn.Module, weight_decay: float, lr: float | None = None) -> list[dict[str, Any]]:
+def decay_groups(module: nn.Module | Network, weight_decay: float, lr: float | None = None) -> list[dict[str, Any]]:
     """Two AdamW parameter groups: decay for >= 2-D weights (matmuls, embeddings), none for biases and norms.
 
     nanoGPT's rule. `named_parameters` lists a tied weight once. `lr` (optional) is set on both groups, e.g.

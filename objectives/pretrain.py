@@ -13,10 +13,10 @@ from typing import Any
 
 import lightning as L
 import torch
+from famlab.families.network import Network
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.objective import Batch, Objective
 from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups
-from torch import nn
 from torchmetrics import SumMetric
 
 
@@ -37,7 +37,7 @@ class PretrainModule(L.LightningModule):
 
     def __init__(
         self,
-        net: nn.Module,
+        net: Network,
         objective: Objective,
         optim: OptimSettings,
         *,

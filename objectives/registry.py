@@ -1,20 +1,25 @@
-"""The objective registry: family -> objective name -> the class that builds it and the settings it reads.
+"""The objective registry: architecture -> objective name -> the class that builds it and the settings it reads.
 
-``make_objective``, the family x objective pairs (``OBJECTIVES``, ``check_pair``), the CLI's ``famlab presets``
-listing, ``famlab compare``'s objective arms and the config checks all read :data:`REGISTRY`; each family's default
-objective comes from ``famlab.families.faithful``. Adding an objective is one module (its ``Objective`` subclass),
-one line per family below and its tests (docs/architecture.md).
+Objectives are registered per architecture (:data:`BY_ARCH`: a masked-LM encoder, a causal decoder, an
+encoder-decoder); a family trains with its architecture's (``famlab.families.registry``: a family's spec names its
+``arch``), so a new family of a known architecture needs no line here. :data:`REGISTRY` is the family x objective
+table this gives, a live view over the registered families. ``make_objective``, the family x objective pairs
+(``OBJECTIVES``, ``check_pair``), the CLI's ``famlab presets`` listing, ``famlab compare``'s objective arms and the
+config checks all read it; each family's default objective is its spec's (``famlab.families.faithful`` for the
+built-in ones). Adding an objective is one module (its ``Objective`` subclass), one line per architecture below and
+its tests (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import torch
-from famlab.families.faithful import family_defaults
+from famlab.families.formats import Arch
+from famlab.families.registry import family, family_names
 from famlab.objectives.corruption import t5_lengths
 from famlab.objectives.denoisers import UL2, GPTPrefixLM, GPTSpan, SpanMaskedLM, T5PrefixLM
 from famlab.objectives.errors import ObjectiveError
@@ -72,22 +77,22 @@ def _gpt_span(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s:
 
 _UL2 = ("noise_density", "mean_span", "prefix_fraction", "ul2_rates", "ul2_x_density", "ul2_x_mean_span")
 
-# The registry. Order within a family is the listing order (`famlab presets`); the default comes first in
-# OBJECTIVES whatever its place here. The pairs beyond each family's own objective: objectives/denoisers.py.
-REGISTRY: Mapping[str, Mapping[str, Entry]] = MappingProxyType({
-    "bert": MappingProxyType({
+# The registry. Order within an architecture is the listing order (`famlab presets`); a family's default comes first
+# in OBJECTIVES whatever its place here. The pairs beyond each family's own objective: objectives/denoisers.py.
+BY_ARCH: Mapping[Arch, Mapping[str, Entry]] = MappingProxyType({
+    Arch.ENCODER: MappingProxyType({
         "mlm": Entry(MaskedLM, ("mask_rate",), lambda ids, n, g, s: MaskedLM(ids, n, s["mask_rate"], g)),
         "span_mlm": Entry(SpanMaskedLM, ("mask_rate", "span_p", "max_span"),
                           lambda ids, n, g, s: SpanMaskedLM(ids, n, s["mask_rate"], s["span_p"], s["max_span"], g)),
     }),
-    "gpt": MappingProxyType({
+    Arch.DECODER: MappingProxyType({
         "clm": Entry(CausalLM, (), lambda ids, n, g, s: CausalLM(ids, n, g)),
         "prefix_lm": Entry(GPTPrefixLM, ("prefix_fraction",),
                            lambda ids, n, g, s: GPTPrefixLM(ids, n, s["prefix_fraction"], g)),
         "span": Entry(GPTSpan, ("noise_density", "mean_span"), _gpt_span),
         "ul2": Entry(UL2, _UL2, _ul2(decoder_only=True)),
     }),
-    "t5": MappingProxyType({
+    Arch.ENCODER_DECODER: MappingProxyType({
         "span": Entry(SpanCorruption, ("noise_density", "mean_span"),
                       lambda ids, n, g, s: SpanCorruption(ids, n, s["noise_density"], s["mean_span"], g)),
         "prefix_lm": Entry(T5PrefixLM, ("prefix_fraction",),
@@ -97,9 +102,28 @@ REGISTRY: Mapping[str, Mapping[str, Entry]] = MappingProxyType({
 })
 
 
-def default_objective(family: str) -> str:
-    """The objective that trains ``family`` when ``objective.name`` is unset (``famlab.families.faithful``)."""
-    return family_defaults(family).objective
+class FamilyTable(Mapping[str, Mapping[str, Entry]]):
+    """``{family: {objective: Entry}}`` over the registered families, in registration order: each family's entries are
+    its architecture's (:data:`BY_ARCH`). Live: a family registered later is in it."""
+
+    def __getitem__(self, name: str) -> Mapping[str, Entry]:
+        if name not in family_names():
+            raise KeyError(name)
+        return BY_ARCH[family(name).arch]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(family_names())
+
+    def __len__(self) -> int:
+        return len(family_names())
+
+
+REGISTRY: Mapping[str, Mapping[str, Entry]] = FamilyTable()
+
+
+def default_objective(family_name: str) -> str:
+    """The objective that trains ``family_name`` when ``objective.name`` is unset (its spec's defaults)."""
+    return family(family_name).defaults.objective
 
 
 def objectives_of(family: str) -> list[str]:
@@ -120,7 +144,7 @@ def valid_pairs() -> str:
 
 def check_pair(family: str, objective: str) -> None:
     """Raise `ObjectiveError` (one line, listing the valid pairs) unless `objective` can train `family`."""
-    if family not in REGISTRY:
+    if family not in family_names():
         raise ObjectiveError(f"model.family={family} is not one of {sorted(REGISTRY)}; valid pairs: {valid_pairs()}")
     if objective not in REGISTRY[family]:
         raise ObjectiveError(
@@ -164,7 +188,7 @@ def make_objective(
         ids: the tokenizer's special ids.
         seq_len: tokens the network reads per sequence (encoder side for T5).
         generator: randomness for the corruption; `None` uses torch's global generator.
-        family: `bert` | `gpt` | `t5`.
+        family: a registered family (`bert` | `gpt` | `t5` built in).
         settings: `objective.*` settings (:data:`SETTINGS` names them with their defaults); each pair reads its own.
     """
     unknown = sorted(set(settings) - set(SETTINGS))

@@ -62,6 +62,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from famlab.families import registry
+from famlab.families.config import PosScheme
+from famlab.families.formats import Arch, InputFormat, causal_lead
+from famlab.families.network import Network
+from famlab.families.registry import family_names
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.prefix import prefix_lm_mask
 from famlab.objectives.registry import default_objective
@@ -215,8 +220,8 @@ class BigramLM(nn.Module):
         return float(-self.log_prob(*seq).mean())
 
 
-def _config(net: nn.Module) -> Any:
-    return getattr(net, "config")  # noqa: B009 - nn.Module.__getattr__ would claim a Tensor
+def _config(net: Network) -> Any:
+    return net.config
 
 
 EMPTY_CANDIDATE = "a candidate encodes to no tokens"
@@ -226,12 +231,12 @@ class _TooLong(ObjectiveError):
     """An item needs more positions than the network's absolute position table: :meth:`Scorer.score` skips it."""
 
 
-def _check_len(net: nn.Module, n: int) -> None:
+def _check_len(net: Network, n: int) -> None:
     """Raise :class:`_TooLong` when a stack would be fed ``n`` positions past an absolute table (the stack itself
     raises there; relative schemes have no table and run at any length)."""
     cfg = _config(net)
     pos = getattr(cfg.pos, "value", cfg.pos)
-    if pos in ("learned", "sinusoidal") and n > cfg.max_seq_len:
+    if PosScheme(pos).length_bounded and n > cfg.max_seq_len:
         # The reason names the model, not the item, so ``famlab eval`` can count skips per reason.
         raise _TooLong(f"needs more than model.max_seq_len={cfg.max_seq_len} positions (model.pos={pos})")
 
@@ -258,17 +263,23 @@ class Scorer:
         rule: ``full`` or ``span`` (GPT and the bigram only; see the module docstring).
     """
 
-    def __init__(self, net: nn.Module, encode: Encode, ids: TokenIds, *, objective: str | None = None,
+    def __init__(self, net: Network | BigramLM, encode: Encode, ids: TokenIds, *, objective: str | None = None,
                  rule: str = "full") -> None:
         if rule not in RULES:
             raise ObjectiveError(f"rule={rule!r} must be one of {', '.join(RULES)}")
         family = getattr(net, "family", None)
-        if family not in ("bert", "gpt", "t5", "bigram"):
+        bigram = isinstance(net, BigramLM)
+        if not bigram and family not in family_names():
             raise ObjectiveError(f"expected a famlab network or BigramLM, got {type(net).__name__}")
         self.net, self.encode, self.ids, self.rule, self.family = net, encode, ids, rule, str(family)
-        default = "clm" if self.family == "bigram" else default_objective(self.family)  # the bigram is causal
-        self.objective = objective or default
-        self.device = next(iter(net.buffers() if family == "bigram" else net.parameters())).device
+        self.format: InputFormat | None = None if bigram else registry.family(self.family).input_format
+        if self.format is None:  # the bigram is causal: it scores as a decoder (trained with clm by default)
+            self.arch, self.objective = Arch.DECODER, objective or "clm"
+            self.cloze = "sentinel" if self.objective == "span" else "causal"
+        else:
+            self.arch, self.objective = self.format.arch, objective or default_objective(self.family)
+            self.cloze = self.format.cloze_rule(self.objective)  # pll | causal | sentinel | continuation
+        self.device = next(iter(net.buffers() if bigram else net.parameters())).device
 
     def _ids(self, text: str) -> list[int]:
         return list(self.encode(text)) if text else []
@@ -298,10 +309,10 @@ class Scorer:
         was_training = self.net.training
         self.net.eval()
         try:
-            if self.family == "bert":
+            if self.cloze == "pll":
                 scored = self._pll(prefix, unique, suffix)
                 counts = [len(s) for s in unique]
-            elif self.family == "t5" or self.objective == "span":
+            elif self.cloze in ("sentinel", "continuation"):
                 scored, counts = self._sentinel(prefix, unique, suffix, text_follows=text_follows)
             else:
                 scored, counts = self._causal(prefix, unique, suffix)
@@ -310,19 +321,18 @@ class Scorer:
         finally:
             self.net.train(was_training)
         log_prob, tokens = [scored[j] for j in slot], [counts[j] for j in slot]
-        whole = self.family in ("gpt", "bigram") and self.rule == "full" and self.objective != "span"
+        whole = self.cloze == "causal" and self.rule == "full"
         pieces_scored = [p + s + x if whole else s for p, s, x in pieces]
-        if self.family == "t5" and self.objective == "prefix_lm" and self.rule == "full":
+        if self.cloze == "continuation" and self.rule == "full":
             pieces_scored = [s + x for _, s, x in pieces]
         return ChoiceScores(log_prob, tokens, [len(t.encode("utf-8")) for t in pieces_scored], token_class)
 
     def _causal(self, prefix: list[int], spans: list[list[int]], suffix: list[int]) -> tuple[list[float], list[int]]:
         """GPT / bigram: ``[lead] prefix`` once, then the K continuations ``span suffix`` from its cache."""
-        lead = self.ids.s if self.objective == "ul2" else self.ids.eos
-        context = [lead, *prefix]
+        context = [causal_lead(self.objective, self.ids), *prefix]
         conts = [s + suffix for s in spans]
         scored = [[True] * len(s) + [self.rule == "full"] * len(suffix) for s in spans]
-        if self.family == "bigram":
+        if self.format is None:
             ctx_lp, cont_lp = self._bigram(context, conts)
         else:
             ctx_lp, cont_lp = self._gpt(context, conts, bidirectional=0)
@@ -366,7 +376,7 @@ class Scorer:
                   ) -> tuple[list[float], list[int]]:
         """T5's span format (or T5 prefix_lm's continuation); GPT-span in one sequence."""
         ids, s0 = self.ids, self.ids.sentinel_ids[0]
-        if self.family == "t5" and self.objective == "prefix_lm":
+        if self.cloze == "continuation":
             encoder, given = [*prefix, ids.eos], []
             targets = [s + suffix for s in spans]
             scored = [[True] * len(s) + [self.rule == "full"] * len(suffix) for s in spans]
@@ -376,7 +386,7 @@ class Scorer:
             encoder, given = [*lead, *prefix, s0, *suffix, ids.eos], [s0]
             targets = [s + [close] for s in spans]
             scored = [[True] * len(t) for t in targets]
-        if self.family == "gpt":
+        if self.arch is Arch.DECODER:
             _, lp = self._gpt(encoder + given, targets, bidirectional=len(encoder))
         else:
             lp = self._t5(encoder, given, targets)
@@ -399,11 +409,13 @@ class Scorer:
         net: Any = self.net
         ids = self.ids
         rows, positions, targets, owner = [], [], [], []
+        fmt = self.format
+        assert fmt is not None
         for k, span in enumerate(spans):
-            full = [ids.cls, *prefix, *span, *suffix, ids.sep]
+            full = fmt.wrap([*prefix, *span, *suffix], ids)  # BERT: [CLS] prefix span suffix [SEP]
             _check_len(net, len(full))
             for j in range(len(span)):
-                i = 1 + len(prefix) + j
+                i = fmt.offset + len(prefix) + j
                 rows.append(full[:i] + [ids.mask] + full[i + 1 :])
                 positions.append(i)
                 targets.append(full[i])

@@ -68,6 +68,7 @@ from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.run import get_bundle, prepared_corpus, set_vocab, token_ids, write_json
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
+from famlab.families.registry import family_names
 
 PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
 STATUS_DIR = "jobs"  # each job's status file, for the live view
@@ -80,14 +81,14 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
     (:mod:`famlab.experiments.configuration.compare_defaults`).
     """
     presets, defaults, base, gpus = compose_base(presets, overrides)
-    family_free = [p for p in presets if p not in ("bert", "gpt", "t5")]
+    family_free = [p for p in presets if p not in family_names()]
     user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
     families = list(base.compare.families)
     if not families or len(set(families)) != len(families):
         raise ConfigInputError(f"compare.families={families} must name distinct families")
     for family in families:
-        if family not in ("bert", "gpt", "t5"):
-            raise ConfigInputError(f"compare.families: {family!r} is not one of: bert, gpt, t5")
+        if family not in family_names():
+            raise ConfigInputError(f"compare.families: {family!r} is not one of: {', '.join(family_names())}")
     pairs, kept = expand_arms(families, list(base.compare.objectives))
     if kept:
         log(f"compare.objectives gives no objective to {', '.join(kept)}: kept the preset objective")
@@ -119,7 +120,7 @@ def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], l
     share."""
     parse_overrides(overrides)  # malformed tokens fail here, naming the token
     presets, defaults = comparison_presets(presets, overrides)
-    family_free = [p for p in presets if p not in ("bert", "gpt", "t5")]
+    family_free = [p for p in presets if p not in family_names()]
     base = compose(family_free, [*defaults, *overrides]).cfg
     gpus = visible_gpus(base.trainer.accelerator)
     if (per_gpu := with_gpu_workers(defaults, gpus)) != defaults:
@@ -663,7 +664,8 @@ def board_entries(c: Comparison) -> list[live.Entry]:
     if cmp.scratch_seeds:
         jobs += [Job("scratch", family, task=t) for family in scratch_configs(c.cfgs) for t in tasks]
     if cmp.seeds or cmp.probe:
-        jobs += [Job("transfer", arm, seed, t) for arm in pretrain_order(c) for seed in cmp.pretrain_seeds for t in tasks]
+        jobs += [Job("transfer", arm, seed, t)
+                 for arm in pretrain_order(c) for seed in cmp.pretrain_seeds for t in tasks]
     return [live.Entry(job_name(c, j), j.kind, c.plan.arms[j.arm].flops if j.kind == "pretrain" else None)
             for j in jobs]
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.families.formats import Arch
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]", "[EOS]", "[R]", "[X]", "[S]")
-LM_CLASS = {"bert": "AutoModelForMaskedLM", "gpt": "AutoModelForCausalLM", "t5": "AutoModelForSeq2SeqLM"}
 HEAD_FILE = "classifier_head.safetensors"  # a classifier written as its body: the head Hugging Face has no class for
 # the model card's code for each pooling: (B, T, C) `hidden` and the tokenizer's `batch` -> (B, C) `pooled`
 POOLED = {
@@ -55,14 +55,25 @@ class ExportPlan:
     labels: list[str] = field(default_factory=list)
 
     @property
+    def spec(self) -> Any:
+        """The run's family (``famlab.families.registry.FamilySpec``): its input format and Hugging Face adapter."""
+        from famlab.families.registry import family
+
+        return family(self.model.family)
+
+    @property
+    def hf(self) -> Any:
+        """The family's ``HFAdapter`` (``plan_export`` refuses a family without one)."""
+        return self.spec.hf
+
+    @property
     def body_only(self) -> bool:
         """A classifier no Hugging Face sequence classifier computes: written as its body plus :data:`HEAD_FILE`."""
-        from famlab.families.hf_classifier import EXPRESSIBLE
         from famlab.families.hf_roformer import is_roformer
 
         if self.classifier is None:
             return False
-        return is_roformer(self.model) or EXPRESSIBLE.get(self.model.family.value) != self.classifier["pooling"]
+        return is_roformer(self.model) or self.hf.classifier_pooling != self.classifier["pooling"]
 
 
 def _checkpoint(run_dir: Path, finetune: bool, seed: str | None) -> Path:
@@ -106,6 +117,7 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     from famlab.families.config import ModelConfig
     from famlab.families.hf_roformer import check_roformer_expressible, is_roformer
     from famlab.families.hf_settings import check_expressible
+    from famlab.families.registry import family
     from omegaconf import OmegaConf
 
     src, out = Path(run_dir), Path(out_dir)
@@ -117,9 +129,11 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     saved = yaml.safe_load((src / "config.yaml").read_text(encoding="utf-8"))
     model = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
     (check_roformer_expressible if is_roformer(model) else check_expressible)(model)
-    if model.family.value == "t5" and not model.tie_embeddings:
-        # transformers 5 re-ties T5's lm_head to the shared embedding when it loads a folder
-        raise ConfigInputError("export: model.tie_embeddings=false has no Hugging Face T5 equivalent (always tied)")
+    adapter = family(model.family).hf
+    if adapter.always_tied and not model.tie_embeddings:
+        # e.g. transformers 5 re-ties T5's lm_head to the shared embedding when it loads a folder
+        raise ConfigInputError(f"export: model.tie_embeddings=false has no Hugging Face {adapter.lm_class} "
+                               "equivalent (always tied)")
     results = _read_json(src / "results.json")
     finetune = results.get("job") == "finetune" or "finetune_seed" in saved
     ckpt = _checkpoint(src, finetune, seed)
@@ -179,10 +193,10 @@ def body_to_hf(net: Any, plan: ExportPlan) -> Any:
     assert plan.classifier is not None
     pooling = plan.classifier["pooling"]
     lm = roformer_to_hf(net) if is_roformer(plan.model) else to_hf(net)
-    if plan.model.family.value != "t5":
+    if plan.hf.encoder_class is None:
         body = lm.base_model  # BertModel (no pooler) / RoFormerModel / GPT2Model, sharing the LM's weights
-    else:
-        body = (transformers.T5Model if pooling == "decoder" else transformers.T5EncoderModel)(lm.config)
+    else:  # T5Model when the decoder pools, else T5EncoderModel
+        body = getattr(transformers, plan.hf.body_class if pooling == "decoder" else plan.hf.encoder_class)(lm.config)
         keys = body.state_dict().keys()
         body.load_state_dict({k: v for k, v in lm.state_dict().items() if k in keys})
     config = body.config
@@ -212,23 +226,19 @@ def fast_tokenizer(plan: ExportPlan) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer.from_file(str(plan.run_dir / "tokenizer.json"))
-    family = plan.model.family.value
+    fmt = plan.spec.input_format  # the template the fine-tuning collator writes (famlab.families.formats)
     vocab = tok.get_vocab()
     sentinels = sorted((t for t in vocab if t.startswith("<extra_id_")), key=lambda t: int(t[10:-1]))
     specials = [(t, vocab[t]) for t in SPECIALS if t in vocab]
-    if family == "bert":  # [CLS] a [SEP] (b [SEP]), token types 0 / 1
-        tok.post_processor = TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=specials
-        )
-    elif family == "t5" or plan.classifier is not None:  # a ([SEP] b) [EOS]; a GPT LM continues raw text
-        tok.post_processor = TemplateProcessing(single="$A [EOS]", pair="$A [SEP] $B [EOS]", special_tokens=specials)
+    template = fmt.template(classifier=plan.classifier is not None)  # None: a GPT LM continues raw text
+    if template is not None:  # BERT [CLS] a [SEP] (b [SEP]) with token types 0 / 1; GPT, T5 a ([SEP] b) [EOS]
+        tok.post_processor = TemplateProcessing(single=template[0], pair=template[1], special_tokens=specials)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
         bos_token="[BOS]", eos_token="[EOS]", additional_special_tokens=["[R]", "[X]", "[S]", *sentinels],
-        padding_side="right", model_max_length=plan.model.max_seq_len if family != "t5" else 512,
-        model_input_names=["input_ids", "token_type_ids", "attention_mask"] if family == "bert"
-        else ["input_ids", "attention_mask"],
+        padding_side="right", model_max_length=plan.hf.tokenizer_max_length or plan.model.max_seq_len,
+        model_input_names=fmt.model_input_names,
     )  # fmt: skip
 
 
@@ -238,7 +248,7 @@ def model_card(plan: ExportPlan, hf_class: str) -> str:
     results = _read_json(plan.run_dir / "results.json")
     data = saved.get("data", {})
     auto = body_class(plan) if plan.body_only else "AutoModelForSequenceClassification" if plan.classifier \
-        else LM_CLASS[family]
+        else plan.hf.auto_class
     objective = (saved.get("objective") or {}).get("name", "?")
     kind = f"fine-tuned {family} classifier" if plan.classifier else f"{family} pretrained with {objective}"
     source = plan.checkpoint.relative_to(plan.run_dir)
@@ -275,7 +285,7 @@ def usage(plan: ExportPlan, auto: str) -> list[str]:
              f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
              f'model = {auto}.from_pretrained("{folder}").eval()',
              'batch = tokenizer(["an example sentence"], return_tensors="pt", padding=True)']  # fmt: skip
-    if plan.model.family.value == "t5" and not plan.classifier:
+    if plan.spec.arch is Arch.ENCODER_DECODER and not plan.classifier:
         lines.append("logits = model(**batch, decoder_input_ids=batch.input_ids[:, :1] * 0).logits  # start: [PAD]")
     else:
         lines.append("logits = model(**batch).logits")
@@ -286,8 +296,8 @@ def body_class(plan: ExportPlan) -> str:
     """The transformers class that loads a classifier's body: ``AutoModel``, but ``T5EncoderModel`` for a T5 that
     pools its encoder (``AutoModel`` would build a ``T5Model`` with a decoder the classifier never trained)."""
     assert plan.classifier is not None
-    t5_encoder = plan.model.family.value == "t5" and plan.classifier["pooling"] != "decoder"
-    return "T5EncoderModel" if t5_encoder else "AutoModel"
+    encoder = plan.hf.encoder_class is not None and plan.classifier["pooling"] != "decoder"
+    return plan.hf.encoder_class if encoder else "AutoModel"
 
 
 def body_usage(plan: ExportPlan) -> list[str]:
@@ -298,8 +308,8 @@ def body_usage(plan: ExportPlan) -> list[str]:
     assert plan.classifier is not None
     folder, pooling = plan.out_dir.name, plan.classifier["pooling"]
     # BertModel would add a pooler the classifier never trained (RoFormerModel has none)
-    bert = plan.model.family.value == "bert" and not is_roformer(plan.model)
-    extra = ", add_pooling_layer=False" if bert else ""
+    pooler = plan.hf.body_pooler and not is_roformer(plan.model)
+    extra = ", add_pooling_layer=False" if pooler else ""
     decoder = ", decoder_input_ids=batch.input_ids[:, :1] * 0" if pooling == "decoder" else ""  # start: [PAD]
     lines = ["```python", "import torch", "from safetensors.torch import load_file",
              f"from transformers import AutoTokenizer, {body_class(plan)}", "",

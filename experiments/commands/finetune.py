@@ -63,6 +63,7 @@ from famlab.experiments.plumbing.run import (
     write_json,
 )
 from famlab.experiments.tracking.wandb_metrics import record_selection
+from famlab.families import registry
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
 from omegaconf import OmegaConf
@@ -195,21 +196,24 @@ def with_dropout(net: Any, dropout: float) -> Any:
 
 
 def _hf_model(src: str) -> tuple[Any, bool]:
-    """Load a BERT / GPT-2 / T5 Hugging Face model; returns ``(model, has_pooler)``."""
+    """Load a Hugging Face model of a registered family's kind (``HFAdapter.model_type``: BERT / GPT-2 / T5) as its
+    adapter's ``pretrained_class``; returns ``(model, has_pooler)``."""
+    adapters = {a.model_type: a for name in registry.family_names() if (a := registry.family(name).hf) is not None}
     try:
-        from transformers import AutoConfig, BertForPreTraining, GPT2LMHeadModel, T5ForConditionalGeneration
+        import transformers
 
-        config = AutoConfig.from_pretrained(src)
-        classes = {"bert": BertForPreTraining, "gpt2": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}
-        if config.model_type not in classes:
-            raise ConfigInputError(f"init=hf:{src} is a {config.model_type} model; supported: bert, gpt2, t5")
-        model, info = classes[config.model_type].from_pretrained(src, output_loading_info=True)
+        config = transformers.AutoConfig.from_pretrained(src)
+        if config.model_type not in adapters:
+            raise ConfigInputError(f"init=hf:{src} is a {config.model_type} model; supported: {', '.join(adapters)}")
+        adapter = adapters[config.model_type]
+        model_class = getattr(transformers, adapter.pretrained_class)
+        model, info = model_class.from_pretrained(src, output_loading_info=True)
     except ImportError as e:
         raise ConfigInputError(f"init=hf:{src} needs transformers (pip install famlab[hf]): {e}") from None
     except OSError as e:
         reason = str(e).splitlines()[0]
         raise ConfigInputError(f"init=hf:{src} cannot be loaded (offline or not found): {reason}") from None
-    has_pooler = config.model_type == "bert" and not any("pooler" in k for k in info.get("missing_keys", []))
+    has_pooler = adapter.body_pooler and not any("pooler" in k for k in info.get("missing_keys", []))
     return model.eval(), has_pooler
 
 
@@ -221,7 +225,8 @@ def _hf_network(src: str) -> tuple[Any, Any]:
     # train mode: Lightning keeps modules' modes, and an eval-mode network would fine-tune without dropout
     net = from_hf(model).train()
     pooler = hf_pooler_state(model) if has_pooler else None
-    if net.family == "bert" and pooler is None:
+    adapter = registry.family_of(net).hf
+    if adapter is not None and adapter.body_pooler and pooler is None:
         log.warning("init=hf:%s has no pooler weights: the BERT pooler starts untrained", src)
     return net, pooler
 
@@ -334,7 +339,7 @@ def default_pooling(family: str, has_pooler: bool = False) -> str:
     """The pooling when ``finetune.pooling`` is unset: the family's (``famlab.families.faithful``, measured best for
     famlab-pretrained bodies), except a Hugging Face BERT that brings a trained pooler, which reads ``[CLS]`` through
     it as it was trained to."""
-    return "cls" if family == "bert" and has_pooler else family_defaults(family).pooling
+    return "cls" if has_pooler else family_defaults(family).pooling
 
 
 def finetune(cfg: Config, init: Init) -> FinetuneResult:

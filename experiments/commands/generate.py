@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.families.formats import Arch
+from famlab.families.registry import family
 from famlab.objectives.registry import default_objective
 
 MASK = "[MASK]"
@@ -47,6 +49,11 @@ class Run:
     ids: Any  # objectives.TokenIds
     family: str
     objective: str
+
+    @property
+    def arch(self) -> Arch:
+        """The family's architecture (``famlab.families.registry``): what generation and filling dispatch on."""
+        return family(self.family).arch
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids) if text else []
@@ -117,7 +124,7 @@ def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator:
     out: list[int] = []
     with torch.no_grad():
         for _ in range(opts["max_new_tokens"]):
-            if seq.shape[1] >= limit and run.net.config.pos.value in ("learned", "sinusoidal"):
+            if seq.shape[1] >= limit and run.net.config.pos.length_bounded:
                 break
             mask = prefix_lm_mask(torch.tensor([len(prefix)]), seq.shape[1])
             logits = run.net(seq, attention_mask=mask).logits[:, -1]
@@ -154,11 +161,11 @@ def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
 
     generator = torch.Generator().manual_seed(opts["seed"])
     tokens, ids = run.encode(prompt), run.ids
-    if run.family == "bert":
-        raise ConfigInputError('a bert run cannot generate; use famlab fill <run_dir> text="... [MASK] ..."')
+    if run.arch is Arch.ENCODER:
+        raise ConfigInputError(f'a {run.family} run cannot generate; use famlab fill <run_dir> text="... [MASK] ..."')
     if run.objective == "span":  # a span model continues by filling one masked span at the end
         return infill(run, [prompt, ""], opts)[0]
-    if run.family == "t5":
+    if run.arch is Arch.ENCODER_DECODER:
         lead = [ids.s] if run.objective == "ul2" else []
         return run.decode(_t5_decode(run, lead + tokens + [ids.eos], opts, generator))
     if run.objective == "clm":
@@ -217,11 +224,11 @@ def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
 
     ids, count = run.ids, len(pieces) - 1
     encoded = [run.encode(p) for p in pieces]
-    if run.family == "bert":
-        seq = [ids.cls]
+    if run.arch is Arch.ENCODER:  # BERT: [CLS] piece [MASK] piece ... [SEP], one token per [MASK]
+        body = []
         for piece in encoded[:-1]:
-            seq += piece + [ids.mask]
-        seq += encoded[-1] + [ids.sep]
+            body += piece + [ids.mask]
+        seq = family(run.family).input_format.wrap(body + encoded[-1], ids)
         with torch.no_grad():
             logits = run.net(torch.tensor([seq])).logits[0]  # (T, V)
         return [run.decode([int(logits[i].argmax())]) for i, t in enumerate(seq) if t == ids.mask]
@@ -232,7 +239,7 @@ def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
         corrupted += piece + [sentinel]
     corrupted += encoded[-1] + [ids.eos]
     generator = torch.Generator().manual_seed(opts["seed"])
-    if run.family == "t5":
+    if run.arch is Arch.ENCODER_DECODER:
         out = _t5_decode(run, corrupted, opts, generator)
     else:
         out = _prefix_decode(run, corrupted, opts, generator)

@@ -55,12 +55,10 @@ def step_cost(model: ModelConfig, objective: Any, batch_size: int, accumulate: i
     positions; GPT (every position labelled, or the targets for span / prefix LM, whose logits are
     computed for the whole sequence) and T5 (decoder positions) project every output position.
     """
-    from famlab.families.flops import train_flops
+    from famlab.families.flops import batch_shape, train_flops
 
     batch = probe_batch(objective, batch_size, model.vocab_size)
-    seq = int(batch["input_ids"].shape[1])
-    dec_len = int(batch["labels"].shape[1]) if model.family.value == "t5" else 0
-    labels = int((batch["labels"] != -100).sum()) if model.family.value == "bert" else None
+    seq, dec_len, labels = batch_shape(model, batch)
     flops = train_flops(model, batch_size=batch_size, seq_len=seq, dec_len=dec_len, num_label_tokens=labels)
     shape = f"B={batch_size} S={seq}" + (f" T={dec_len}" if dec_len else "") + (f" labels={labels}" if labels else "")
     return StepCost(int(flops) * accumulate, objective.raw_block_len * batch_size * accumulate, shape)

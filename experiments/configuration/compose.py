@@ -23,13 +23,13 @@ from famlab.experiments.configuration.checks import check_fits_memory, check_inp
 from famlab.experiments.configuration.checks import exists as _exists
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.lightning_check import check_lightning_settings
-from famlab.families.config import Family, ModelConfig
+from famlab.families import registry
+from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults, family_model_settings
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"  # experiments/configs
-FAMILIES = tuple(f.value for f in Family)
 
 
 def schema() -> DictConfig:
@@ -66,6 +66,19 @@ def preset_path(name: str) -> Path:
     return _named_yaml(name, PRESET_DIR, "preset", f"valid presets: {', '.join(preset_names())}")
 
 
+def preset_node(name: str) -> DictConfig:
+    """A preset as a config layer. A registered family's name (``famlab.families.registry``) is its spec's preset
+    (``FamilySpec.preset``, else the bundled ``<name>.yaml`` where there is one, else nothing) naming the family;
+    any other name or path is a preset file (:func:`preset_path`)."""
+    if name not in registry.family_names():
+        return load_yaml(preset_path(name))
+    source = registry.family(name).preset or (name if (PRESET_DIR / f"{name}.yaml").is_file() else None)
+    node = load_yaml(preset_path(source)) if source is not None else OmegaConf.create({})
+    if _family_of(node) != name:
+        node = OmegaConf.merge(node, {"model": {"family": name}})
+    return node
+
+
 SWEEP_DIR = PRESET_DIR / "sweeps"
 
 
@@ -98,7 +111,7 @@ def load_yaml(path: Path) -> DictConfig:
 
 def preset_extends(name: str) -> str | None:
     """The preset ``name``'s file says it extends (``extends: tiny``), or None."""
-    parent = load_yaml(preset_path(name)).get("extends")
+    parent = preset_node(name).get("extends")
     if parent is not None and (not isinstance(parent, str) or not parent.strip()):
         raise ConfigInputError(f"preset {name}: extends={parent!r} must name one preset (or a .yaml path)")
     return parent
@@ -124,7 +137,7 @@ def expand_presets(presets: list[str]) -> list[str]:
                                        "loops")
             chain.insert(0, parent)
         out += [link for link in chain if link not in out]
-    sizes = {p: load_yaml(preset_path(p)).get("size") for p in out}
+    sizes = {p: preset_node(p).get("size") for p in out}
     for name in presets:
         parent = preset_extends(name)
         if parent is None or not sizes.get(parent):
@@ -142,8 +155,8 @@ def family_settings(family: str) -> dict[str, Any]:
     Tests and benchmarks build their tiny networks as ``ModelConfig(**family_settings(family), dim=..., ...)`` so
     they build what ``famlab pretrain <family>`` builds.
     """
-    if family not in FAMILIES:
-        raise ConfigInputError(f"model.family={family!r} is not one of: {', '.join(FAMILIES)}")
+    if family not in registry.family_names():
+        raise ConfigInputError(f"model.family={family!r} is not one of: {', '.join(registry.family_names())}")
     return family_model_settings(family)
 
 
@@ -237,7 +250,7 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         ConfigInputError: (a ValueError) with one line naming the key, preset or file.
     """
     over = overrides if isinstance(overrides, DictConfig) else parse_overrides(overrides)
-    loaded = [(name, load_yaml(preset_path(name))) for name in expand_presets(presets)]
+    loaded = [(name, preset_node(name)) for name in expand_presets(presets)]
     for _, node in loaded:
         node.pop("extends", None)  # composition order, not a config key
     resolved = family
@@ -245,13 +258,13 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         resolved = _family_of(node) or resolved
     resolved = _family_of(over) or resolved
     resolved = resolved or ModelConfig.family.value
-    if resolved not in FAMILIES:
-        raise ConfigInputError(f"model.family={resolved!r} is not one of: {', '.join(FAMILIES)}")
-    named = [n for n, _ in loaded if n in FAMILIES and n != resolved]
+    if resolved not in registry.family_names():
+        raise ConfigInputError(f"model.family={resolved!r} is not one of: {', '.join(registry.family_names())}")
+    named = [n for n, _ in loaded if n in registry.family_names() and n != resolved]
     if named:
         raise ConfigInputError(f"preset {named[0]} contradicts model.family={resolved}; name one family only")
 
-    preset_node = load_yaml(preset_path(resolved))
+    own_preset = preset_node(resolved)
     others = []
     for name, node in loaded:
         if name == resolved:
@@ -262,7 +275,7 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         if by_family is not None and resolved in by_family:
             others.append(by_family[resolved])
     try:
-        merged = OmegaConf.merge(schema(), family_node(resolved), preset_node, *others, over)
+        merged = OmegaConf.merge(schema(), family_node(resolved), own_preset, *others, over)
         explicit = OmegaConf.merge(*others, over) if others or over else OmegaConf.create({})
     except OmegaConfBaseException as e:
         raise ConfigInputError(format_omegaconf_error(e)) from None
@@ -306,8 +319,10 @@ def cross_checks(cfg: Config) -> None:
             f"data.max_len={cfg.data.max_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
             "lower data.max_len or raise model.max_seq_len"
         )
-    if cfg.finetune.pooling is not None and cfg.finetune.pooling.value == "decoder" and family != "t5":
-        raise ConfigInputError(f"finetune.pooling=decoder needs model.family=t5 (got model.family={family})")
+    pooling = cfg.finetune.pooling.value if cfg.finetune.pooling is not None else None
+    if pooling is not None and pooling not in registry.family(family).input_format.poolings:
+        owners = " or ".join(n for n in registry.family_names() if pooling in registry.family(n).input_format.poolings)
+        raise ConfigInputError(f"finetune.pooling={pooling} needs model.family={owners} (got model.family={family})")
     positive = ("data.batch_size", "trainer.max_steps", "trainer.val_check_interval", "trainer.accumulate_grad_batches")
     for key in positive:
         section, name = key.split(".")

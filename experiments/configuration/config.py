@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from famlab.families.config import BIG, ModelConfig, check_ranges
+from famlab.families.registry import family_names
 from famlab.objectives.registry import SETTINGS as OBJECTIVE_DEFAULTS
 
 
@@ -236,7 +237,7 @@ class FinetuneConfig:
 
 @dataclass
 class CompareConfig:
-    families: list[str] = field(default_factory=lambda: ["bert", "gpt", "t5"])  # families compared
+    families: list[str] = field(default_factory=lambda: list(family_names()))  # families compared; default: all
     objectives: list[str] = field(default_factory=list)  # arms: objective or family:objective; [] = presets
     match: CompareMatch = CompareMatch.flops  # budget matched across families: flops | params | tokens
     pretrain_seeds: list[int] = field(default_factory=lambda: [0])  # pretraining seeds per family

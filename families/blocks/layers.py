@@ -12,7 +12,7 @@ import torch
 from famlab.families.blocks.attention import Attention
 from famlab.families.blocks.feedforward import FeedForward
 from famlab.families.blocks.norms import make_norm
-from famlab.families.blocks.positions import LearnedPositions, Positions, SinusoidalPositions
+from famlab.families.blocks.positions import Positions
 from famlab.families.kernels.context_kv import project_context
 from famlab.families.kernels.dispatch import Kernel, use_fast
 from torch import Tensor, nn
@@ -259,7 +259,7 @@ class Stack(nn.Module):
         steps = torch.arange(past, S, device=x.device)  # (T,)
         if position_ids is None:
             position_ids = steps
-        if S > self.max_len and isinstance(self.positions, (LearnedPositions, SinusoidalPositions)):
+        if S > self.max_len and self.positions.scheme.length_bounded:
             raise ValueError(f"sequence of {S} positions exceeds model.max_seq_len={self.max_len}")
         absolute = self.positions.embed(position_ids)
         if absolute is not None:

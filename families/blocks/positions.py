@@ -7,19 +7,24 @@ Every scheme implements three hooks; each returns ``None`` when the scheme does 
 - ``bias(q_pos, k_pos) -> (B|1, H, T, S)``: additive attention bias (ALiBi, T5 relative buckets).
 
 ``position_ids`` / ``q_pos`` / ``k_pos`` are ``(T,)`` or ``(B, T)`` long tensors. Adding a scheme means one
-class here, one ``PosScheme`` member and one entry in :func:`make_positions`.
+class here (its ``scheme``), one ``PosScheme`` member (whether it is length bounded is
+``PosScheme.length_bounded``) and one entry in :func:`make_positions`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
+from famlab.families.config import PosScheme
 from torch import Tensor, nn
 
 
 class Positions(nn.Module):
     """No position information (``pos=none``); the base class of every scheme."""
+
+    scheme: ClassVar[PosScheme] = PosScheme.NONE  # the ``model.pos`` a class implements
 
     def embed(self, position_ids: Tensor) -> Tensor | None:
         return None
@@ -34,6 +39,8 @@ class Positions(nn.Module):
 class LearnedPositions(Positions):
     """Learned absolute position embeddings (BERT, GPT-2)."""
 
+    scheme: ClassVar[PosScheme] = PosScheme.LEARNED
+
     def __init__(self, max_len: int, dim: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(max_len, dim).normal_(std=0.02))
@@ -44,6 +51,8 @@ class LearnedPositions(Positions):
 
 class SinusoidalPositions(Positions):
     """Fixed sin/cos absolute embeddings (Vaswani et al. 2017), a non-persistent buffer (not in the state dict)."""
+
+    scheme: ClassVar[PosScheme] = PosScheme.SINUSOIDAL
 
     table: Tensor
 
@@ -62,6 +71,8 @@ class SinusoidalPositions(Positions):
 
 class RotaryPositions(Positions):
     """Rotary embeddings (Su et al. 2021, RoFormer) in the rotate-half layout of GPT-NeoX / LLaMA."""
+
+    scheme: ClassVar[PosScheme] = PosScheme.ROPE
 
     inv_freq: Tensor
 
@@ -107,6 +118,8 @@ def alibi_slopes(num_heads: int) -> Tensor:
 class ALiBiPositions(Positions):
     """Attention bias ``-slope_h * |i - j|``: symmetric for encoders, the paper's form under a causal mask."""
 
+    scheme: ClassVar[PosScheme] = PosScheme.ALIBI
+
     slopes: Tensor
 
     def __init__(self, num_heads: int) -> None:
@@ -148,6 +161,8 @@ def t5_relative_bucket(
 
 class T5RelativeBias(Positions):
     """T5's learned bucketed relative position bias, one scalar per (bucket, head); no 1/sqrt(d) pairing needed."""
+
+    scheme: ClassVar[PosScheme] = PosScheme.T5_BIAS
 
     def __init__(self, num_heads: int, *, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__()

@@ -52,6 +52,8 @@ from famlab.experiments.configuration.compose import compose, flatten, load_yaml
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
+from famlab.experiments.plumbing import live
+from famlab.experiments.plumbing.console import heartbeat_seconds
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from omegaconf import OmegaConf
 
@@ -208,13 +210,17 @@ def _command_overrides(cmd: list[str]) -> tuple[list[str], list[str]]:
     return presets, overrides
 
 
-def run_trial(cmd: list[str], log_path: Path, devices: str | None = None, append: bool = False) -> int:
+def run_trial(cmd: list[str], log_path: Path, devices: str | None = None, append: bool = False,
+              status: Path | None = None) -> int:
     """Run one trial's command with its output in ``log_path`` (appended to when ``append``: a resumed trial
-    keeps the log of its interrupted part); returns its exit status."""
+    keeps the log of its interrupted part); returns its exit status. ``status``: the trial's file on the sweep's
+    board (:mod:`famlab.experiments.plumbing.live`), which its fits report their progress into."""
     with log_path.open("a" if append else "w", encoding="utf-8") as f:
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = devices
+        if status is not None:
+            env[live.PROGRESS_ENV] = str(status)
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
 
 
@@ -437,12 +443,21 @@ def run_trials(
         gpu = "" if devices is None else f" (CUDA_VISIBLE_DEVICES={devices})"
         print(f"[famlab sweep] {records[i]['name']} started{gpu}: "
               f"{' '.join(_token(k, v) for k, v in trials[i].items())}", flush=True)
+        status, started = board.folder / f"{records[i]['name']}.json", time.time()
+        live.write_status(status, state="running", started=started)
+        rc = -1
         try:
-            rc = run_trial(commands[i], sweep_dir / f"{records[i]['name']}.log", devices, append=resumed)
+            rc = run_trial(commands[i], sweep_dir / f"{records[i]['name']}.log", devices, append=resumed, status=status)
         finally:
             slots.put(devices)
+            live.write_status(status, state="done" if rc == 0 else "failed", started=started, ended=time.time(),
+                              result=f"exit status {rc}")
         print(f"[famlab sweep] {records[i]['name']} finished with exit status {rc}", flush=True)
         return rc
 
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
+    board = live.Board(sweep_dir / "jobs", [live.Entry(r["name"], "trial") for r in records if r["name"] not in done])
+    live.clear_unfinished(board.folder)
+    board.folder.mkdir(parents=True, exist_ok=True)
+    with live.live_view(board, live=live.live_wanted(), every_s=heartbeat_seconds()), \
+            ThreadPoolExecutor(max_workers=parallel) as pool:
         return list(pool.map(go, range(len(records))))

@@ -107,6 +107,8 @@ def test_a_pos_x_family_sweep_runs_end_to_end(tmp_path, monkeypatch, capsys):
     assert cli.main(["sweep", str(write(tmp_path, spec)), "sweep.parallel=2"]) == 0
     sweep_dir = next((tmp_path / "runs").glob("sweep-s-*"))
     trials = json.loads((sweep_dir / "results.json").read_text())["trials"]
+    board = {p.stem: json.loads(p.read_text()) for p in (sweep_dir / "jobs").glob("*.json")}  # the sweep's board
+    assert len(board) == 4 and {(b["state"], b["result"]) for b in board.values()} == {("done", "exit status 0")}
     assert [(t["params"]["model.family"], t["params"]["model.pos"]) for t in trials] == [
         ("gpt", "rope"), ("gpt", "alibi"), ("bert", "rope"), ("bert", "alibi")]  # sorted keys, values as given
     numbers = json.loads((sweep_dir / "results.json").read_text())["numbers"]

@@ -36,6 +36,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import signal
 import sys
@@ -872,9 +873,20 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         comp_dir = run_compare(presets, overrides)
     except Stopped as stop:
         return stopped(stop)
-    print((comp_dir / "report.md").read_text(encoding="utf-8"))
+    print(verdict(comp_dir))
+    print(f"The whole report (zero-shot, pretraining, fine-tuning, family tests, probe, protocol, plots): "
+          f"{comp_dir / 'report.md'}")
     print_wandb_commands(comp_dir)
     return 0
+
+
+def verdict(comp_dir: Path) -> str:
+    """The report's "What pretraining bought" section (its gains table and verdict), for the console's last lines."""
+    md = (comp_dir / "report.md").read_text(encoding="utf-8")
+    head, found, rest = md.partition("## What pretraining bought")
+    if not found:
+        return ""
+    return (found + re.split(r"\n#{2,3} ", rest, maxsplit=1)[0]).rstrip()
 
 
 def dry_run(presets: list[str], overrides: list[str]) -> int:

@@ -85,6 +85,10 @@ def test_a_comparison_prints_only_famlab_lines_with_a_heartbeat(tmp_path):
     assert not [line for line in shown.splitlines() if any(c in line for c in LIBRARY_CHATTER)]
     logs = "".join(p.read_text() for p in (tmp_path / "cmp").glob("*/famlab.log"))
     assert "GPU available" in logs
+    tail = done.stdout.splitlines()[-14:]  # the last lines: the verdict, where the report is, the W&B view
+    assert any(line.startswith("## What pretraining bought") for line in tail) and "## Pretraining" not in done.stdout
+    assert any(line.startswith("The whole report") and "cmp/report.md" in line for line in tail)
+    assert tail[-1].startswith("W&B runs: wandb leet ")
     board = [line for line in done.stdout.splitlines() if "jobs done" in line]  # the board's line a "minute"
     assert any("-pretrain-s0 step " in line and "loss" in line for line in board), done.stdout[-3000:]
     assert not any("steps/s" in line for line in done.stdout.splitlines())  # no fit's own heartbeat besides it

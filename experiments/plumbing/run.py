@@ -166,10 +166,13 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 class ProgressLine:
     """``prepare: encode 812 / 3,000 MB (27 %), 31.2 MB/s`` on stderr at most every ``every_s`` seconds, the first
-    after ``every_s`` (a small corpus prints nothing); rewritten in place on a terminal, plain lines otherwise."""
+    after ``every_s`` (a small corpus prints nothing); rewritten in place on a terminal, plain lines otherwise, at
+    most one a minute (``FAMLAB_HEARTBEAT_S``) so a log file holds no more than a heartbeat's worth."""
 
     def __init__(self, every_s: float = 2.0, stream: Any = None) -> None:
-        self.every_s, self.stream = every_s, stream or sys.stderr
+        self.stream = stream or sys.stderr
+        tty = getattr(self.stream, "isatty", lambda: False)()
+        self.every_s = every_s if tty else max(every_s, heartbeat_seconds())
         self.started = self.last = time.monotonic()
         self.phase, self.phase_started, self.printed = "", self.started, False
 

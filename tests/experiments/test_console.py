@@ -102,3 +102,22 @@ def test_verbose_flag_of_any_command_shows_the_libraries_output(monkeypatch, cap
     assert cli.main(["config", "gpt", "tiny"]) == 0 and not console.verbose()
     assert cli.main(["config", "gpt", "tiny", "--verbose"]) == 0 and console.verbose()
     assert "--verbose" in cli._help()
+
+
+def test_the_prepare_progress_line_keeps_a_log_file_to_a_line_a_heartbeat(monkeypatch):
+    """Off a terminal the progress of a prepare prints at most once per heartbeat period (a minute by default),
+    not every two seconds: a 3 GB corpus in a log file is a few dozen lines, not thousands."""
+    import io
+    import time
+
+    from famlab.experiments.plumbing.run import ProgressLine
+
+    out = io.StringIO()
+    line = ProgressLine(every_s=0.0, stream=out)
+    assert line.every_s == 60.0
+    monkeypatch.setenv("FAMLAB_HEARTBEAT_S", "0.01")
+    fast = ProgressLine(every_s=0.0, stream=out)
+    fast("encode", 0, 10_000_000)  # a new phase: its first half second prints nothing
+    time.sleep(0.6)
+    fast("encode", 5_000_000, 10_000_000)
+    assert out.getvalue().startswith("prepare: encode 5 / 10 MB (50 %)") and out.getvalue().endswith("\n")

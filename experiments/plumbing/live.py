@@ -167,9 +167,7 @@ def detail(s: dict[str, Any]) -> str:
         return f"{s.get('result', '')}{took}".strip()
     if s["state"] != "running" or "step" not in s:
         return "starting" if s["state"] == "running" else ""
-    total = f"/{s['max_steps']}" if s.get("max_steps") else ""
-    loss = f", loss {s['loss']:.4f}" if isinstance(s.get("loss"), float) else ""
-    return f"{s.get('fit', '')} step {s['step']}{total}{loss}, {s.get('rate', 0.0):.1f} steps/s"
+    return f"{s.get('fit', '')} {short(s)}, {s.get('rate', 0.0):.1f} steps/s"
 
 
 def short(s: dict[str, Any]) -> str:

@@ -18,12 +18,7 @@ TEXTS = ["the cat sat on the mat", "a dog looked at the cat and sat", "mat"]
 LABELS = ["animal", "object", "place"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -26,12 +26,8 @@ def run(net: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor | None = Non
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run ~30x faster on one thread than on two oversubscribed ones (the CI box has 2 cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """Every test here on one torch thread (the shared fixture in tests/conftest.py)."""
 
 
 @pytest.fixture

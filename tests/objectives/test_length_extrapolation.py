@@ -9,13 +9,7 @@ from famlab.objectives.evaluation import extrapolation_objective, length_extrapo
 SENTINEL_OBJECTIVES = [("t5", "span"), ("gpt", "span"), ("t5", "ul2"), ("gpt", "ul2")]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny networks run faster, and the same, on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _sentinels_used(ids, obj, rows: int = 64) -> set[int]:

@@ -31,13 +31,7 @@ SCORER_IDS = [f"{f}-{o}" for f, o in SCORERS]
 CAT_EMOJI = "\U0001f408\u200d\u2b1b"  # black cat: cat + zero-width joiner + black square, 3 code points, 10 bytes
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny networks run faster on one thread than on the two shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _id(piece: str) -> int:

@@ -86,11 +86,15 @@ def test_a_pool_of_two_gives_each_worker_the_context_and_its_threads():
 def test_stop_cancels_waiting_jobs_and_ends_running_ones():
     import time
 
+    # A process pool marks a job running once it enters its call queue (workers + 1 slots) besides the ones the
+    # two workers hold, so up to five of the eight can have left the queue by the stop; the rest must be cancelled.
     pool = workers.executor(2, _remember, None)
-    futures = [pool.submit(time.sleep, 60) for _ in range(4)]
+    futures = [pool.submit(time.sleep, 60) for _ in range(8)]
     t0 = time.time()
     workers.stop(pool)
     assert time.time() - t0 < 30
-    assert any(f.cancelled() for f in futures)
-    with pytest.raises(cf.process.BrokenProcessPool):
-        futures[0].result(timeout=30)
+    assert sum(f.cancelled() for f in futures) >= 3
+    for f in futures:
+        if not f.cancelled():
+            with pytest.raises(cf.process.BrokenProcessPool):
+                f.result(timeout=30)

@@ -26,10 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from famlab.datamodules.suite import BUNDLED_SUITE  # noqa: E402
-from famlab.experiments.commands.compare import _finetune, _probe, _subsampler, compose_all  # noqa: E402
-from famlab.experiments.commands.compare_suite import SuiteTask, task_config, with_spec  # noqa: E402
 from famlab.experiments.configuration.config import Config  # noqa: E402
 from famlab.experiments.plumbing.run import set_vocab  # noqa: E402
+from famlab.experiments.steps.compare_jobs import _finetune, _probe  # noqa: E402
+from famlab.experiments.steps.compare_suite import SuiteTask, task_config, with_spec  # noqa: E402
+from famlab.experiments.steps.comparison import _subsampler, compose_all  # noqa: E402
 
 
 def copy_pretrained(src: Path, name: str, out: Path) -> Path:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from famlab.experiments.commands.finetune import default_pooling
 from famlab.experiments.configuration.compose import compose, family_settings
 from famlab.experiments.perf.bench import BenchSettings, model_config
+from famlab.experiments.steps.init import default_pooling
 from famlab.families import ModelConfig, build_network, family_defaults, family_model_settings
 from famlab.objectives import OBJECTIVES, default_objective
 

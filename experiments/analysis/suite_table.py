@@ -1,6 +1,6 @@
 """The suite section of a comparison's report: every task, every arm, and the suite score.
 
-A suite comparison (:mod:`famlab.experiments.commands.compare_suite`) fine-tunes and probes every task under one
+A suite comparison (:mod:`famlab.experiments.steps.compare_suite`) fine-tunes and probes every task under one
 protocol. Per task and per arm this section reads the headline test metric (the task's ``metric``) of
 
 - the pretrained arm's fine-tunes (one value per pretraining seed x fine-tuning seed),

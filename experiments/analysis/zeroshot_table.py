@@ -1,5 +1,5 @@
 """The zero-shot table of a comparison: every arm on the bundled multiple-choice tasks, next to chance and the
-add-k bigram floor (see ``famlab.experiments.commands.evaluate`` for the scoring and ``famlab.objectives.zeroshot`` for
+add-k bigram floor (see ``famlab.experiments.steps.evaluate`` for the scoring and ``famlab.objectives.zeroshot`` for
 each family's rule).
 
 - ``famlab compare`` evaluates each pretraining run directory (``compare.zero_shot_scores``) and stores the result

@@ -60,7 +60,7 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
         "famlab.experiments.commands.pretrain:main", "pretrain one family on a corpus",
         details="Trains the tokenizer (cached), tokenizes the corpus (cached), pretrains, writes a run directory."),
     "finetune": Command(
-        "famlab.experiments.commands.suite:main",
+        "famlab.experiments.commands.finetune:main",
         "fine-tune a run / checkpoint / hf: model / scratch on a task (or suite)",
         args=f"{PRESET_ARGS} init=<run_dir | file.ckpt | hf:name | scratch>",
         details="The model and tokenizer come from init=; presets and overrides set the task and the budget."),

@@ -19,16 +19,11 @@ Options (``key=value``): ``prompt`` / ``text``, ``max_new_tokens`` (32), ``tempe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import yaml
-from famlab.experiments.configuration.config import Config, ConfigInputError
-from famlab.families.formats import Arch
-from famlab.families.registry import family
-from famlab.objectives.registry import default_objective
+from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.steps.generate import fill_text, generate_text, load_run
 
-MASK = "[MASK]"
 OPTIONS = {
     "prompt": str,
     "text": str,
@@ -38,52 +33,6 @@ OPTIONS = {
     "top_p": float,
     "seed": int,
 }
-
-
-@dataclass
-class Run:
-    """A trained run loaded for inference."""
-
-    net: Any  # families network, eval mode
-    tokenizer: Any  # tokenizers.Tokenizer
-    ids: Any  # objectives.TokenIds
-    family: str
-    objective: str
-
-    @property
-    def arch(self) -> Arch:
-        """The family's architecture (``famlab.families.registry``): what generation and filling dispatch on."""
-        return family(self.family).arch
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids) if text else []
-
-    def decode(self, tokens: list[int]) -> str:
-        return str(self.tokenizer.decode(tokens))
-
-
-def load_run(run_dir: str) -> Run:
-    """Network (``checkpoints/last.ckpt`` or the given ``.ckpt``), tokenizer and objective of a pretraining run."""
-    from famlab.datamodules import get_tokenizer
-    from famlab.experiments.commands.finetune import load_network, parse_init
-    from famlab.experiments.configuration.compose import to_dataclass
-    from famlab.experiments.plumbing.run import token_ids
-    from famlab.families.config import ModelConfig
-    from omegaconf import OmegaConf
-
-    init = parse_init(run_dir)
-    assert init.run_dir is not None
-    saved = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
-    cfg = Config()
-    cfg.model = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
-    net, _ = load_network(cfg, init)
-    num_sentinels = int(saved.get("data", {}).get("tokenizer", {}).get("num_sentinels", 100))
-    bundle = get_tokenizer(
-        None, path=init.run_dir / "tokenizer.json", num_sentinels=num_sentinels, cache_dir=init.run_dir
-    )
-    family = cfg.model.family.value
-    objective = (saved.get("objective") or {}).get("name") or default_objective(family)
-    return Run(net.eval(), bundle.tokenizer, token_ids(bundle), family, objective)
 
 
 def parse_options(presets: list[str], overrides: list[str], required: str) -> tuple[str, dict[str, Any]]:
@@ -105,147 +54,6 @@ def parse_options(presets: list[str], overrides: list[str], required: str) -> tu
     return presets[0], options
 
 
-def _sample(run: Run, logits: Any, opts: dict[str, Any], generator: Any) -> Any:
-    from famlab.families.generation import sample_next
-
-    return sample_next(
-        logits, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"], generator=generator
-    )
-
-
-def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
-    """GPT with a bidirectional prefix (prefix_lm / span / ul2 training): recompute each step under
-    ``prefix_lm_mask`` (families.generation's KV cache assumes plain causal attention)."""
-    import torch
-    from famlab.objectives.prefix import prefix_lm_mask
-
-    seq = torch.tensor([prefix])
-    limit = int(run.net.config.max_seq_len)
-    out: list[int] = []
-    with torch.no_grad():
-        for _ in range(opts["max_new_tokens"]):
-            if seq.shape[1] >= limit and run.net.config.pos.length_bounded:
-                break
-            mask = prefix_lm_mask(torch.tensor([len(prefix)]), seq.shape[1])
-            logits = run.net(seq, attention_mask=mask).logits[:, -1]
-            token = int(_sample(run, logits, opts, generator)[0])
-            if token == run.ids.eos:
-                break
-            out.append(token)
-            seq = torch.cat([seq, torch.tensor([[token]])], 1)
-    return out
-
-
-def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
-    import torch
-    from famlab.families.generation import generate
-
-    ids = generate(
-        run.net,
-        torch.tensor([encoder]),
-        max_new_tokens=opts["max_new_tokens"],
-        eos_id=run.ids.eos,
-        temperature=opts["temperature"],
-        top_k=opts["top_k"],
-        top_p=opts["top_p"],
-        generator=generator,
-    )
-    out = ids[0].tolist()
-    return out[: out.index(run.ids.eos)] if run.ids.eos in out else out
-
-
-def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
-    """The continuation of ``prompt`` (without the prompt)."""
-    import torch
-    from famlab.families.generation import generate
-
-    generator = torch.Generator().manual_seed(opts["seed"])
-    tokens, ids = run.encode(prompt), run.ids
-    if run.arch is Arch.ENCODER:
-        raise ConfigInputError(f'a {run.family} run cannot generate; use famlab fill <run_dir> text="... [MASK] ..."')
-    if run.objective == "span":  # a span model continues by filling one masked span at the end
-        return infill(run, [prompt, ""], opts)[0]
-    if run.arch is Arch.ENCODER_DECODER:
-        lead = [ids.s] if run.objective == "ul2" else []
-        return run.decode(_t5_decode(run, lead + tokens + [ids.eos], opts, generator))
-    if run.objective == "clm":
-        out = generate(
-            run.net,
-            torch.tensor([[ids.eos] + tokens]),
-            max_new_tokens=opts["max_new_tokens"],
-            eos_id=ids.eos,
-            temperature=opts["temperature"],
-            top_k=opts["top_k"],
-            top_p=opts["top_p"],
-            generator=generator,
-        )[0].tolist()
-        return run.decode(out[: out.index(ids.eos)] if ids.eos in out else out)
-    lead = ids.s if run.objective == "ul2" else ids.eos
-    return run.decode(_prefix_decode(run, [lead] + tokens, opts, generator))
-
-
-def _spans(tokens: list[int], sentinels: list[int], count: int) -> list[list[int]]:
-    """Split ``s0 span0 s1 span1 ...`` into ``count`` spans (missing ones empty)."""
-    spans: list[list[int]] = [[] for _ in range(count)]
-    current = -1
-    for token in tokens:
-        if token in sentinels:
-            current = sentinels.index(token)
-        elif 0 <= current < count:
-            spans[current].append(token)
-    return spans
-
-
-def fill_text(run: Run, text: str, opts: dict[str, Any]) -> str:
-    """``text`` with every ``[MASK]`` filled, each fill in brackets (see the module docstring for each pair)."""
-    pieces = text.split(MASK)
-    if len(pieces) == 1:
-        raise ConfigInputError(f"text= has no {MASK} to fill")
-    if run.objective == "clm":
-        raise ConfigInputError(
-            "a gpt run trained with clm cannot infill; use famlab generate, or pretrain with "
-            "objective.name=prefix_lm, span or ul2"
-        )
-    if run.objective == "prefix_lm":
-        if len(pieces) > 2 or pieces[-1].strip():
-            raise ConfigInputError(f"a prefix_lm run can only fill one {MASK} at the end of text= (a continuation)")
-        fills = [generate_text(run, pieces[0], opts)]
-    else:
-        fills = infill(run, pieces, opts)
-    filled = pieces[0]
-    for fill, piece in zip(fills, pieces[1:], strict=True):
-        filled += f"[{fill.strip()}]" + piece
-    return filled
-
-
-def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
-    """The decoded text of each gap between ``pieces`` (BERT: one token each; span / ul2: sentinel spans)."""
-    import torch
-
-    ids, count = run.ids, len(pieces) - 1
-    encoded = [run.encode(p) for p in pieces]
-    if run.arch is Arch.ENCODER:  # BERT: [CLS] piece [MASK] piece ... [SEP], one token per [MASK]
-        body = []
-        for piece in encoded[:-1]:
-            body += piece + [ids.mask]
-        seq = family(run.family).input_format.wrap(body + encoded[-1], ids)
-        with torch.no_grad():
-            logits = run.net(torch.tensor([seq])).logits[0]  # (T, V)
-        return [run.decode([int(logits[i].argmax())]) for i, t in enumerate(seq) if t == ids.mask]
-    if count > len(ids.sentinel_ids):
-        raise ConfigInputError(f"text= has {count} {MASK}s but the tokenizer has {len(ids.sentinel_ids)} sentinels")
-    corrupted = [ids.r] if run.objective == "ul2" else []  # UL2's R mode: regular span corruption
-    for piece, sentinel in zip(encoded[:-1], ids.sentinel_ids[:count], strict=True):
-        corrupted += piece + [sentinel]
-    corrupted += encoded[-1] + [ids.eos]
-    generator = torch.Generator().manual_seed(opts["seed"])
-    if run.arch is Arch.ENCODER_DECODER:
-        out = _t5_decode(run, corrupted, opts, generator)
-    else:
-        out = _prefix_decode(run, corrupted, opts, generator)
-    return [run.decode(span) for span in _spans(out, list(ids.sentinel_ids), count)]
-
-
 def generate_main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab generate <run_dir> prompt=... [max_new_tokens=32 temperature=0 top_k= top_p= seed=]``."""
     run_dir, opts = parse_options(presets, overrides, "prompt")
@@ -259,6 +67,3 @@ def fill_main(presets: list[str], overrides: list[str], flags: list[str]) -> int
     run_dir, opts = parse_options(presets, overrides, "text")
     print(fill_text(load_run(run_dir), opts["text"], opts))
     return 0
-
-
-__all__ = ["Run", "fill_text", "generate_text", "infill", "load_run"]

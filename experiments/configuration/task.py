@@ -51,7 +51,7 @@ def check_compare_task(cfg: Config) -> None:
 
 def check_subsample(task: Task, limit: int | None, eval_limit: int | None, *, seed: int, source: str) -> None:
     """Refuse a ``compare.task_limit`` subsample that could not be fine-tuned, predicting exactly what
-    ``famlab.experiments.commands.compare.subsample_task`` writes.
+    ``famlab.experiments.steps.comparison.subsample_task`` writes.
 
     That subsample draws ``min(limit, len(train))`` training examples with ``random.Random(seed).sample``, keeps
     the validation / test examples whose label the drawn training examples hold, and draws ``eval_limit`` (default

@@ -87,7 +87,7 @@ def read_trace(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    import famlab.experiments.commands.pretrain as pretrain_job
+    import famlab.experiments.steps.pretrain as pretrain_job
     from famlab.experiments.commands.cli import main as famlab
 
     out_dir = Path(os.environ[TRACE_ENV])

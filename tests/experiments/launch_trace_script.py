@@ -61,7 +61,7 @@ class PlacementRecorder(pl.Callback):
 
 def main() -> int:
     import famlab.datamodules.prepare as prepare
-    import famlab.experiments.commands.pretrain as pretrain_job
+    import famlab.experiments.steps.pretrain as pretrain_job
     from famlab.experiments.commands.cli import main as famlab
 
     out_dir = Path(os.environ[TRACE_ENV])

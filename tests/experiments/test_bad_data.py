@@ -15,10 +15,10 @@ import yaml
 from famlab.datamodules import DataError, load_corpus
 from famlab.datamodules.suite import TaskSpec
 from famlab.experiments.commands import cli
-from famlab.experiments.commands.compare_suite import check_tasks
-from famlab.experiments.commands.suite import read_suite
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.task import check_compare_task, check_subsample, load_configured_task
+from famlab.experiments.steps.compare_suite import check_tasks
+from famlab.experiments.steps.suite import read_suite
 
 from tests.experiments.reliability_helpers import write_corpus
 
@@ -197,7 +197,7 @@ def test_subsample_checks(files, task, limit, eval_limit, fragment):
 def test_subsample_check_predicts_subsample_task(tmp_path):
     """check_subsample refuses exactly the subsamples that compare.subsample_task writes with one training class
     or an empty validation / test split, over random tasks, limits and seeds."""
-    from famlab.experiments.commands.compare import subsample_task
+    from famlab.experiments.steps.comparison import subsample_task
 
     rng = random.Random(0)
     refused = 0

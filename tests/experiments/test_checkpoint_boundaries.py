@@ -41,7 +41,7 @@ def test_run_preempted_before_its_first_checkpoint_resumes_into_last_ckpt(env, m
 
 @pytest.mark.slow
 def test_sigterm_between_accumulated_micro_batches_checkpoints_at_a_step_boundary(env, monkeypatch):
-    import famlab.experiments.commands.pretrain as pretrain_job
+    import famlab.experiments.steps.pretrain as pretrain_job
 
     root, corpus = env
     make_trainer = pretrain_job.make_trainer

@@ -165,7 +165,7 @@ def test_lr_grid_keeps_the_lr_with_the_lowest_validation_loss(tmp_path, monkeypa
 # --- compare.objectives: objectives as a comparison axis (arms = family x objective) ---------------------------
 
 def test_arms_are_family_major_and_a_family_without_objective_keeps_its_preset():
-    from famlab.experiments.commands.compare import expand_arms
+    from famlab.experiments.steps.comparison import expand_arms
 
     arms, kept = expand_arms(["gpt", "t5"], ["span", "prefix_lm"])
     assert arms == [("gpt", "span"), ("gpt", "prefix_lm"), ("t5", "span"), ("t5", "prefix_lm")] and kept == []
@@ -200,7 +200,8 @@ def test_bad_compare_objectives_fail_with_one_line_naming_the_key(tmp_path, caps
 def test_a_named_preset_keeps_its_keys_over_the_tiny_comparisons_defaults():
     """``famlab compare cpu``: cpu.yaml's trainer.max_steps and fine-tuning protocol win over the tiny defaults; the
     other defaults stay."""
-    from famlab.experiments.commands.compare import TINY_DEFAULTS, compose_all
+    from famlab.experiments.configuration.compare_defaults import TINY_DEFAULTS
+    from famlab.experiments.steps.comparison import compose_all
 
     default = dict(d.split("=", 1) for d in TINY_DEFAULTS)
     base, cfgs = compose_all(["cpu"], [])
@@ -215,7 +216,7 @@ def test_a_named_preset_keeps_its_keys_over_the_tiny_comparisons_defaults():
 
 
 def test_compose_all_builds_one_config_per_arm(capsys):
-    from famlab.experiments.commands.compare import compose_all
+    from famlab.experiments.steps.comparison import compose_all
 
     _, cfgs = compose_all([], ["compare.families=[bert,gpt,t5]", "compare.objectives=[mlm,span_mlm,gpt:prefix_lm]"])
     assert {a: c.objective.name for a, c in cfgs.items()} == {
@@ -237,10 +238,10 @@ def _ids(vocab_size: int = 2048, sentinels: int = 100):
 
 @pytest.mark.parametrize("match", ["flops", "tokens"])
 def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
-    from famlab.experiments.commands.compare import compose_all
-    from famlab.experiments.commands.compare_budget import plan_budget
     from famlab.experiments.configuration.budget import relative_spread
     from famlab.experiments.plumbing.run import set_vocab
+    from famlab.experiments.steps.compare_budget import plan_budget
+    from famlab.experiments.steps.comparison import compose_all
 
     base, cfgs = compose_all([], ["compare.families=[gpt,t5]", "compare.objectives=[clm,span,prefix_lm]",
                                   f"compare.match={match}", "trainer.max_steps=300"])

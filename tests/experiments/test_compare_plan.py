@@ -17,6 +17,7 @@ from famlab.experiments.configuration import compare_defaults
 from famlab.experiments.configuration.compare_defaults import visible_gpus, with_gpu_workers, worker_device
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.steps import compare_jobs, comparison, schedule
 
 
 @pytest.fixture
@@ -30,8 +31,9 @@ def workspace(tmp_path, monkeypatch):
     def reached(*args, **kwargs):
         raise AssertionError("--dry-run started the comparison")
 
-    for name in ("run_compare", "open_dir", "prepared_corpus", "get_bundle", "log_report_run"):
-        monkeypatch.setattr(compare, name, reached)
+    for module, name in ((compare, "run_compare"), (compare, "open_dir"), (comparison, "prepared_corpus"),
+                         (comparison, "get_bundle"), (compare_jobs, "log_report_run")):
+        monkeypatch.setattr(module, name, reached)
     return tmp_path
 
 
@@ -75,7 +77,7 @@ def test_a_bad_setting_in_a_dry_run_is_the_usual_one_line_exit_2(workspace, caps
 def test_compare_help_names_the_defaults_it_adds(capsys):
     assert cli.main(["compare", "--help"]) == 0
     out = capsys.readouterr().out
-    assert all(default in out for default in compare.TINY_DEFAULTS) and "--dry-run" in out
+    assert all(default in out for default in compare_defaults.TINY_DEFAULTS) and "--dry-run" in out
     assert cli.main(["compare", "--dry-runn"]) == 2  # an unknown flag is refused before anything runs
 
 
@@ -104,13 +106,13 @@ def test_cpu_extends_tiny_in_config_pretrain_and_compare(workspace, capsys, monk
     out = dry_run(capsys, "cpu")
     assert "presets: tiny cpu" in out and "trainer.max_steps: 11690  # per arm" in out
     assert all(f"model.{k}: {getattr(cpu.model, k)}\n" in out for k in MODEL_KEYS)
-    _, cfgs = compare.compose_all(["cpu"], [])
+    _, cfgs = comparison.compose_all(["cpu"], [])
     assert [getattr(cfgs["gpt"].model, k) for k in MODEL_KEYS] == [getattr(cpu.model, k) for k in MODEL_KEYS]
 
 
 def test_small_is_the_same_in_compare_and_pretrain():
     """A size preset adds no defaults in compare: its model and budget are the preset's in every command."""
-    base, cfgs = compare.compose_all(["small"], [])
+    base, cfgs = comparison.compose_all(["small"], [])
     small = compose(["gpt", "small"], []).cfg
     assert cfgs["gpt"].model == small.model and base.trainer.max_steps == small.trainer.max_steps == 20000
     assert compare_defaults.comparison_presets(["small"], [])[1] == []
@@ -162,24 +164,24 @@ def test_visible_gpus_follow_cuda_visible_devices_and_the_accelerator(four_gpus,
 
 
 def test_the_default_on_four_gpus_runs_four_workers_one_gpu_each(four_gpus, monkeypatch):
-    base, cfgs = compare.compose_all([], [])
+    base, cfgs = comparison.compose_all([], [])
     assert base.compare.workers == 4 and all(c.compare.workers == 4 for c in cfgs.values())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")  # restored after the test
     c = types.SimpleNamespace(base=base, gpus=("0", "1", "2", "3"), started_workers=_counter())
     placed = []
     for _ in range(4):  # what each worker process does as it starts
-        placed.append((compare.place_worker(c), os.environ["CUDA_VISIBLE_DEVICES"]))
+        placed.append((schedule.place_worker(c), os.environ["CUDA_VISIBLE_DEVICES"]))
     assert placed == [("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]
 
 
 def test_explicit_workers_on_four_gpus_take_the_first_ones(four_gpus, workspace, capsys):
-    base, _ = compare.compose_all([], ["compare.workers=2"])
+    base, _ = comparison.compose_all([], ["compare.workers=2"])
     assert base.compare.workers == 2
     assert "workers: 2 side by side, one GPU each: worker 0 on GPU 0, worker 1 on GPU 1\n" in dry_run(
         capsys, "compare.workers=2")
-    cpu, _ = compare.compose_all([], ["trainer.accelerator=cpu"])
+    cpu, _ = comparison.compose_all([], ["trainer.accelerator=cpu"])
     assert cpu.compare.workers == 2  # the CPU keeps its default
-    assert compare.compose_all(["small"], [])[0].compare.workers == 1  # no default to replace: one job at a time
+    assert comparison.compose_all(["small"], [])[0].compare.workers == 1  # no default to replace: one job at a time
 
 
 @pytest.mark.parametrize("extra", [[], ["compare.workers=2"]])
@@ -203,12 +205,12 @@ def _visible(_):
 
 @pytest.mark.slow
 def test_spawned_workers_each_see_their_own_gpu(tmp_path):
-    """Through the real worker start (``workers.executor`` -> ``compare._start_worker``): two processes, GPUs 3, 5."""
+    """Through the real worker start (``workers.executor`` -> ``schedule._start_worker``): two processes, GPUs 3, 5."""
     from famlab.experiments.plumbing import workers
 
     base = types.SimpleNamespace(compare=types.SimpleNamespace(workers=2))
     c = types.SimpleNamespace(base=base, gpus=("3", "5"), started_workers=_counter(), comp_dir=Path(tmp_path))
-    pool = workers.executor(2, compare._start_worker, c)
+    pool = workers.executor(2, schedule._start_worker, c)
     try:
         seen = dict(f.result(timeout=120) for f in [pool.submit(_visible, i) for i in range(6)])
     finally:

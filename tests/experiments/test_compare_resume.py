@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from famlab.experiments.commands import cli, compare
+from famlab.experiments.commands import cli
+from famlab.experiments.steps import compare_jobs, comparison
+from famlab.experiments.steps.compare_dir import write_settings
 from test_compare import strip_time_columns, tiny_inputs
 
 # test scale: two families (one encoder-decoder, one decoder) keep each comparison near a minute; a pretraining long
@@ -141,9 +143,9 @@ def test_resume_refuses_other_settings_naming_the_key(tmp_path, monkeypatch, cap
     """A stored comparison resumed with another trainer.max_steps: exit 2, one line naming the key, nothing run."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
-    base, cfgs = compare.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30"])
+    base, cfgs = comparison.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30"])
     (tmp_path / "cmp").mkdir()
-    compare.write_settings(tmp_path / "cmp", cfgs, [], [])
+    write_settings(tmp_path / "cmp", cfgs, [], [])
     before = sorted((tmp_path / "cmp").iterdir())
     assert cli.main(["compare", *tiny_inputs(tmp_path), "trainer.max_steps=40", "run_dir=cmp", "resume=auto"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -174,7 +176,7 @@ def test_failed_optional_steps_are_isolated_and_named(tmp_path, monkeypatch, cap
     names both failed cells with their reasons, the log keeps the tracebacks, everything else is reported."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
-    real_zero_shot, real_probe = compare.zero_shot_scores, compare._probe
+    real_zero_shot, real_probe = compare_jobs.zero_shot_scores, compare_jobs._probe
 
     def zero_shot(run_dir, limit=None):
         if Path(run_dir).name.startswith("gpt-"):
@@ -186,8 +188,8 @@ def test_failed_optional_steps_are_isolated_and_named(tmp_path, monkeypatch, cap
             raise RuntimeError("injected probe failure")
         return real_probe(cfg, init, run_dir, group, tags)
 
-    monkeypatch.setattr(compare, "zero_shot_scores", zero_shot)
-    monkeypatch.setattr(compare, "_probe", probe)
+    monkeypatch.setattr(compare_jobs, "zero_shot_scores", zero_shot)
+    monkeypatch.setattr(compare_jobs, "_probe", probe)
     settings = [s for s in SETTINGS if not s.startswith(("trainer.max_steps", "trainer.val_check"))]
     assert cli.main(["compare", *tiny_inputs(tmp_path), *settings, "trainer.max_steps=30", "run_dir=cmp"]) == 0
     report = (tmp_path / "cmp" / "report.md").read_text()
@@ -210,14 +212,14 @@ def test_a_failed_required_step_stops_with_the_resume_command(tmp_path, monkeypa
     resume command; resuming (the failure gone) completes from the kept jobs."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
-    real = compare._finetune
+    real = compare_jobs._finetune
 
     def finetune(cfg, init, run_dir, *rest):
         if init != "scratch":
             raise RuntimeError("injected fine-tuning failure")
         return real(cfg, init, run_dir, *rest)
 
-    monkeypatch.setattr(compare, "_finetune", finetune)
+    monkeypatch.setattr(compare_jobs, "_finetune", finetune)
     settings = [s for s in SETTINGS if not s.startswith(("trainer.max_steps", "trainer.val_check"))]
     args = [*tiny_inputs(tmp_path), *settings, "compare.families=[gpt]", "trainer.max_steps=30", "run_dir=cmp"]
     assert cli.main(["compare", *args]) == 1
@@ -227,7 +229,7 @@ def test_a_failed_required_step_stops_with_the_resume_command(tmp_path, monkeypa
     ckpt = tmp_path / "cmp" / "gpt-pretrain-s0" / "results.json"
     assert ckpt.is_file() and "injected fine-tuning failure" in (tmp_path / "cmp" / "compare.log").read_text()
     stamp = ckpt.stat().st_mtime_ns
-    monkeypatch.setattr(compare, "_finetune", real)
+    monkeypatch.setattr(compare_jobs, "_finetune", real)
     assert cli.main(["compare", *args, "resume=auto"]) == 0
     assert ckpt.stat().st_mtime_ns == stamp and (tmp_path / "cmp" / "report.md").is_file()
 
@@ -236,18 +238,19 @@ def test_a_key_famlab_added_since_reads_as_its_default(tmp_path, monkeypatch):
     """comparison.yaml written before a config key existed: resuming with that key at its default is accepted, at
     another value refused (the stored runs ran with the default)."""
     import yaml
-    from famlab.experiments.commands.compare_dir import check_settings
     from famlab.experiments.configuration.config import ConfigInputError
+    from famlab.experiments.steps.compare_dir import check_settings
 
     monkeypatch.chdir(tmp_path)
-    _, cfgs = compare.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30"])
-    compare.write_settings(tmp_path, cfgs, [], [])
+    _, cfgs = comparison.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30"])
+    write_settings(tmp_path, cfgs, [], [])
     path = tmp_path / "comparison.yaml"
     stored = yaml.safe_load(path.read_text())
     for flat in stored["arms"].values():
         del flat["compare.finetune_lr_points"]
     path.write_text(yaml.safe_dump(stored))
     check_settings(path, cfgs)
-    _, other = compare.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30", "compare.finetune_lr_points=3"])
+    _, other = comparison.compose_all([], [*tiny_inputs(tmp_path), "trainer.max_steps=30",
+                                          "compare.finetune_lr_points=3"])
     with pytest.raises(ConfigInputError, match="compare.finetune_lr_points=3 \\(stored 2\\)"):
         check_settings(path, other)

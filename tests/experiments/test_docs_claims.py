@@ -373,7 +373,7 @@ def test_the_numbers_protocol_states_for_each_preset_are_the_composed_configs():
 def test_the_comparison_defaults_the_docs_state_are_what_famlab_compare_composes(monkeypatch):
     """docs/protocol.md's default-comparison table and `cpu` section, and the README's and docs' "2.6 times", are
     what `famlab compare` and `famlab compare cpu` compose on a CPU (the table's machine)."""
-    from famlab.experiments.commands.compare import compose_all
+    from famlab.experiments.steps.comparison import compose_all
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # with several GPUs, compare.workers is one per GPU
 
@@ -441,7 +441,8 @@ def test_famlab_presets_prints_each_description_whole(capsys):
 
 
 def test_eval_help_names_every_option_eval_parses(capsys):
-    from famlab.experiments.commands.evaluate import EvalInputError, _options
+    from famlab.experiments.commands.evaluate import _options
+    from famlab.experiments.steps.evaluate import EvalInputError
     from famlab.objectives.zeroshot import NORMS
 
     with pytest.raises(EvalInputError) as info:

@@ -4,7 +4,8 @@ import json
 
 import pytest
 from famlab.experiments.commands.cli import main
-from famlab.experiments.commands.evaluate import BUNDLED, read_items, summarise, table
+from famlab.experiments.commands.evaluate import table
+from famlab.experiments.steps.evaluate import BUNDLED, read_items, summarise
 from famlab.objectives.zeroshot import ChoiceScores, Item, chance, headline, length_only
 
 GOOD = {"text": "a ___ sat", "choices": ["cat", "dog"], "label": 0}

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from famlab.experiments.commands.finetune import with_dropout
+from famlab.experiments.steps.init import with_dropout
 from famlab.families import ModelConfig, build_network
 
 FAMILIES = ["bert", "gpt", "t5"]

@@ -7,7 +7,7 @@ import torch
 import yaml
 from famlab.datamodules import get_tokenizer, load_corpus
 from famlab.experiments.commands.cli import main
-from famlab.experiments.commands.generate import _spans, fill_text, generate_text, load_run
+from famlab.experiments.steps.generate import _spans, fill_text, generate_text, load_run
 from famlab.families import ModelConfig, build_network
 from famlab.objectives.prefix import prefix_lm_mask
 

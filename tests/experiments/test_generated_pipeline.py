@@ -11,9 +11,9 @@ import generated_data
 import numpy as np
 import pytest
 from famlab.datamodules import tokenize_examples
-from famlab.experiments.commands.pretrain import prepare_data
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.task import load_configured_task
+from famlab.experiments.steps.pretrain import prepare_data
 
 SEEDS = range(100)
 SHAPE = ["data.seq_len=32", "data.max_len=32", "data.batch_size=4", "model.dim=32", "wandb.mode=disabled"]

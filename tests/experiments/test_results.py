@@ -11,9 +11,9 @@ from famlab.experiments.analysis.results import (
     ProbeResult,
     read_result,
 )
-from famlab.experiments.commands.probe import ProbeScore, probe_scores
 from famlab.experiments.configuration.config import DataConfig
 from famlab.experiments.configuration.task import load_configured_task
+from famlab.experiments.steps.probe import ProbeScore, probe_scores
 
 # plan.json as famlab compare wrote it before the plan was typed (match=flops, an lr grid on gpt)
 PLAN = {

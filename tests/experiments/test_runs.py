@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from famlab.experiments.commands import cli
-from famlab.experiments.commands.finetune import compose_finetune
+from famlab.experiments.steps.init import compose_finetune
 from famlab.families import family_defaults
 
 FAMILIES = ("bert", "gpt", "t5")
@@ -237,9 +237,9 @@ def test_compare_zero_shot_step_fills_the_report_table_and_the_wandb_report_run(
         zero_shot_section,
         zero_shot_summary,
     )
-    from famlab.experiments.commands.compare import zero_shot_scores
-    from famlab.experiments.commands.evaluate import BUNDLED
     from famlab.experiments.configuration.compose import compose
+    from famlab.experiments.steps.compare_jobs import zero_shot_scores
+    from famlab.experiments.steps.evaluate import BUNDLED
     from famlab.experiments.tracking.wandb_report import log_report_run
     from famlab.objectives.zeroshot import headline
 

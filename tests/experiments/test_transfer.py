@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from famlab.experiments.analysis import transfer
 from famlab.experiments.analysis.results import Plan
-from famlab.experiments.commands.finetune import GridPoint, grid_points, select_point
-from famlab.experiments.commands.probe import fit_probe
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.steps.finetune import GridPoint, grid_points, select_point
+from famlab.experiments.steps.probe import fit_probe
 from scipy import stats as sps
 
 from tests.experiments.record_helpers import finetune_record, probe_result
@@ -225,7 +225,7 @@ def test_a_two_point_grid_states_each_choice_instead_of_flagging_every_arm_at_an
 
 def test_three_grid_points_put_lr_over_three_below_the_preset_lr():
     """compare.finetune_lr_points=3: every arm's grid is {lr / 3, lr, 3 lr} around its preset's finetune.lr."""
-    from famlab.experiments.commands.compare import compose_all
+    from famlab.experiments.steps.comparison import compose_all
 
     _, cfgs = compose_all([], ["wandb.mode=disabled", "compare.finetune_lr_points=3"])
     grids = {arm: [round(lr, 6) for lr in c.finetune.lr_grid] for arm, c in cfgs.items()}
@@ -235,7 +235,7 @@ def test_three_grid_points_put_lr_over_three_below_the_preset_lr():
 def test_tiny_fine_tunes_t5_one_grid_step_higher_and_the_protocol_says_per_family():
     """tiny.yaml's by_family gives T5 the body-lr grid {3e-3, 9e-3} (the others {1e-3, 3e-3}); both arms of a family
     share one grid, and the report's protocol names each family's grid when they differ."""
-    from famlab.experiments.commands.compare import compose_all
+    from famlab.experiments.steps.comparison import compose_all
 
     _, cfgs = compose_all([], ["wandb.mode=disabled"])
     grids = {arm: [round(lr, 6) for lr in c.finetune.lr_grid] for arm, c in cfgs.items()}

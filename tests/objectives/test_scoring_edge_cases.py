@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from famlab.experiments.commands.evaluate import summarise
+from famlab.experiments.steps.evaluate import summarise
 from famlab.objectives import ObjectiveError
 from famlab.objectives.evaluation import bits_per_byte, byte_score, length_extrapolation, pll_bits_per_byte
 from famlab.objectives.prefix import prefix_lm_mask

@@ -1,6 +1,6 @@
 """``famlab compare data.task=suite``: every task of a suite fine-tuned and probed under the compare's protocol.
 
-A suite (``suite``, a comma-separated list, or a YAML suite file; :func:`famlab.experiments.commands.suite.read_suite`)
+A suite (``suite``, a comma-separated list, or a YAML suite file; :func:`famlab.experiments.steps.suite.read_suite`)
 is checked and, with ``compare.task_limit``, subsampled task by task before anything trains. Each task gets a
 folder ``<compare dir>/<task name>/`` holding its subsample (``task.csv``) and, per arm, the same runs a
 single-task comparison puts in the compare directory itself (``<arm>-ft-s<seed>``, ``<arm>-probe-s<seed>``,

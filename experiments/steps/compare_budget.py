@@ -22,7 +22,7 @@ from famlab.experiments.configuration.config import Config
 
 def make_objective_for(cfg: Config, ids: Any) -> Any:
     """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
-    from famlab.experiments.commands.pretrain import objective_settings
+    from famlab.experiments.steps.pretrain import objective_settings
     from famlab.objectives import make_objective
 
     return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
@@ -137,7 +137,7 @@ def plan_lines(base: Config, cfgs: dict[str, Config], plan: Plan) -> list[str]:
 
 def finetune_note(cfg: Config, seeds: list[int]) -> str:
     """What one fine-tuning job trains: its grid, seeds and the fine-tunes they make (``finetune.select_seeds``)."""
-    from famlab.experiments.commands.finetune import grid_points
+    from famlab.experiments.steps.finetune import grid_points
 
     ft = cfg.finetune
     points = grid_points(ft)

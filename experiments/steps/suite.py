@@ -16,7 +16,7 @@ or, naming each task by its key (``spec:`` may stand for ``task:``)::
       sentiment: {spec: sent.csv, text_column: t, label_column: y, metric: f1}
       pairs: wordnet-pairs
 
-Every task is fine-tuned in turn by :func:`famlab.experiments.commands.finetune.finetune`, under the same config and
+Every task is fine-tuned in turn by :func:`famlab.experiments.steps.finetune.finetune`, under the same config and
 seeds, in ``<run_dir>/<task name>/``. The suite directory gets ``results.json`` (per task: seeds, mean and
 interval, majority and TF-IDF references; the suite score) and ``suite_table.md``. Every task is loaded and
 checked before the first one trains, so a bad suite fails at once.
@@ -44,12 +44,11 @@ from famlab.experiments.analysis.suite_score import (
     suite_score,
     task_interval,
 )
-from famlab.experiments.commands import finetune as finetune_command
-from famlab.experiments.commands.finetune import Init, compose_finetune, finetune
-from famlab.experiments.commands.probe import print_probe, probe
 from famlab.experiments.configuration.config import Config, ConfigInputError
-from famlab.experiments.plumbing.reliability import NonFiniteError, Preempted, stop_exit_code
+from famlab.experiments.plumbing.reliability import Preempted
 from famlab.experiments.plumbing.run import cache_dir, env_rank, make_run_dir, run_name, write_json
+from famlab.experiments.steps.finetune import finetune
+from famlab.experiments.steps.init import Init
 
 log = logging.getLogger("famlab")
 TABLE = "suite_table.md"
@@ -196,22 +195,3 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, 
         (suite_dir / TABLE).write_text(table, encoding="utf-8")
     out["table"] = table
     return out
-
-
-def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
-    """CLI entry of ``famlab finetune``: a suite when ``data.task`` names one, else a single fine-tune."""
-    cfg, init = compose_finetune(presets, overrides)
-    specs = read_suite(cfg.data.task)
-    if specs is None and cfg.finetune.mode.value == "probe":  # finetune.mode=probe: the probe of one task
-        print_probe(probe(cfg, init))
-        return 0
-    if specs is None:
-        return finetune_command.main(presets, overrides, flags)
-    try:
-        r = finetune_suite(cfg, init, specs)
-    except (Preempted, NonFiniteError) as e:
-        return stop_exit_code(e, cfg, "finetune")
-    if env_rank() == 0:
-        print(r["table"], end="")
-        print(f"done: suite of {len(specs)} tasks: {r['suite']['mean']:.3f}  {r['wall_s']} s")
-    return 0

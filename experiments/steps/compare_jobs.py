@@ -1,0 +1,213 @@
+"""What one job of a comparison does: pretrain an arm's seed (or tune its lr first), evaluate the pretrained model,
+probe and fine-tune it on a task, fine-tune a family from scratch; and the comparison's end (:func:`finish`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.analysis.report import build_report
+from famlab.experiments.analysis.results import FinetuneResult, PretrainResult, StepFailure, read_failures
+from famlab.experiments.configuration.config import Config
+from famlab.experiments.plumbing import failures, workers
+from famlab.experiments.plumbing.run import token_ids, write_json
+from famlab.experiments.steps import compare_suite
+from famlab.experiments.steps.compare_dir import log
+from famlab.experiments.steps.comparison import Comparison, PretrainedRun
+from famlab.experiments.steps.evaluate import BUNDLED, evaluate_run, read_items
+from famlab.experiments.steps.finetune import finetune
+from famlab.experiments.steps.init import Init, load_network, parse_init
+from famlab.experiments.steps.pretrain import pretrain
+from famlab.experiments.steps.probe import probe
+from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs
+from famlab.objectives.evaluation import byte_score
+
+
+def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: Any) -> dict[str, Any]:
+    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents)."""
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
+    net.eval()
+
+    def encode(text: str) -> list[int]:
+        return bundle.tokenizer.encode(text, add_special_tokens=False).ids
+
+    score = byte_score(net, texts, encode, token_ids(bundle), objective=cfg.objective.name)
+    if score.reason is not None:  # nothing scorable (every text empty or encoding to no tokens): say why
+        raise ValueError(f"bits per byte: {score.reason}")
+    scores = {"measure": score.measure, "value": score.value, "num_texts": score.num_texts,
+              "num_bytes": score.num_bytes}
+    return scores | ({"num_skipped": score.num_skipped} if score.num_skipped else {})
+
+
+def _pretrain_one(
+    cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
+    evaluate: Any = None,
+) -> PretrainedRun:
+    run = copy.deepcopy(cfg)
+    run.seed = seed
+    run.run_dir = str(comp_dir / f"{arm or cfg.model.family.value}-pretrain-s{seed}{suffix}")
+    run.name = Path(run.run_dir).name
+    run.wandb.group = group
+    run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
+    done = Path(run.run_dir) / "results.json"
+    if run.resume == "auto" and done.is_file():  # finished before this comparison was stopped: read back
+        return PretrainedRun(PretrainResult.from_json(json.loads(done.read_text(encoding="utf-8"))), run)
+    return PretrainedRun(pretrain(run, evaluate=evaluate), run)
+
+
+def arm_tags(c: Comparison, cfg: Config) -> list[str]:
+    return [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
+
+
+def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> PretrainedRun:
+    """``compare.lr_grid``: pretrain the first seed at each lr and keep the lr with the lowest final validation
+    loss (in ``cfg`` and ``plan.json``); returns the run at that lr, which stands for the first seed."""
+    cmp = c.base.compare
+    tried = []
+    for lr in cmp.lr_grid:
+        trial = copy.deepcopy(cfg)
+        trial.optim.lr, trial.optim.lr_scale = lr, 1.0
+        r = c.clock.timed("pretraining", _pretrain_one,
+                          trial, c.comp_dir, c.group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm)
+        tried.append((r.result.final.get("val/loss", float("inf")), lr, r))
+        c.clock.progress(f"lr {lr:g} {arm}: val/loss {r.result.final.get('val/loss')}")
+    best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
+    cfg.optim.lr, cfg.optim.lr_scale = best_lr, 1.0
+    c.plan.arms[arm].lr_grid = {f"{lr:g}": loss for loss, lr, _ in tried}
+    c.plan.arms[arm].lr = best_lr
+    log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
+    return next(r for _, lr, r in tried if lr == best_lr)
+
+
+def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
+    """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open (an optional step)."""
+
+    def evaluate(run_dir: Path, run_cfg: Config) -> dict[str, Any] | None:
+        return failures.optional(c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed,
+                                 "evaluation", byte_scores, run_dir, run_cfg, c.bpb_texts, c.bundle, say=log)
+
+    run = c.clock.timed("pretraining", _pretrain_one, cfg, c.comp_dir, c.group, tags, seed, arm=arm,
+                        evaluate=evaluate)
+    c.clock.progress(f"pretrain {arm} seed {seed}: val/loss {run.result.final.get('val/loss')}")
+    return run
+
+
+def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) -> None:
+    """Bits per byte and the bundled zero-shot tasks of a pretrained model, into its ``eval.json`` (both optional:
+    a failure is recorded and the comparison goes on; a resumed comparison retries only failed evaluations)."""
+    steps = {"evaluation": "byte_score", "zero-shot": "zero_shot"}
+    path = run.run_dir / "eval.json"
+    failed = {f.step for f in read_failures(c.comp_dir) if f.arm == arm and f.seed == seed and f.step in steps}
+    evaluated = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if path.is_file() and not failed:
+        return  # evaluated before this comparison was stopped
+    if "byte_score" not in evaluated and not ("evaluation" in failed and not path.is_file()):  # not just failed
+        evaluated["byte_score"] = run.result.byte_score or failures.optional(
+            c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed, "evaluation",
+            byte_scores, run.run_dir, run.cfg, c.bpb_texts, c.bundle, say=log)
+    if "zero_shot" not in evaluated:
+        evaluated["zero_shot"] = failures.optional(
+            c.comp_dir, StepFailure(step="zero-shot", arm=arm, seed=seed), c.clock.timed, "evaluation",
+            zero_shot_scores, run.run_dir, limit=c.base.compare.zero_shot_items, say=log)
+    evaluated = {k: v for k, v in evaluated.items() if v is not None}
+    write_json(path, evaluated)
+    if "byte_score" in evaluated:
+        log(f"{arm} seed {seed}: {evaluated['byte_score']['measure']} {evaluated['byte_score']['value']:.4f}")
+
+
+def transfer_to(
+    c: Comparison, task: compare_suite.SuiteTask | None, arm: str, seed: int, run: PretrainedRun, tags: list[str]
+) -> None:
+    """Probe (``compare.probe``, optional) and fine-tune (``compare.seeds``) one pretrained model on one task."""
+    cmp = c.base.compare
+    where, on = _task_place(c.comp_dir, task), _task_tag(task)
+    task_cfg = compare_suite.task_config(run.cfg, task)
+    if cmp.probe:
+        probe_dir = where / f"{arm}-probe-s{seed}"
+        r = read_done(probe_dir) or failures.optional(
+            c.comp_dir, StepFailure(step="probe", arm=arm, seed=seed, task=task.spec.name if task else None),
+            c.clock.timed, "probes", _probe, task_cfg, str(run.run_dir), probe_dir, c.group, [*tags, *on], say=log)
+        result = (f"test/acc {r['pretrained']['test']['test/acc']:.3f} vs random-init "
+                  f"{r['random_mean']['test/acc']:.3f}" if r is not None else "failed")
+        c.clock.progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): {result}")
+    if cmp.seeds:
+        ft = c.clock.timed("fine-tuning", _finetune, task_cfg, str(run.run_dir), where / f"{arm}-ft-s{seed}",
+                           list(cmp.seeds), c.group, [*tags, *on])
+        c.clock.progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
+                         f"test/acc {ft.mean['test/acc']:.3f}")
+
+
+def read_done(run_dir: Path) -> dict[str, Any] | None:
+    """A finished run's ``results.json`` (a resumed comparison reads it back instead of running it again)."""
+    path = run_dir / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def scratch_baseline(c: Comparison, cfg: Config, task: compare_suite.SuiteTask | None) -> None:
+    """Fine-tune the family's network from scratch on ``task`` (``compare.scratch_seeds``)."""
+    cmp = c.base.compare
+    family = cfg.model.family.value
+    # the objective tag only where it is the family's single (preset) objective, as before arms existed
+    objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
+    ft = c.clock.timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
+                       _task_place(c.comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds or ()), c.group,
+                       [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)])
+    c.clock.progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds or ())}: "
+                     f"test/acc {ft.mean['test/acc']:.3f}")
+
+
+def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
+    """``compare.json`` (wall time, and the jobs' time per phase summed over workers), the report and its W&B run."""
+    wall = time.time() - c.clock.started
+    n = c.base.compare.workers
+    (c.comp_dir / "compare.json").write_text(
+        json.dumps({"wall_s": round(wall, 1), "phases": {k: round(v, 1) for k, v in c.clock.phases.items()},
+                    "workers": n, "threads": workers.threads_per_worker(n) if n > 1 else None,
+                    "presets": presets, "overrides": overrides}, indent=2) + "\n"
+    )
+    build_report([c.comp_dir], c.comp_dir)
+    failures.optional(c.comp_dir, StepFailure(step="W&B report"), log_report_run, c.base, c.comp_dir, group=c.group,
+                      name=f"{c.comp_dir.name}-report", sources=pretraining_dirs(c.comp_dir), say=log)
+    log(f"done in {time.time() - c.clock.started:.0f} s: {c.comp_dir / 'report.md'}")
+
+
+def _task_place(comp_dir: Path, task: compare_suite.SuiteTask | None) -> Path:
+    """Where a task's fine-tunes and probes go: the compare directory (one task) or the task's folder."""
+    return comp_dir if task is None else task.dir
+
+
+def _task_tag(task: compare_suite.SuiteTask | None) -> list[str]:
+    return [] if task is None else [f"task-{task.spec.name}"]
+
+
+def _task_note(task: compare_suite.SuiteTask | None) -> str:
+    return "" if task is None else f" on {task.spec.name}"
+
+
+def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> FinetuneResult:
+    ft = copy.deepcopy(cfg)
+    ft.init = init
+    ft.run_dir = str(run_dir)
+    ft.name = run_dir.name
+    ft.finetune.seeds = seeds
+    ft.wandb.group = group
+    ft.wandb.tags = list(dict.fromkeys([*ft.wandb.tags, *tags]))
+    return finetune(ft, parse_init(init))
+
+
+def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> dict:
+    pr = copy.deepcopy(cfg)
+    pr.init, pr.run_dir, pr.name = init, str(run_dir), run_dir.name
+    pr.wandb.group = group
+    pr.wandb.tags = list(dict.fromkeys([*pr.wandb.tags, *tags, "probe"]))
+    return probe(pr, parse_init(init))
+
+
+def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, Any]:
+    """Both bundled tasks for one pretraining run: {task: results} (as ``famlab eval`` writes them)."""
+    tasks = {name: read_items(path)[:limit] for name, path in BUNDLED.items()}
+    return evaluate_run(run_dir, tasks)

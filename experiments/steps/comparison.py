@@ -1,0 +1,395 @@
+"""A comparison's state and set-up: the arms' configs composed, the shared tokenizer, the tasks, the budget plan and
+the clock every job writes its phase times to (:class:`Comparison`); the jobs are :mod:`.compare_jobs`, run by
+:mod:`.schedule`."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import multiprocessing as mp
+import time
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.analysis.results import Plan, PretrainResult
+from famlab.experiments.configuration.compare_defaults import (
+    WORKERS,
+    comparison_presets,
+    visible_gpus,
+    with_gpu_workers,
+    worker_device,
+)
+from famlab.experiments.configuration.compose import compose, parse_overrides
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.lightning_check import parse_devices
+from famlab.experiments.configuration.task import load_configured_task
+from famlab.experiments.plumbing import failures
+from famlab.experiments.plumbing.run import get_bundle, prepared_corpus, set_vocab, token_ids, write_json
+from famlab.experiments.steps import compare_suite
+from famlab.experiments.steps.compare_budget import plan_budget
+from famlab.experiments.steps.compare_dir import log
+from famlab.families.registry import family_names
+
+PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
+STATUS_DIR = "jobs"  # each job's status file, for the live view
+
+def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[str, Config]]:
+    """The comparison's own config (first family) and one composed config per arm, keyed by arm name.
+
+    Arms come from ``compare.families`` x ``compare.objectives`` (:func:`expand_arms`), in family order. With no size
+    preset the tiny comparison's defaults apply, one worker per GPU on a machine with several
+    (:mod:`famlab.experiments.configuration.compare_defaults`).
+    """
+    presets, defaults, base, gpus = compose_base(presets, overrides)
+    family_free = [p for p in presets if p not in family_names()]
+    user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
+    families = list(base.compare.families)
+    if not families or len(set(families)) != len(families):
+        raise ConfigInputError(f"compare.families={families} must name distinct families")
+    for family in families:
+        if family not in family_names():
+            raise ConfigInputError(f"compare.families: {family!r} is not one of: {', '.join(family_names())}")
+    pairs, kept = expand_arms(families, list(base.compare.objectives))
+    if kept:
+        log(f"compare.objectives gives no objective to {', '.join(kept)}: kept the preset objective")
+    cfgs = {}
+    for family, objective in pairs:
+        # objective.name follows each family's preset unless the user fixed it or compare.objectives names one
+        chosen = [f"objective.name={objective}"] if objective else []
+        cfg = compose([family, *family_free], [*defaults, *overrides, *chosen]).cfg
+        if "finetune.lr_grid" not in user_flat:  # the protocol's grid at every scale, around the preset's body lr
+            lr = cfg.finetune.lr
+            cfg.finetune.lr_grid = [lr / 3, lr, lr * 3] if base.compare.finetune_lr_points == 3 else [lr, lr * 3]
+        cfgs[arm_name(family, str(cfg.objective.name), bool(base.compare.objectives))] = cfg
+    if base.compare.scratch_seeds is None:
+        base.compare.scratch_seeds = list(base.compare.seeds)
+    for cfg in cfgs.values():
+        cfg.compare.scratch_seeds = list(base.compare.scratch_seeds)
+    if not base.compare.seeds and not base.compare.scratch_seeds:
+        raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
+    if not base.compare.pretrain_seeds:
+        raise ConfigInputError("compare.pretrain_seeds=[] must name at least one seed")
+    check_workers(base, gpus, defaulted=any(d.startswith(f"{WORKERS}=") for d in defaults))
+    return base, cfgs
+
+
+def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str], Config, list[str]]:
+    """The presets the comparison composes, the tiny comparison's defaults that apply
+    (:func:`~famlab.experiments.configuration.compare_defaults.comparison_presets`, ``compare.workers`` one per GPU
+    on a machine with several), the comparison's own config (no family preset), and the visible GPUs its workers
+    share."""
+    parse_overrides(overrides)  # malformed tokens fail here, naming the token
+    presets, defaults = comparison_presets(presets, overrides)
+    family_free = [p for p in presets if p not in family_names()]
+    base = compose(family_free, [*defaults, *overrides]).cfg
+    gpus = visible_gpus(base.trainer.accelerator)
+    if (per_gpu := with_gpu_workers(defaults, gpus)) != defaults:
+        defaults, base = per_gpu, compose(family_free, [*per_gpu, *overrides]).cfg
+    return presets, defaults, base, gpus
+
+
+def check_workers(base: Config, gpus: list[str], defaulted: bool = False) -> None:
+    """``compare.workers`` > 1 runs each job in a process of its own on one device: worker ``i`` on GPU
+    ``gpus[i % len(gpus)]`` (:func:`~famlab.experiments.configuration.compare_defaults.worker_device`), or the CPU
+    without ``gpus``. A job that would want several devices, named device ids or several nodes is refused.
+
+    Args:
+        base: the comparison's config (``compare.workers``, ``trainer.devices`` / ``num_nodes``).
+        gpus: the visible GPUs (:func:`~famlab.experiments.configuration.compare_defaults.visible_gpus`).
+        defaulted: ``compare.workers`` is the tiny comparison's default, not the user's (the message says so).
+    """
+    n, t = base.compare.workers, base.trainer
+    if n == 1 or (t.num_nodes == 1 and parse_devices(t.devices) in ("auto", 1)):
+        return
+    what = (" (famlab compare's default" + (": one per visible GPU)" if len(gpus) > 1 else ")")) if defaulted else ""
+    where = f"a GPU of its own among the {len(gpus)} visible" if gpus else "the CPU, its cores shared out"
+    asked = f"trainer.num_nodes={t.num_nodes}" if t.num_nodes > 1 else f"trainer.devices={t.devices}"
+    raise ConfigInputError(f"compare.workers={n}{what} runs every job in one process; it cannot run on {asked} (each "
+                           f"worker process runs its jobs on one device, {where}): set trainer.devices=auto or 1, "
+                           "or compare.workers=1 to run one job at a time on them")
+
+
+def arm_name(family: str, objective: str, crossed: bool) -> str:
+    """``<family>`` when the comparison has one preset arm per family, else ``<family>-<objective>``."""
+    return f"{family}-{objective}" if crossed else family
+
+
+def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """The (family, objective) arms of ``compare.objectives``, family-major in ``compare.families`` order.
+
+    Args:
+        families: ``compare.families`` (already checked: distinct, each bert / gpt / t5).
+        objectives: ``compare.objectives`` entries: ``objective`` (every family that can train it) or
+            ``family:objective`` (that family only); ``[]`` = one arm per family with its preset objective.
+
+    Returns:
+        (arms as (family, objective) with objective None = the family's preset, families that got no objective
+        from the list and so keep their preset).
+
+    Raises:
+        ConfigInputError: one line naming ``compare.objectives`` and listing the valid pairs, for an
+            unparsable entry, an unknown objective, one no family in ``compare.families`` can train, an
+            invalid or foreign ``family:objective``, or a duplicate.
+    """
+    from famlab.objectives.registry import REGISTRY, families_of, valid_pairs
+
+    if not objectives:
+        return [(f, None) for f in families], []
+
+    def fail(problem: str) -> ConfigInputError:
+        return ConfigInputError(f"compare.objectives: {problem}; valid pairs: {valid_pairs()}")
+
+    chosen: dict[str, list[str]] = {f: [] for f in families}
+    seen: dict[tuple[str, str], str] = {}
+    for entry in objectives:
+        entry = str(entry).strip()
+        family, sep, objective = entry.rpartition(":")
+        if not objective or (sep and not family) or ":" in family:
+            raise fail(f"cannot parse {entry!r} (expected objective or family:objective)")
+        if not families_of(objective):
+            raise fail(f"{objective!r} is not an objective")
+        if sep and family not in families:
+            raise fail(f"{entry!r} names {family!r}, which is not in compare.families={families}")
+        if sep and objective not in REGISTRY[family]:
+            raise fail(f"{entry!r} is not a valid pair")
+        targets = [family] if sep else [f for f in families if objective in REGISTRY[f]]
+        if not targets:
+            raise fail(f"no family in compare.families={families} can train {objective!r}")
+        for f in targets:
+            if (f, objective) in seen:
+                raise fail(f"{entry!r} repeats {f}:{objective} (already from {seen[f, objective]!r})")
+            seen[f, objective] = entry
+            chosen[f].append(objective)
+    arms: list[tuple[str, str | None]] = []
+    for f in families:
+        arms += [(f, o) for o in chosen[f]] or [(f, None)]
+    return arms, [f for f in families if not chosen[f]]
+
+
+def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None = None) -> Path:
+    """Write a seeded subsample of ``data.task`` as CSV: ``limit`` train examples, ``eval_limit`` (default
+    ``limit // 5``) each val/test.
+
+    Validation / test examples whose label the train subsample lacks are dropped (the task loader takes its
+    label set from the training split). Every family fine-tunes and is tested on this same file.
+    """
+    import csv
+    import random
+
+    task = load_configured_task(cfg.data)
+    rng = random.Random(cfg.data.seed)
+    train = rng.sample(task.train, min(limit, len(task.train)))
+    seen = {e.label for e in train}
+    rows = [("train", e) for e in train]
+    for split, examples in (("val", task.val), ("test", task.test)):
+        keep = [e for e in examples if e.label in seen]
+        want = eval_limit if eval_limit is not None else max(1, limit // 5)
+        rows += [(split, e) for e in rng.sample(keep, min(want, len(keep)))]
+    with path.open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "text_pair", "label", "split"])
+        for split, e in rows:
+            w.writerow([e.text, e.text_pair or "", task.labels[e.label], split])
+    return path
+
+
+def _has_pairs(path: Path) -> bool:
+    """Whether the subsample written by :func:`subsample_task` holds sentence pairs."""
+    import csv
+
+    with path.open(encoding="utf-8", newline="") as f:
+        return any(row["text_pair"] for row in csv.DictReader(f))
+
+
+@dataclasses.dataclass
+class PretrainedRun:
+    """A comparison's pretraining run: its results and the config it ran with (fine-tunes start from both)."""
+
+    result: PretrainResult
+    cfg: Config
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.result.run_dir)
+
+
+@dataclasses.dataclass
+class Clock:
+    """One job's wall time per phase, and the comparison's ``[done/total]`` progress lines.
+
+    ``done`` is a counter shared by every worker process (a ``multiprocessing.Value``), so the lines count the whole
+    comparison's jobs whichever process prints them.
+    """
+
+    started: float
+    total_jobs: int
+    done: Any
+    phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+
+    def timed(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn``, adding its wall time to ``phase`` (minus what nested timed calls already counted)."""
+        t0, before = time.time(), sum(self.phases.values())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.phases[phase] += (time.time() - t0) - (sum(self.phases.values()) - before)
+
+    def progress(self, what: str) -> None:
+        with self.done.get_lock():
+            self.done.value += 1
+            done = self.done.value
+        log(f"[{done}/{self.total_jobs}] {what} ({time.time() - self.started:.0f} s elapsed)")
+
+    def fresh(self) -> Clock:
+        """A clock for the next job: the same start and counter, no phase time yet."""
+        return Clock(self.started, self.total_jobs, self.done)
+
+
+@dataclasses.dataclass
+class Comparison:
+    """What every step of one comparison shares once its budget is planned."""
+
+    base: Config
+    cfgs: dict[str, Config]  # arm -> config
+    comp_dir: Path
+    bpb_texts: list[str]  # the validation documents scored for bits per byte
+    bundle: Any  # the one tokenizer of every family
+    suite: list[compare_suite.SuiteTask | None]  # [None]: one task, its runs in the compare directory itself
+    plan: Plan
+    clock: Clock
+    gpus: tuple[str, ...] = ()  # the GPUs worker processes are spread over, one each (none: the CPU, or one process)
+    started_workers: Any = None  # a shared counter: the index the next worker process to start takes
+
+    @property
+    def group(self) -> str:
+        return self.comp_dir.name  # unique per invocation (name + timestamp): W&B groups never mix two comparisons
+
+    @property
+    def budget_tag(self) -> str:
+        return f"budget-{self.base.compare.match.value}"
+
+
+class Stopped(Exception):  # noqa: N818 - how a comparison ended, not an error of its own
+    """A comparison that stopped after its directory was made: preempted, or a required job failed. Its finished jobs
+    are on disk; ``famlab compare <same args> run_dir=<comp_dir> resume=auto`` continues it."""
+
+    def __init__(self, comp_dir: Path, cause: BaseException, command: str) -> None:
+        super().__init__(failures.one_line(cause))
+        self.comp_dir, self.cause, self.command = comp_dir, cause, command
+
+
+def set_up(base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_dir: Path, started: float,
+           resumed: bool) -> Comparison:
+    """The shared tokenizer, the tasks and the budget plan: what every job of the comparison reads."""
+    corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
+    check_corpus_fits(cfgs, corpus, bundle)
+    suite = prepare_tasks(base, cfgs, specs, comp_dir)
+    plan = plan_budget(base, cfgs, token_ids(bundle))
+    plan.tokenizer_hash = bundle.hash
+    write_json(comp_dir / "plan.json", plan.to_json())
+    log_plan(base, plan)
+    clock = Clock(started, count_jobs(base, cfgs, suite), mp.get_context("spawn").Value("i", 0))
+    gpus = tuple(visible_gpus(base.trainer.accelerator)) if base.compare.workers > 1 else ()
+    if gpus:
+        log(f"{base.compare.workers} workers side by side, one GPU each: "
+            + ", ".join(f"worker {i} on GPU {worker_device(i, list(gpus))}" for i in range(base.compare.workers)))
+    comparison = Comparison(base, cfgs, comp_dir, list(corpus.val[:base.compare.bpb_docs]), bundle, suite, plan, clock,
+                            gpus, mp.get_context("spawn").Value("i", 0))
+    del corpus  # each pretraining run loads its own; the parent of worker processes keeps only what they share
+    return comparison
+
+
+def check_corpus_fits(cfgs: dict[str, Config], corpus: Any, bundle: Any) -> None:
+    """Each arm's token streams (written now, once, as its pretraining would) hold a batch of its blocks and a
+    validation block: a corpus too small fails here in one line, before any baseline or pretraining runs."""
+    from famlab.experiments.steps.pretrain import data_module
+
+    for cfg in cfgs.values():
+        data_module(copy.deepcopy(cfg), corpus, bundle)
+
+
+def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False) -> tuple[Any, Any]:
+    """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings), pointed at by each
+    arm's config, with one W&B directory for the whole comparison; returns ``(corpus, bundle)``.
+
+    ``reuse``: a resumed comparison keeps its own ``tokenizer.json`` (training is not bit-reproducible, and its
+    models were trained with that one)."""
+    shared = (comp_dir / "tokenizer.json").resolve()
+    if reuse and shared.is_file():
+        base.data.tokenizer.path = str(shared)
+        corpus = prepared_corpus(base)  # the same streams, encoded with the comparison's own tokenizer
+        bundle = get_bundle(base, corpus)
+    else:
+        corpus = prepared_corpus(base)  # streamed once into the cache (docs/data.md); a prepared directory as it is
+        bundle = get_bundle(base, corpus, comp_dir)
+    for cfg in cfgs.values():
+        cfg.data.tokenizer.path = str(shared)
+        cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())
+        set_vocab(cfg, bundle.vocab_size)
+    return corpus, bundle
+
+
+def prepare_tasks(
+    base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_dir: Path
+) -> list[compare_suite.SuiteTask | None]:
+    """The fine-tuning tasks: ``[None]`` for one task (subsampled to ``compare.task_limit`` into the compare
+    directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task."""
+    cmp = base.compare
+    if specs is None:
+        if cmp.task_limit:
+            use_subsample(base, cfgs, comp_dir)
+        return [None]
+    subsample = _subsampler(cmp) if cmp.task_limit else None
+    suite: list[compare_suite.SuiteTask | None] = list(compare_suite.prepare_tasks(base, specs, comp_dir, subsample))
+    log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
+    return suite
+
+
+def use_subsample(base: Config, cfgs: dict[str, Config], comp_dir: Path) -> None:
+    """Write ``task.csv`` (:func:`subsample_task`) and point every arm's ``data.*`` at it."""
+    cmp = base.compare
+    assert cmp.task_limit is not None, "use_subsample without compare.task_limit"
+    task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
+    log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
+        f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
+    for cfg in cfgs.values():
+        d = cfg.data
+        d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
+        d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
+
+
+def log_plan(base: Config, plan: Plan) -> None:
+    for arm, p in plan.arms.items():
+        log(
+            f"budget {arm}: {p.steps} steps x {p.batch_shape}, {p.flops:.3e} FLOPs, "
+            f"{p.corpus_tokens} corpus tokens, {p.non_embedding_params} non-embedding params"
+        )
+    cmp = base.compare
+    log(f"budget spread on {cmp.match.value}: {plan.achieved_spread:.3%} (tolerance {cmp.tolerance:.0%})")
+
+
+def scratch_configs(cfgs: dict[str, Config]) -> dict[str, Config]:
+    """Family -> the config of its first arm: its scratch baseline (model size as budgeted; objective irrelevant)."""
+    first: dict[str, Config] = {}
+    for cfg in cfgs.values():
+        first.setdefault(cfg.model.family.value, cfg)
+    return first
+
+
+def count_jobs(base: Config, cfgs: dict[str, Config], suite: list[Any]) -> int:
+    """The progress lines the comparison will print: pretraining runs, probes, fine-tunes, scratch baselines."""
+    cmp = base.compare
+    per_seed = 1 + (bool(cmp.seeds) + cmp.probe) * len(suite)
+    total = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))
+    return total + len(scratch_configs(cfgs)) * bool(cmp.scratch_seeds) * len(suite)
+
+
+def _subsampler(cmp: Any) -> compare_suite.Subsample:
+    """Writes one suite task's subsample as :func:`subsample_task` does the single task's; returns its ``data.*``."""
+
+    def subsample(cfg: Config, path: Path) -> dict[str, str | None]:
+        path = subsample_task(cfg, cmp.task_limit, path, cmp.task_eval_limit).resolve()
+        return {"task": str(path), "text_column": "text", "label_column": "label", "split_column": "split",
+                "text_pair_column": "text_pair" if _has_pairs(path) else None}
+
+    return subsample

@@ -1,0 +1,224 @@
+"""``famlab pretrain``: corpus -> tokenizer -> network + objective -> Lightning fit -> run directory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from famlab.experiments.analysis.results import PretrainResult
+from famlab.experiments.configuration.config import Config
+from famlab.experiments.plumbing.prepare_once import wait_for_rank_zero
+from famlab.experiments.plumbing.reliability import (
+    NonFiniteError,
+    Preempted,
+    check_checkpoint_matches,
+    resolve_resume,
+)
+from famlab.experiments.plumbing.run import (
+    cache_dir,
+    close_wandb,
+    env_rank,
+    get_bundle,
+    make_loggers,
+    make_run_dir,
+    make_trainer,
+    maybe_compile,
+    precision,
+    prepared_corpus,
+    provenance,
+    run_name,
+    set_vocab,
+    token_ids,
+    wandb_pretrain_results,
+    write_config,
+    write_json,
+)
+
+
+def optim_settings(cfg: Config, max_steps: int) -> Any:
+    """``objectives.OptimSettings`` from ``optim.*`` (effective lr = lr * lr_scale)."""
+    from famlab.objectives import OptimSettings
+
+    o = cfg.optim
+    return OptimSettings(
+        lr=o.lr * o.lr_scale,
+        name=o.name,
+        betas=(o.betas[0], o.betas[1]),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+        warmup_steps=o.warmup_steps,
+        max_steps=max_steps,
+        min_lr_ratio=o.min_lr_ratio,
+        fused=o.fused,
+    )
+
+
+def unigram_log_probs(counts: Any) -> Any:
+    """``(V,)`` log-probabilities of the training split's unigram model (add-one smoothed, so finite)."""
+
+    counts = torch.as_tensor(counts, dtype=torch.float64) + 1.0
+    return (counts / counts.sum()).log().float()
+
+
+def objective_settings(cfg: Config) -> dict[str, Any]:
+    """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
+    evaluation, which rebuilds the objective at other lengths)."""
+    from famlab.objectives.registry import SETTINGS
+
+    values = {key: getattr(cfg.objective, key) for key in SETTINGS}
+    return values | {"ul2_rates": tuple(values["ul2_rates"])}
+
+
+def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: dict[str, Any]) -> dict[str, Any]:
+    """Validation loss at 1x, 2x and 4x the training length, for the report and sweep summaries.
+
+    `None` with a reason where the position scheme cannot reach that length (learned / sinusoidal positions
+    beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.
+    """
+    from famlab.objectives.evaluation import length_extrapolation
+
+    points = length_extrapolation(
+        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=cfg.objective.name,
+        train_seq_len=cfg.data.seq_len, max_tokens=16_384, seed=cfg.data.seed, **settings,
+    )
+    return {f"{p.multiple}x": {"seq_len": p.seq_len, "loss": p.loss, "reason": p.reason} for p in points}
+
+
+def pretrain(
+    cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path, Config], dict[str, Any]] | None = None
+) -> PretrainResult:
+    """Run one pretraining job; returns the results written to ``results.json``.
+
+    ``evaluate(run_dir, cfg)``, when given, scores the finished run (a comparison's bits per byte) while its
+    W&B run is still open; its result is stored as ``byte_score`` and in the W&B summary.
+    """
+    import lightning as L
+
+    started = time.time()
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    run_dir = make_run_dir(cfg, job_name or run_name(cfg, "pretrain"))
+    corpus, bundle, objective, dm = prepare_data(cfg, run_dir)
+    module = make_module(cfg, objective, dm)
+    num_params = sum(p.numel() for p in module.net.parameters())
+    written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
+    loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
+    trainer = make_trainer(
+        cfg, run_dir, loggers,
+        checkpoint_dir=run_dir / "checkpoints",
+        monitor="val/loss",
+        mode="min",
+        max_steps=cfg.trainer.max_steps,
+        max_epochs=cfg.trainer.max_epochs,
+        val_check_interval=min(cfg.trainer.val_check_interval, max(1, dm.num_train_blocks // cfg.data.batch_size)),
+        limit_val_batches=cfg.trainer.limit_val_batches,
+    )
+    first, setup_s = fit(cfg, trainer, module, dm, run_dir, loggers, started)
+    results = PretrainResult(
+        family=cfg.model.family.value,
+        objective=cfg.objective.name,
+        run_dir=str(run_dir),
+        steps=int(trainer.global_step),
+        num_params=int(num_params),
+        first=first,
+        final={k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+        budget={"tokens": module.tokens_seen, "flops": module.flops_seen, "flops_per_step": module.flops_per_step},
+        wall_s=round(time.time() - started, 1),
+        setup_s=round(setup_s, 1),
+        cpu_s=round(time.process_time(), 1),
+        threads=torch.get_num_threads(),
+    )
+    if trainer.is_global_zero:
+        results.length_extrapolation = length_points(module.net, dm.val_tokens, token_ids(bundle), cfg,
+                                                     objective_settings(cfg))
+        if evaluate is not None:
+            results.byte_score = evaluate(run_dir, cfg)
+        write_json(run_dir / "results.json", results.to_json())
+        wandb_pretrain_results(cfg, loggers, run_dir, results.to_json())
+    close_wandb(loggers)
+    return results
+
+
+def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
+    """The prepared corpus (``data.corpus`` prepared once into the cache by rank 0, or a prepared directory), its
+    tokenizer (``model.vocab_size`` set from it), the objective and the data module, its token streams memory-mapped
+    (the streams for the objective's separator written by rank 0 if new) and set up for fitting."""
+    corpus = prepared_corpus(cfg)
+    bundle = get_bundle(cfg, corpus, run_dir)
+    objective, dm = data_module(cfg, corpus, bundle)
+    return corpus, bundle, objective, dm
+
+
+def data_module(cfg: Config, corpus: Any, bundle: Any) -> tuple[Any, Any]:
+    """The objective and the data module of ``corpus`` encoded with ``bundle`` (``model.vocab_size`` set from it),
+    its streams written by rank 0 if new and set up for fitting: a corpus too small for a batch fails here."""
+    from famlab.datamodules import PretrainDataModule
+    from famlab.objectives import make_objective
+
+    set_vocab(cfg, bundle.vocab_size)
+    objective = make_objective(cfg.objective.name, token_ids(bundle), seq_len=cfg.data.seq_len,
+                               family=cfg.model.family.value, **objective_settings(cfg))
+    dm = PretrainDataModule(
+        corpus,
+        bundle,
+        block_len=objective.raw_block_len,
+        batch_size=cfg.data.batch_size,
+        collate_fn=objective.collate,
+        separator_id=objective.separator_id,
+        cache_dir=cache_dir(cfg),
+        seed=cfg.data.seed,
+        shuffle=cfg.data.shuffle,
+        num_workers=cfg.data.num_workers,
+        val_batches=cfg.data.val_batches,
+    )
+    wait_for_rank_zero(dm.ready_file, "the token files", rank=env_rank())  # DDP: rank 0 writes, the other ranks load
+    if env_rank() == 0:
+        dm.prepare_data()  # the streams for this separator, once; also needed for the unigram floor below
+    dm.setup("fit")
+    return objective, dm
+
+
+def make_module(cfg: Config, objective: Any, dm: Any) -> Any:
+    """The ``PretrainModule`` around a new network: the unigram floor of the training split, the FLOPs of one
+    micro-batch (budget/flops x-axis) and the device's peak (perf/mfu); compiled if ``trainer.compile``."""
+    from famlab.experiments.configuration.budget import step_cost
+    from famlab.experiments.perf.hardware import peak_flops, precision_dtype
+    from famlab.families import build_network
+    from famlab.objectives import PretrainModule
+
+    net = build_network(cfg.model)
+    flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops  # families.flops
+    use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,
+                         dtype=precision_dtype(precision(cfg)))  # GPU datasheet peak at the run's dtype
+    module = PretrainModule(
+        net, objective, optim_settings(cfg, cfg.trainer.max_steps),
+        unigram_log_probs=unigram_log_probs(dm.train_token_counts()), flops_per_step=flops_per_step,
+        peak_flops=peak if peak == peak else None,  # NaN: a GPU with no datasheet entry -> no perf/mfu
+    )
+    return maybe_compile(cfg, module)
+
+
+def fit(
+    cfg: Config, trainer: Any, module: Any, dm: Any, run_dir: Path, loggers: list[Any], started: float
+) -> tuple[dict[str, float], float]:
+    """Train to ``trainer.max_steps`` (resuming under ``resume=``); returns the validation metrics before training
+    (``trainer.validate_first``, a fresh run only) and the setup time in seconds."""
+    ckpt_path = resolve_resume(cfg, run_dir / "checkpoints")
+    if ckpt_path is not None:
+        check_checkpoint_matches(ckpt_path, module)
+    setup_s = time.time() - started
+    first: dict[str, float] = {}
+    if cfg.trainer.validate_first and ckpt_path is None:
+        first = {k: float(v) for k, v in trainer.validate(module, datamodule=dm, verbose=False)[0].items()}
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    except (Preempted, NonFiniteError):
+        close_wandb(loggers)  # the checkpoint is written; finish the W&B run so its files are complete
+        raise
+    if trainer.global_step != cfg.trainer.max_steps:  # a silently short run would be reported as complete
+        planned = cfg.trainer.max_steps
+        raise RuntimeError(f"training stopped at step {trainer.global_step}, planned trainer.max_steps={planned}")
+    return first, setup_s

@@ -1,0 +1,223 @@
+"""The comparison's scheduler: its jobs (:class:`Job`), submitted ``compare.workers`` at a time to worker processes
+(:mod:`famlab.experiments.plumbing.workers`), each on a GPU of its own when there are several, a finished job
+letting the next ones start (:func:`follow_ups`), and the live view's list of them (:func:`board_entries`)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import copy
+import dataclasses
+import os
+from typing import Any
+
+from famlab.experiments.configuration.compare_defaults import (
+    worker_device,
+)
+from famlab.experiments.configuration.config import Config
+from famlab.experiments.plumbing import failures, live, workers
+from famlab.experiments.plumbing.console import quiet_libraries
+from famlab.experiments.plumbing.run import write_json
+from famlab.experiments.plumbing.signals import Preempted, SignalLatch
+from famlab.experiments.steps.compare_jobs import (
+    arm_tags,
+    evaluate_pretrained,
+    pretrain_seed,
+    scratch_baseline,
+    transfer_to,
+    tune_lr,
+)
+from famlab.experiments.steps.comparison import STATUS_DIR, Comparison, PretrainedRun, scratch_configs
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One unit of a comparison that a worker runs whole: ``pretrain`` (an arm's seed: the lr grid first for the
+    first seed when ``compare.lr_grid`` is set, then pretraining and evaluation), ``transfer`` (probe and fine-tunes
+    of one pretrained model on one task) or ``scratch`` (a family's baseline on one task)."""
+
+    kind: str
+    arm: str  # the family, for ``scratch``
+    seed: int = 0
+    task: int = 0  # index into ``Comparison.suite``
+    run: PretrainedRun | None = None  # the pretrained model a ``transfer`` starts from
+    tune: bool = False  # ``pretrain``: choose the lr on ``compare.lr_grid`` first
+    cfg: Config | None = None  # ``pretrain``: the arm's config when it changed after the workers started (lr tuned)
+
+
+@dataclasses.dataclass
+class Done:
+    """What a job hands back: its phase times, and for ``pretrain`` the run (and, tuned, the chosen lr's config)."""
+
+    phases: dict[str, float]
+    run: PretrainedRun | None = None
+    tuned: tuple[Config, Any] | None = None  # (the arm's config with its lr, its plan entry)
+
+
+def run_jobs(c: Comparison) -> None:
+    """Every job of the comparison, ``compare.workers`` at a time (:mod:`famlab.experiments.plumbing.workers`).
+
+    Submitted in this order: pretraining, longest first (:func:`pretrain_order`); the scratch baselines; each
+    pretrained model's transfers as soon as it is trained. With ``compare.lr_grid`` an arm's later seeds wait for
+    its first, which chooses their lr. Results go to run directories; here only phase times and plans meet.
+
+    A failed job, or a stop signal (SIGTERM, Ctrl-C, SLURM's SIGUSR1), starts no further job and stops the running
+    ones at their next step with a checkpoint (:class:`~famlab.experiments.plumbing.workers.Halt`); then the
+    failure, or ``Preempted``, is raised. Finished jobs stay on disk for ``resume=auto``.
+    """
+    tune = bool(c.base.compare.lr_grid)
+    pool = workers.executor(c.base.compare.workers, _start_worker, c)
+    pending: dict[cf.Future, Job] = {}
+    try:
+        with SignalLatch() as latch:
+            halt = workers.Halt(latch)
+
+            def submit(job: Job) -> None:
+                if not halt.requested:
+                    pending[pool.submit(run_job, job)] = job
+
+            for job in first_jobs(c, tune):
+                submit(job)
+            while pending:
+                finished, _ = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
+                for future in [f for f in pending if f in finished]:  # submission order: one process prints in order
+                    job = pending.pop(future)
+                    if future.cancelled():
+                        continue
+                    try:
+                        done = future.result()
+                    except cf.process.BrokenProcessPool:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - the first failure stops the comparison, after the others
+                        halt.fail(e)
+                        continue
+                    for phase, seconds in done.phases.items():
+                        c.clock.phases[phase] += seconds
+                    for follow in follow_ups(c, job, done):
+                        submit(follow)
+                if halt.requested:
+                    halt.halt(pool, list(pending))
+    except cf.process.BrokenProcessPool as e:
+        workers.stop(pool)
+        raise RuntimeError(f"a compare worker process died (killed by the system, perhaps out of memory; its jobs' "
+                           f"run directories keep what they wrote): rerun with fewer compare.workers (now "
+                           f"{c.base.compare.workers})") from e
+    except BaseException:
+        workers.stop(pool)
+        raise
+    finally:
+        _start_worker(None)
+    pool.shutdown(wait=True)
+    halt.outcome(c.comp_dir)
+
+
+def first_jobs(c: Comparison, tune: bool) -> list[Job]:
+    """The jobs that need no other: every arm's pretraining seeds (only the first when it tunes the lr), then the
+    scratch baselines."""
+    jobs = [Job("pretrain", arm, seed, tune=tune and i == 0) for arm in pretrain_order(c)
+            for i, seed in enumerate(c.base.compare.pretrain_seeds) if i == 0 or not tune]
+    if c.base.compare.scratch_seeds:
+        jobs += [Job("scratch", family, task=t) for family in scratch_configs(c.cfgs) for t in range(len(c.suite))]
+    return jobs
+
+
+def pretrain_order(c: Comparison) -> list[str]:
+    """Arms by planned pretraining FLOPs, most first, so the longest run does not start last (under a FLOP-matched
+    budget they tie, and keep the arms' order: on 2 cores the three tiny families took 262-273 s each)."""
+    return sorted(c.cfgs, key=lambda arm: c.plan.arms[arm].flops, reverse=True)
+
+
+def follow_ups(c: Comparison, job: Job, done: Done) -> list[Job]:
+    """The jobs a finished one lets start: after pretraining, its transfers (and, once an arm's lr is tuned, the
+    arm's other seeds with that lr, in this process's configs and ``plan.json``)."""
+    if job.kind != "pretrain":
+        return []
+    jobs = []
+    if done.tuned is not None:
+        c.cfgs[job.arm], c.plan.arms[job.arm] = done.tuned
+        write_json(c.comp_dir / "plan.json", c.plan.to_json())
+        jobs += [Job("pretrain", job.arm, seed, cfg=c.cfgs[job.arm]) for seed in c.base.compare.pretrain_seeds[1:]]
+    if c.base.compare.seeds or c.base.compare.probe:
+        jobs += [Job("transfer", job.arm, job.seed, t, run=done.run) for t in range(len(c.suite))]
+    return jobs
+
+
+_SHARED: Comparison | None = None  # the comparison this process runs jobs for (a worker's copy, or the parent's own)
+
+
+def _start_worker(c: Comparison | None) -> None:
+    global _SHARED
+    _SHARED = c
+    if c is not None:  # a spawned worker starts with the libraries' defaults: quiet them as the parent did
+        place_worker(c)
+        quiet_libraries(c.comp_dir / failures.LOG_NAME)
+        live.worker_console(c.comp_dir / failures.LOG_NAME)
+
+
+def place_worker(c: Comparison) -> str | None:
+    """In a worker process (``compare.workers`` > 1) on a machine with GPUs: take the next worker index and see only
+    that worker's GPU (``CUDA_VISIBLE_DEVICES``, before CUDA starts; ``trainer.devices=auto`` then means it alone).
+    Returns the GPU, or None (the CPU, or the comparison's own process)."""
+    if not c.gpus or c.base.compare.workers == 1 or c.started_workers is None:
+        return None
+    with c.started_workers.get_lock():
+        index = c.started_workers.value
+        c.started_workers.value += 1
+    gpu = worker_device(index, list(c.gpus))
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return gpu
+
+
+def run_job(job: Job) -> Done:
+    """Run ``job`` (in a worker, or in the comparison's own process with one worker) on a fresh clock, its state and
+    its fits' progress in its status file for the live view (:mod:`famlab.experiments.plumbing.live`)."""
+    assert _SHARED is not None, "run_job outside a comparison"
+    if workers.signalled() is not None:  # this worker was asked to stop: start nothing
+        raise Preempted(0, None, signum=workers.signalled(), run_dir=_SHARED.comp_dir)
+    with live.job_status(_SHARED.comp_dir / STATUS_DIR / f"{job_name(_SHARED, job)}.json") as outcome:
+        done = _run_job(dataclasses.replace(_SHARED, clock=_SHARED.clock.fresh()), job)
+        if done.run is not None:
+            loss = done.run.result.final.get("val/loss")
+            outcome["result"] = f"val/loss {loss:.4f}" if isinstance(loss, float) else ""
+    return done
+
+
+def job_name(c: Comparison, job: Job) -> str:
+    """The job's name on the live view: ``<arm>-pretrain-s<seed>``, ``<arm>-transfer-s<seed>``, ``<family>-scratch``
+    (and ``@<task>`` in a suite)."""
+    task = c.suite[job.task] if job.kind != "pretrain" else None
+    where = f"@{task.spec.name}" if task is not None else ""
+    seed = f"-s{job.seed}" if job.kind != "scratch" else ""
+    return f"{job.arm}-{job.kind}{seed}{where}"
+
+
+def board_entries(c: Comparison) -> list[live.Entry]:
+    """Every job the comparison will run, in the order it starts them, pretraining with its planned FLOPs."""
+    cmp, tasks = c.base.compare, range(len(c.suite))
+    jobs = [Job("pretrain", arm, seed) for arm in pretrain_order(c) for seed in cmp.pretrain_seeds]
+    if cmp.scratch_seeds:
+        jobs += [Job("scratch", family, task=t) for family in scratch_configs(c.cfgs) for t in tasks]
+    if cmp.seeds or cmp.probe:
+        jobs += [Job("transfer", arm, seed, t)
+                 for arm in pretrain_order(c) for seed in cmp.pretrain_seeds for t in tasks]
+    return [live.Entry(job_name(c, j), j.kind, c.plan.arms[j.arm].flops if j.kind == "pretrain" else None)
+            for j in jobs]
+
+
+def _run_job(c: Comparison, job: Job) -> Done:
+    if job.kind == "scratch":
+        scratch_baseline(c, scratch_configs(c.cfgs)[job.arm], c.suite[job.task])
+        return Done(c.clock.phases)
+    cfg = job.cfg or c.cfgs[job.arm]  # a worker's copy of the configs is the one it started with
+    if job.kind == "transfer":
+        assert job.run is not None
+        transfer_to(c, c.suite[job.task], job.arm, job.seed, job.run, arm_tags(c, cfg))
+        return Done(c.clock.phases)
+    tuned = None
+    if job.tune:
+        cfg = copy.deepcopy(cfg)
+        run = tune_lr(c, job.arm, cfg, arm_tags(c, cfg))
+        tuned = (cfg, c.plan.arms[job.arm])
+    else:
+        run = pretrain_seed(c, job.arm, cfg, arm_tags(c, cfg), job.seed)
+    evaluate_pretrained(c, job.arm, job.seed, run)
+    return Done(c.clock.phases, run, tuned)

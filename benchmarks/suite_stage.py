@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from famlab.datamodules.suite import BUNDLED_SUITE  # noqa: E402
 from famlab.experiments.configuration.config import Config  # noqa: E402
-from famlab.experiments.plumbing.run import set_vocab  # noqa: E402
+from famlab.experiments.plumbing.data_cache import set_vocab  # noqa: E402
 from famlab.experiments.steps.compare_jobs import _finetune, _probe  # noqa: E402
 from famlab.experiments.steps.compare_suite import SuiteTask, task_config, with_spec  # noqa: E402
 from famlab.experiments.steps.comparison import _subsampler, compose_all  # noqa: E402

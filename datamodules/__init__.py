@@ -3,7 +3,7 @@
 Imports neither ``families`` nor ``objectives``: the objective's / family's collator is injected
 (``docs/architecture.md``).
 Names are loaded lazily (PEP 562), so ``from famlab.datamodules import ResumableSampler`` does not pay for
-importing Lightning (about 10 s of CPU on a small machine, per DDP worker process).
+importing Lightning (seconds of CPU on a small machine, per DDP worker process; docs/results.md, Speed).
 """
 
 from __future__ import annotations

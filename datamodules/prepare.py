@@ -47,9 +47,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, overload
+from typing import IO, Any, overload
 
 import numpy as np
+import numpy.typing as npt
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.sources import (
     ReadStats,
@@ -292,7 +293,7 @@ def open_prepared(path: str | Path) -> PreparedDataset:
     return PreparedDataset(Path(path).expanduser())
 
 
-def _open_array(path: Path, dtype: Any) -> np.ndarray:
+def _open_array(path: Path, dtype: npt.DTypeLike) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)  # np.memmap refuses empty files
     return np.memmap(path, dtype=dtype, mode="r")
@@ -686,7 +687,7 @@ OFFSET_BLOCK = 1 << 17  # offsets read per pread: 1 MiB
 
 
 def copy_documents(path: Path, dtype: np.dtype, docs: np.ndarray, val_docs: np.ndarray | None, separator_id: int,
-                   f: Any, counts: np.ndarray | None) -> int:
+                   f: IO[bytes], counts: np.ndarray | None) -> int:
     """Write documents ``docs`` (indices, in this order; training positions when ``val_docs`` is given, mapped by
     :func:`train_documents`) of ``path``'s ``tokens.bin`` to ``f``, each followed by
     ``separator_id``, in chunks of about :data:`STREAM_CHUNK_TOKENS` tokens; add the written tokens to ``counts``.

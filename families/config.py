@@ -52,7 +52,11 @@ def family_traits(name: str) -> FamilyTraits:
 def add_family(name: str, traits: FamilyTraits | None = None) -> Family:
     """Make ``name`` a :class:`Family` value with its :class:`FamilyTraits`, so ``model.family=<name>`` passes
     OmegaConf and ``ModelConfig`` (the family registry calls this; ``Family(name)`` is then the one member of that
-    value)."""
+    value).
+
+    ``enum`` has no public way to add a member, so this writes its member tables (``_value2member_map_``,
+    ``_member_map_``, ``_member_names_``): famlab's one use of them, checked by ``tests/experiments/test_internals.py``.
+    """
     traits = traits or FamilyTraits()
     if name in Family._value2member_map_:
         _TRAITS[name] = traits

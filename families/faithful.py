@@ -26,8 +26,7 @@ FAITHFUL: Mapping[str, FamilyDefaults] = MappingProxyType({
         )),
         objective="mlm",
         # mean of the final states: famlab's MLM pretraining has no next-sentence task, so [CLS] and BERT's pooler
-        # are untrained; at the tiny scale a linear probe of the MLM-pretrained body read 0.27 with mean pooling and
-        # 0.15 with [CLS] (random-init body: 0.25 / 0.23). `cls` (BertForSequenceClassification's) stays available.
+        # are untrained (measured: docs/results.md, pooling). `cls` (BertForSequenceClassification's) stays available.
         pooling="mean",
         hf_fixed=("pos", "norm", "norm_position", "ffn", "bias"),
     ),
@@ -39,9 +38,8 @@ FAITHFUL: Mapping[str, FamilyDefaults] = MappingProxyType({
             tie_embeddings=True, qk_scale=None, norm_eps=1e-5, init="gpt2", dropout=0.1,
         )),
         objective="clm",
-        # mean of the causal states: at the tiny scale a linear probe of the CLM-pretrained body read 0.38 with mean
-        # pooling and 0.27 with the last token (random-init body: 0.25 / 0.14), and full fine-tuning agrees (Radford
-        # et al. 2018 read the last token of a much larger model). `last` (GPT2ForSequenceClassification's) stays.
+        # mean of the causal states: it beats the last token at small scale (docs/results.md, pooling; Radford et al.
+        # 2018 read the last token of a much larger model). `last` (GPT2ForSequenceClassification's) stays.
         pooling="mean",
         hf_fixed=("pos", "norm", "norm_position", "ffn", "bias"),
     ),

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from famlab.families import registry
-from famlab.families.heads import ClassificationHead
+from famlab.families.heads import ClassificationHead, Pooler
 from famlab.families.hf import to_hf
 from famlab.families.hf_settings import HFConversionError
 from famlab.families.network import Network
@@ -78,7 +78,7 @@ def classifier_to_hf(net: Network, head: ClassificationHead, pooling: str, label
     return model.eval()
 
 
-def bert_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Any) -> tuple[Any, dict[str, Tensor]]:
+def bert_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Pooler | None) -> tuple[Any, dict[str, Tensor]]:
     """``BertForSequenceClassification`` (``cls`` pooling through the head's pooler) and its state dict."""
     transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
     model = transformers.BertForSequenceClassification(lm.config)
@@ -90,7 +90,7 @@ def bert_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Any) -> tuple
     return model, state
 
 
-def gpt2_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Any) -> tuple[Any, dict[str, Tensor]]:
+def gpt2_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Pooler | None) -> tuple[Any, dict[str, Tensor]]:
     """``GPT2ForSequenceClassification`` (``last`` pooling; the bias moved into the final LayerNorm) and its state."""
     transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
     model = transformers.GPT2ForSequenceClassification(lm.config)

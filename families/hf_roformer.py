@@ -30,8 +30,9 @@ from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
 from famlab.families.hf import bert_head_weight_map, bert_weight_map, copy_weights
 from famlab.families.hf_settings import HFConversionError, check_expressible, config_to_hf
+from famlab.families.network import Network
 from famlab.families.registry import family, family_names
-from torch import Tensor, nn
+from torch import Tensor
 
 ROFORMER_BASE = 10000.0  # RoFormerSinusoidalPositionalEmbedding.create_weight: pos / 10000^(2i/D)
 # BertConfig keys RoFormerConfig reads with the same meaning
@@ -78,12 +79,12 @@ def interleave_rows(x: Tensor, num_heads: int) -> Tensor:
     return x.unflatten(0, (num_heads, D))[:, order].flatten(0, 1)  # (H, D, ...) -> (H*D, ...)
 
 
-def roformer_to_hf(net: nn.Module) -> Any:
+def roformer_to_hf(net: Network) -> Any:
     """``RoFormerForMaskedLM`` with the logits of the rotary BERT ``net``; raises HFConversionError (before anything
     is built) naming the first ``model.*`` setting RoFormer cannot express."""
     transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
 
-    cfg: ModelConfig = net.config  # type: ignore[assignment]
+    cfg = net.config
     check_roformer_expressible(cfg)
     bert = config_to_hf(_as_bert(cfg))
     hf_cfg = transformers.RoFormerConfig(

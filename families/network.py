@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from famlab.families.blocks.attention import Attention
 from famlab.families.blocks.feedforward import FeedForward
-from famlab.families.blocks.layers import Stack
+from famlab.families.blocks.layers import LayerCache, Stack
 from famlab.families.blocks.norms import RMSNorm
 from famlab.families.blocks.positions import LearnedPositions, T5RelativeBias, make_positions
 from famlab.families.config import ConfigError, InitScheme, ModelConfig, NormPosition
@@ -91,7 +91,7 @@ class EncoderDecoder(Network, Protocol):
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor: ...
 
     def decode(self, decoder_input_ids: Tensor, encoder_hidden: Tensor, encoder_attention_mask: Tensor | None = None,
-               decoder_attention_mask: Tensor | None = None, cache: Any = None) -> Tensor: ...
+               decoder_attention_mask: Tensor | None = None, cache: list[LayerCache] | None = None) -> Tensor: ...
 
     def output_embedding(self) -> tuple[Tensor, float]: ...
 

@@ -28,7 +28,9 @@ from famlab.families.config import (
     remove_family,
 )
 from famlab.families.formats import Arch, InputFormat
+from famlab.families.heads import Pooler
 from famlab.families.network import Network
+from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class HFAdapter:
     weight_map: Callable[[ModelConfig, str], list[tuple[str, list[str], str]]]
     bodies: tuple[str, ...] = ()
     always_tied: bool = False
-    classifier: Callable[[Any, Any, Any, Any], Any] | None = None
+    # (the HF LM, head weight, head bias, the head's pooler) -> (the HF sequence classifier, its state dict)
+    classifier: Callable[[Any, Tensor, Tensor, Pooler | None], tuple[Any, dict[str, Tensor]]] | None = None
     classifier_pooling: str | None = None
     body_pooler: bool = False
     encoder_class: str | None = None
@@ -177,7 +180,7 @@ def family(name: str | Family) -> FamilySpec:
     return _SPECS[str(key)]
 
 
-def family_of(net: Any) -> FamilySpec:
+def family_of(net: object) -> FamilySpec:
     """The spec of a network's family (``net.family``); a ConfigError for anything else."""
     name = getattr(net, "family", None)
     if not isinstance(name, str) or name not in _SPECS:

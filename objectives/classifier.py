@@ -21,7 +21,7 @@ from famlab.families import heads, registry
 from famlab.families.network import Network
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch
-from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups
+from famlab.objectives.optim import OptimSettings, attached_trainer, configure_optimizer, decay_groups
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
 
@@ -127,8 +127,9 @@ class ClassifierModule(L.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         loss = F.cross_entropy(self(batch).float(), batch["labels"])
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        if self._trainer is not None and self.trainer.optimizers:
-            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        trainer = attached_trainer(self)
+        if trainer is not None and trainer.optimizers:
+            self.log("train/lr", trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
     def _evaluate(self, batch: Batch, metrics: MetricCollection) -> torch.Tensor:

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from famlab.families.config import PosScheme
+from famlab.families.config import ModelConfig, PosScheme
 from famlab.families.formats import Arch
 from famlab.families.network import Network
 from famlab.families.registry import FamilySpec, families_of, family_names, family_of
@@ -131,7 +131,7 @@ def _result(measure: str, log_prob: float, num_bytes: int, num_tokens: int, num_
     return ByteScore(measure, bits / num_bytes, bits, num_bytes, num_tokens, num_texts, num_skipped)
 
 
-def _config(net: Network) -> Any:
+def _config(net: Network) -> ModelConfig:
     """The network's `ModelConfig`."""
     return net.config
 

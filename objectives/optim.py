@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from famlab.families.network import Network
 from famlab.objectives.errors import ObjectiveError
 from torch import nn
+
+if TYPE_CHECKING:
+    import lightning as L
 
 OPTIMIZERS = ("adamw", "adafactor")
 
@@ -37,7 +40,7 @@ class OptimSettings:
         max_steps: optimiser steps until the cosine reaches its floor (`trainer.max_steps` usually).
         min_lr_ratio: the cosine's floor as a fraction of `lr`.
         fused: fused AdamW kernel; `None` = automatic (fused for float parameters on CPU and CUDA, where torch
-            has the kernel: about 3x faster than the foreach path on CPU, measured by `famlab bench`).
+            has the kernel: faster than the foreach path on CPU too; docs/results.md, Speed).
     """
 
     lr: float = 3e-4
@@ -110,3 +113,12 @@ def configure_optimizer(groups: Iterable[dict[str, Any]], settings: OptimSetting
         optimizer = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, eps=settings.eps, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, settings))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+
+
+def attached_trainer(module: L.LightningModule) -> L.Trainer | None:
+    """The ``Trainer`` ``module`` is attached to, or None (a module called outside ``fit``: Lightning's public
+    ``trainer`` property raises ``RuntimeError`` then)."""
+    try:
+        return module.trainer
+    except RuntimeError:
+        return None

@@ -16,7 +16,7 @@ import torch
 from famlab.families.network import Network
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.objective import Batch, Objective
-from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups
+from famlab.objectives.optim import OptimSettings, attached_trainer, configure_optimizer, decay_groups
 from torchmetrics import SumMetric
 
 
@@ -82,7 +82,8 @@ class PretrainModule(L.LightningModule):
         return out.loss
 
     def _world_size(self) -> int:
-        return self.trainer.world_size if self._trainer is not None else 1
+        trainer = attached_trainer(self)
+        return trainer.world_size if trainer is not None else 1
 
     def _log_budget(self, batch: Batch) -> None:
         """Tokens, FLOPs, throughput and learning rate. Every rank reads an equal batch (packed blocks, no
@@ -102,8 +103,9 @@ class PretrainModule(L.LightningModule):
             if self.flops_per_step is not None and self.peak_flops:
                 self.log("perf/mfu", self.flops_per_step / elapsed / self.peak_flops, on_step=True)
         self._last_step_time = now
-        if self._trainer is not None and self.trainer.optimizers:
-            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        trainer = attached_trainer(self)
+        if trainer is not None and trainer.optimizers:
+            self.log("train/lr", trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
 
     def on_train_epoch_start(self) -> None:
         self._last_step_time = None  # do not count the time spent outside training steps

@@ -59,13 +59,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
+import numpy as np
 import torch
 from famlab.families import registry
-from famlab.families.config import PosScheme
+from famlab.families.config import ModelConfig, PosScheme
 from famlab.families.formats import Arch, InputFormat, causal_lead
-from famlab.families.network import Network
+from famlab.families.network import CausalDecoder, EncoderDecoder, Network
 from famlab.families.registry import family_names
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.prefix import prefix_lm_mask
@@ -174,13 +175,11 @@ class BigramLM(nn.Module):
         return cls(vocab_size, keys, counts, unigram, k)
 
     @classmethod
-    def fit_stream(cls, stream: Any, vocab_size: int, *, separator: int, k: float = 0.1,
+    def fit_stream(cls, stream: np.ndarray | Sequence[int], vocab_size: int, *, separator: int, k: float = 0.1,
                    chunk: int = 1 << 24) -> BigramLM:
         """The counts :meth:`fit` gives for the documents of ``stream`` (a 1-D token array, e.g. a prepared
         training stream's memory map, in which each document is followed by ``separator``), counted ``chunk`` tokens
         at a time: memory grows with the distinct bigrams, not with the corpus."""
-        import numpy as np
-
         keys, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         unigram = np.zeros(vocab_size, dtype=np.int64)
         last = separator  # the first document is preceded by the separator, as in fit
@@ -220,7 +219,7 @@ class BigramLM(nn.Module):
         return float(-self.log_prob(*seq).mean())
 
 
-def _config(net: Network) -> Any:
+def _config(net: Network) -> ModelConfig:
     return net.config
 
 
@@ -343,7 +342,7 @@ class Scorer:
         return out, tokens
 
     def _bigram(self, context: list[int], conts: list[list[int]]) -> tuple[float, Tensor]:
-        net: Any = self.net
+        net = cast(BigramLM, self.net)
         c = torch.tensor(context, device=self.device)
         ctx_lp = float(net.log_prob(c[:-1], c[1:]).sum())
         rows = _pad([[context[-1], *cont] for cont in conts], self.ids.pad).to(self.device)  # (K, T + 1)
@@ -352,7 +351,7 @@ class Scorer:
     def _gpt(self, context: list[int], conts: list[list[int]], bidirectional: int) -> tuple[float, Tensor]:
         """Summed log-probability of ``context[1:]`` (causal part) and per-token log-probabilities ``(K, T)`` of
         each continuation. ``bidirectional``: length of the context's prefix-LM prefix (0 = plain causal)."""
-        net: Any = self.net
+        net = cast(CausalDecoder, self.net)
         width = max(len(c) for c in conts)
         _check_len(net, len(context) + width - 1)  # fed: the context, then each continuation but its last token
         cache = net.decoder.new_cache()
@@ -395,7 +394,7 @@ class Scorer:
 
     def _t5(self, encoder: list[int], given: list[int], targets: list[list[int]]) -> Tensor:
         """Per-token log-probabilities ``(K, T)`` of each target: one encoder pass shared by the K decodes."""
-        net: Any = self.net
+        net = cast(EncoderDecoder, self.net)
         K = len(targets)
         rows = _pad([[self.ids.pad, *given, *t] for t in targets], self.ids.pad).to(self.device)  # (K, 1 + G + T)
         _check_len(net, max(len(encoder), rows.shape[1] - 1))  # encoder and decoder stacks share max_seq_len
@@ -406,7 +405,7 @@ class Scorer:
 
     def _pll(self, prefix: list[int], spans: list[list[int]], suffix: list[int]) -> list[float]:
         """BERT: one row per span token with that token masked; all candidates of the item in one batch."""
-        net: Any = self.net
+        net = cast(Network, self.net)
         ids = self.ids
         rows, positions, targets, owner = [], [], [], []
         fmt = self.format

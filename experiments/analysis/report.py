@@ -15,6 +15,7 @@ table (:mod:`famlab.experiments.analysis.suite_table`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -23,14 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from famlab.datamodules.tasks import Example
 from famlab.experiments.analysis import suite_table, transfer
 from famlab.experiments.analysis.results import (
     ArmBudget,
+    ArmRow,
+    EvalRecord,
     FinetuneResult,
     Plan,
     PretrainResult,
+    PretrainRow,
     RunRecord,
+    Stat,
     StepFailure,
+    read_config,
     read_failures,
     read_result,
 )
@@ -38,12 +45,13 @@ from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES
 from famlab.experiments.analysis.suite_table import read_tasks
 from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
-from famlab.experiments.configuration.compose import family_settings
+from famlab.experiments.configuration.compose import family_settings, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.configuration.task import load_configured_task
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
+Reference = dict[str, Any]  # a reference row's test/acc, test/f1, test/mcc (and the majority class's label ...)
 
 
 def _load(run_dir: Path) -> RunRecord | None:
@@ -61,9 +69,10 @@ def _load(run_dir: Path) -> RunRecord | None:
         return None
     evaluation = None
     if (run_dir / "eval.json").is_file():
-        evaluation = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
-    return RunRecord(path=run_dir, config=yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
-                     results=results, eval=evaluation, metrics=read_metrics(run_dir / "metrics.csv"))
+        evaluation = EvalRecord.from_json(json.loads((run_dir / "eval.json").read_text(encoding="utf-8")))
+    config = read_config(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
+    return RunRecord(path=run_dir, config=config, results=results, eval=evaluation,
+                     metrics=read_metrics(run_dir / "metrics.csv"))
 
 
 def collect(dirs: list[Path]) -> tuple[list[RunRecord], Plan | None]:
@@ -84,7 +93,7 @@ def collect(dirs: list[Path]) -> tuple[list[RunRecord], Plan | None]:
     return runs, plan
 
 
-def _mean_std(values: list[float]) -> tuple[float, float, int]:
+def _mean_std(values: list[float]) -> Stat:
     if not values:
         return math.nan, math.nan, 0
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values)
@@ -116,7 +125,7 @@ def _throughput(metrics: list[dict[str, float]]) -> float:
 
 def _objective(run: RunRecord) -> str | None:
     stated = run.results.objective if isinstance(run.results, PretrainResult) else None
-    return (run.config.get("objective") or {}).get("name") or stated
+    return run.config.objective.name or stated
 
 
 def label_arms(runs: list[RunRecord], plan: Plan | None) -> None:
@@ -155,14 +164,14 @@ def pretrain_runs(runs: list[RunRecord], arm: str, plan: Plan | None) -> list[Ru
     for r in runs:
         if r.arm != arm or r.job != "pretrain":
             continue
-        o = r.config["optim"]
-        if "lr-tune" in r.config["wandb"]["tags"] and not (chosen and math.isclose(o["lr"] * o["lr_scale"], chosen)):
+        o = r.config.optim
+        if "lr-tune" in r.config.wandb.tags and not (chosen and math.isclose(o.lr * o.lr_scale, chosen)):
             continue
         out.append(r)
     return out
 
 
-def summarize(runs: list[RunRecord], plan: Plan | None) -> dict[str, dict[str, Any]]:
+def summarize(runs: list[RunRecord], plan: Plan | None) -> dict[str, ArmRow]:
     """Per-arm numbers (the report table) from run records, keyed by arm name (the family when each family was
     pretrained with one objective). Each family's scratch baseline is in every row of that family; a family
     with only scratch runs gets a row of its own."""
@@ -171,64 +180,71 @@ def summarize(runs: list[RunRecord], plan: Plan | None) -> dict[str, dict[str, A
     for r in runs:
         if r.arm is not None and r.arm not in order:
             order.append(r.arm)
-    arms: dict[str, dict[str, Any]] = {}
+    arms: dict[str, ArmRow] = {}
     for arm in order:
         mine = [r for r in runs if r.arm == arm]
         if not mine:
             continue
         pre = pretrain_runs(runs, arm, plan)
         tuned = [r for r in mine if r.job == "finetune"]
-        row: dict[str, Any] = {"family": mine[0].family, "objective": _objective(mine[0])}
+        row = ArmRow(family=mine[0].family, objective=_objective(mine[0]))
         if pre:
-            row.update(pretrain_row(pre, plan.arms.get(arm) if plan is not None else None))
+            row.pretrain = pretrain_row(pre, plan.arms.get(arm) if plan is not None else None)
+            row.objective = next(r.results.objective for r in pre if isinstance(r.results, PretrainResult))
         if tuned:
             vals = _ft_scores(tuned)
-            row["finetune"] = {m: _mean_std(vals[m]) for m in METRICS}
-            row["finetune_values"] = vals
-            row["finetune_nested_values"] = _ft_nested(tuned)  # per pretraining run: the tests' unit
+            row.finetune = {m: _mean_std(vals[m]) for m in METRICS}
+            row.finetune_values = vals
+            row.finetune_nested_values = _ft_nested(tuned)  # per pretraining run: the tests' unit
         arms[arm] = row
     for fam in dict.fromkeys(r.family for r in runs if r.is_scratch):
         vals = _ft_scores([r for r in runs if r.is_scratch and r.family == fam])
-        rows = [row for row in arms.values() if row["family"] == fam]
+        rows = [row for row in arms.values() if row.family == fam]
         if not rows:
-            rows = [arms.setdefault(fam, {"family": fam, "objective": None})]
+            rows = [arms.setdefault(fam, ArmRow(family=fam))]
         for row in rows:
-            row["scratch"] = {m: _mean_std(vals[m]) for m in METRICS}
-            row["scratch_values"] = vals
+            row.scratch = {m: _mean_std(vals[m]) for m in METRICS}
+            row.scratch_values = vals
     return arms
 
 
-def pretrain_row(pre: list[RunRecord], planned: ArmBudget | None) -> dict[str, Any]:
+def pretrain_row(pre: list[RunRecord], planned: ArmBudget | None) -> PretrainRow:
     """An arm's pretraining numbers: sizes and budget (the plan's where the runs do not state them), validation
     loss, perplexity and unigram floor, lr, throughput and wall time (means over pretraining seeds), the loss at
     2x / 4x the training length and bits per byte."""
     res = [r.results for r in pre if isinstance(r.results, PretrainResult)]
-    optim = pre[0].config["optim"]
-    row: dict[str, Any] = {
-        "objective": res[0].objective,
-        "pretrain_seeds": len(pre),
-        "params": res[0].num_params,
-        "non_embedding_params": planned.non_embedding_params if planned else None,
-        "steps": res[0].steps,
-        "corpus_tokens": planned.corpus_tokens if planned else None,
-        "flops": (res[0].budget or {}).get("flops") or (planned.flops if planned else None),
-        "val_loss": statistics.fmean(r.final["val/loss"] for r in res),
-        "val_ppl": statistics.fmean(r.final["val/ppl"] for r in res),
-        "unigram_loss": statistics.fmean(r.final.get("val/unigram_loss", math.nan) for r in res),
-        "lr": optim["lr"] * optim["lr_scale"],
-        "tokens_per_s": statistics.fmean(_throughput(r.metrics) for r in pre),
-        "wall_s": statistics.fmean(r.wall_s for r in res),
-    }
+    optim = pre[0].config.optim
+    loss_at = {}
     for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
         losses = [((r.length_extrapolation or {}).get(k) or {}).get("loss") for r in res]
-        row[f"loss_{k}"] = statistics.fmean(losses) if losses and None not in losses else None
-    scores = [r.eval["byte_score"] for r in pre if r.eval is not None and "byte_score" in r.eval]
+        loss_at[k] = statistics.fmean(losses) if losses and None not in losses else None
+    row = PretrainRow(
+        pretrain_seeds=len(pre),
+        params=res[0].num_params,
+        non_embedding_params=planned.non_embedding_params if planned else None,
+        steps=res[0].steps,
+        corpus_tokens=planned.corpus_tokens if planned else None,
+        flops=(res[0].budget or {}).get("flops") or (planned.flops if planned else None),
+        val_loss=statistics.fmean(r.final["val/loss"] for r in res),
+        val_ppl=statistics.fmean(r.final["val/ppl"] for r in res),
+        unigram_loss=statistics.fmean(r.final.get("val/unigram_loss", math.nan) for r in res),
+        lr=optim.lr * optim.lr_scale,
+        tokens_per_s=statistics.fmean(_throughput(r.metrics) for r in pre),
+        wall_s=statistics.fmean(r.wall_s for r in res),
+        loss_2x=loss_at["2x"],
+        loss_4x=loss_at["4x"],
+    )
+    scores = [r.eval.byte_score for r in pre if r.eval is not None and r.eval.byte_score is not None]
     if scores:
-        row[scores[0]["measure"]] = statistics.fmean(s["value"] for s in scores)
+        mean = statistics.fmean(s.value for s in scores)
+        if scores[0].measure == "pll_bits_per_byte":
+            row.pll_bits_per_byte = mean
+        else:
+            row.bits_per_byte = mean
     return row
 
 
-def majority_reference(runs: list[RunRecord]) -> dict[str, Any] | None:
+def majority_reference(runs: list[RunRecord]) -> Reference | None:
     """The majority-class baseline the first fine-tune stored (every fine-tune of a task tests the same split)."""
     for r in runs:
         if isinstance(r.results, FinetuneResult):
@@ -236,14 +252,14 @@ def majority_reference(runs: list[RunRecord]) -> dict[str, Any] | None:
     return None
 
 
-def tfidf_reference(runs: list[RunRecord], cache: Path | None, stored: list[Path] = ()) -> dict[str, Any] | None:
+def tfidf_reference(runs: list[RunRecord], cache: Path | None, stored: list[Path] = ()) -> Reference | None:
     """TF-IDF (word 1-2 grams) + logistic regression on the fine-tuning task's train split, scored on its test
     split (the split the fine-tunes are tested on). Cached in ``cache`` keyed by task and split settings."""
     ft = next((r for r in runs if r.job == "finetune"), None)
     if ft is None:
         return None
-    d = ft.config["data"]
-    key = {k: d.get(k) for k in ("task", "seed", "val_fraction", "test_fraction", "text_column", "label_column")}
+    d = ft.config.data
+    key = {k: getattr(d, k) for k in ("task", "seed", "val_fraction", "test_fraction", "text_column", "label_column")}
     for path in [p for p in (cache, *stored) if p is not None and p.is_file()]:  # computed earlier: reuse
         saved = json.loads(path.read_text(encoding="utf-8"))
         if saved.get("key") == key:
@@ -256,7 +272,7 @@ def tfidf_reference(runs: list[RunRecord], cache: Path | None, stored: list[Path
 
     task = load_configured_task(d)
 
-    def text(e: Any) -> str:
+    def text(e: Example) -> str:
         return e.text if e.text_pair is None else f"{e.text} [SEP] {e.text_pair}"
 
     vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=100_000)
@@ -265,7 +281,7 @@ def tfidf_reference(runs: list[RunRecord], cache: Path | None, stored: list[Path
     y_true = [e.label for e in task.test]
     y_pred = clf.predict(vec.transform([text(e) for e in task.test])).tolist()
     labels = list(range(len(task.labels)))
-    result = {
+    result: Reference = {
         "test/acc": float(accuracy_score(y_true, y_pred)),
         "test/f1": float(f1_score(y_true, y_pred, average="macro", labels=labels, zero_division=0)),
         "test/mcc": float(matthews_corrcoef(y_true, y_pred)),
@@ -298,7 +314,7 @@ def suite_tasks(
     return out
 
 
-def significance(families: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[dict[str, Any]]:
+def significance(families: dict[str, ArmRow], metric: str = "test/acc") -> list[dict[str, Any]]:
     """A two-sided test of fine-tune scores for every pair of arms (:func:`pair_test`), Holm-corrected across pairs."""
     from famlab.experiments.analysis.stats import holm
 
@@ -312,12 +328,12 @@ def significance(families: dict[str, dict[str, Any]], metric: str = "test/acc") 
     return out
 
 
-def _runs_of(row: dict[str, Any], metric: str) -> list[list[float]]:
+def _runs_of(row: ArmRow, metric: str) -> list[list[float]]:
     """An arm's scores, one list per pretraining run (a row without them: all its scores as one run)."""
-    nested = row.get("finetune_nested_values", {}).get(metric)
+    nested = row.finetune_nested_values.get(metric)
     if nested:
         return [list(g) for g in nested if g]
-    flat = row.get("finetune_values", {}).get(metric, [])
+    flat = row.finetune_values.get(metric, [])
     return [list(flat)] if flat else []
 
 
@@ -349,7 +365,7 @@ def pair_test(pair: str, a: list[list[float]], b: list[list[float]]) -> dict[str
             "df": w.df if math.isfinite(w.df) else None}
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
+def _fmt(x: float | None, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 1e4):
@@ -357,38 +373,38 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
-def _ms(t: tuple[float, float, int] | None) -> str:
+def _ms(t: Stat | None) -> str:
     return "-" if t is None or t[2] == 0 else f"{t[0]:.3f} ± {t[1]:.3f} (n={t[2]})"
 
 
-def tables(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any) -> tuple[str, str]:
+def tables(families: dict[str, ArmRow], majority: Reference | None, tfidf: Reference | None) -> tuple[str, str]:
     """(pretraining table, fine-tuning table) in Markdown: one row per arm (``families`` from :func:`summarize`),
     each family's scratch baseline once, after its last arm."""
     head = ("| family | objective | params | non-emb params | steps | corpus tokens | FLOPs | val loss | val ppl | "
             "unigram floor | val loss 2x / 4x length | causal bits/byte | one-span bits/byte | PLL bits/byte | lr | "
             "tokens/s | wall s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in families.values():
-        if "val_loss" not in r:
+    for row in families.values():
+        if (r := row.pretrain) is None:
             continue
         lines.append("| " + " | ".join([
-            r["family"], str(r["objective"]), _fmt(r["params"]), _fmt(r["non_embedding_params"]), str(r["steps"]),
-            _fmt(r["corpus_tokens"]), f"{r['flops']:.3e}" if r["flops"] else "-", _fmt(r["val_loss"]),
-            _fmt(r["val_ppl"], 1), _fmt(r["unigram_loss"]), f"{_fmt(r.get('loss_2x'))} / {_fmt(r.get('loss_4x'))}",
-            *(_fmt(r.get("bits_per_byte")) if bpb_rule(r["family"], str(r["objective"])) == rule else "-"
+            row.family, str(row.objective), _fmt(r.params), _fmt(r.non_embedding_params), str(r.steps),
+            _fmt(r.corpus_tokens), f"{r.flops:.3e}" if r.flops else "-", _fmt(r.val_loss),
+            _fmt(r.val_ppl, 1), _fmt(r.unigram_loss), f"{_fmt(r.loss_2x)} / {_fmt(r.loss_4x)}",
+            *(_fmt(r.bits_per_byte) if bpb_rule(row.family, str(row.objective)) == rule else "-"
               for rule in ("causal", "one span")),
-            _fmt(r.get("pll_bits_per_byte")), f"{r['lr']:.2g}", _fmt(r["tokens_per_s"], 0), _fmt(r["wall_s"], 1),
+            _fmt(r.pll_bits_per_byte), f"{r.lr:.2g}", _fmt(r.tokens_per_s, 0), _fmt(r.wall_s, 1),
         ]) + " |")
     pre = "\n".join(lines)
     head2 = "| model | test acc | test F1 (macro) | test MCC |"
     lines = [head2, "|---|---|---|---|"]
     rows = list(families.items())
-    for i, (arm, r) in enumerate(rows):
-        if "finetune" in r:
-            lines.append(f"| {arm} pretrained | " + " | ".join(_ms(r["finetune"][m]) for m in METRICS) + " |")
-        last_of_family = all(other["family"] != r["family"] for _, other in rows[i + 1:])
-        if "scratch" in r and last_of_family:
-            lines.append(f"| {r['family']} scratch | " + " | ".join(_ms(r["scratch"][m]) for m in METRICS) + " |")
+    for i, (arm, a) in enumerate(rows):
+        if a.finetune is not None:
+            lines.append(f"| {arm} pretrained | " + " | ".join(_ms(a.finetune[m]) for m in METRICS) + " |")
+        last_of_family = all(other.family != a.family for _, other in rows[i + 1:])
+        if a.scratch is not None and last_of_family:
+            lines.append(f"| {a.family} scratch | " + " | ".join(_ms(a.scratch[m]) for m in METRICS) + " |")
     for name, ref in (("majority class", majority), ("TF-IDF + logistic regression", tfidf)):
         if ref:
             lines.append(f"| {name} (reference) | " + " | ".join(_fmt(ref[m]) for m in METRICS) + " |")
@@ -416,7 +432,7 @@ def _curve(run: RunRecord, key: str) -> tuple[list[float], list[float], list[flo
 
 
 def plot_pretraining(
-    runs: list[RunRecord], families: dict[str, dict[str, Any]], path: Path, plan: Plan | None = None
+    runs: list[RunRecord], families: dict[str, ArmRow], path: Path, plan: Plan | None = None
 ) -> Path:
     """One panel pair per arm: loss vs tokens read and vs training FLOPs, with the arm's unigram floor.
 
@@ -429,29 +445,30 @@ def plot_pretraining(
     import matplotlib.pyplot as plt
 
     pre = {a: rs for a in families if (rs := pretrain_runs(runs, a, plan))}
-    colors = _family_colors(list(dict.fromkeys(r["family"] for r in families.values())))
+    colors = _family_colors(list(dict.fromkeys(r.family for r in families.values())))
     n = max(1, len(pre))
     tall = n > 4
     shape, size = ((n, 2), (9.6, 3.4 * n)) if tall else ((2, n), (4.6 * n, 7.2))
     fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
-    crossed = any(a != r["family"] for a, r in families.items())
+    crossed = _crossed(families)
     for col, (arm, rs) in enumerate(pre.items()):
-        fam = families[arm]["family"]
+        fam = families[arm].family
         for row, (key, unit, short) in enumerate((("budget/tokens", "tokens read by the network", "tokens"),
                                                   ("budget/flops", "training FLOPs", "FLOPs"))):
             ax = axes[col][row] if tall else axes[row][col]
             for i, r in enumerate(rs):
                 tx, ty, vx, vy = _curve(r, key)
-                seed = r.config["seed"]
+                seed = r.config.seed
                 ax.plot(tx, ty, color=colors[fam], alpha=0.35, lw=1, label="train loss" if i == 0 else None)
                 ax.plot(vx, vy, "o-", color=colors[fam], ms=3, label=f"val loss (seed {seed})")
-            floor = families[arm].get("unigram_loss")
+            row = families[arm].pretrain
+            floor = row.unigram_loss if row is not None else None
             if floor is not None and not math.isnan(floor):
                 ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor {floor:.2f}")
             ax.set_xlabel(unit)
             ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))  # 1e5 tokens / 1e11 FLOPs: no overlap
             ax.set_ylabel("loss (nats per label token)")
-            ax.set_title(f"{fam} ({families[arm].get('objective')}): loss vs {short}")
+            ax.set_title(f"{fam} ({families[arm].objective}): loss vs {short}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     per = "arm (family, objective)" if crossed else "family"
@@ -462,7 +479,8 @@ def plot_pretraining(
     return path
 
 
-def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any, path: Path) -> Path:
+def plot_finetune(families: dict[str, ArmRow], majority: Reference | None, tfidf: Reference | None, path: Path
+                  ) -> Path:
     """Fine-tune test scores per arm (mean +- std over seeds), pretrained and (once per family) scratch, with
     reference lines."""
     import matplotlib
@@ -476,13 +494,13 @@ def plot_finetune(families: dict[str, dict[str, Any]], majority: Any, tfidf: Any
     wide = ((1, len(METRICS)), (5 * len(METRICS), 4.2))
     shape, size = ((len(METRICS), 1), (width, 4.2 * len(METRICS))) if many else wide
     fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
-    colors = _family_colors(list(dict.fromkeys(r["family"] for r in families.values())))
+    colors = _family_colors(list(dict.fromkeys(r.family for r in families.values())))
     for ax, metric in zip(axes.flat, METRICS, strict=True):
         scratch_shown: set[str] = set()
         for i, arm in enumerate(names):
-            fam = families[arm]["family"]
+            fam = families[arm].family
             for j, (label, hatch) in enumerate((("finetune", None), ("scratch", "//"))):
-                stat = families[arm].get(label, {}).get(metric)
+                stat = (getattr(families[arm], label) or {}).get(metric)
                 if stat is None or stat[2] == 0 or (label == "scratch" and fam in scratch_shown):
                     continue
                 scratch_shown.update([fam] if label == "scratch" else [])
@@ -519,9 +537,9 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     sig = significance(families)
     pre_table, ft_table = tables(families, majority, tfidf)
     tasks = suite_tasks(dirs, runs, plan, out_dir)
-    scale = runs[0].config.get("size") or "custom"
+    scale = runs[0].config.size or "custom"
     smoke = transfer.smoke_scale(scale, plan)
-    suite = suite_table.section(tasks, {a: r["family"] for a, r in families.items()}, smoke) if tasks else None
+    suite = suite_table.section(tasks, {a: r.family for a, r in families.items()}, smoke) if tasks else None
     failed = [f for d in dirs for f in read_failures(d)]
     curves = _plot(failed, out_dir, plot_pretraining, runs, families, out_dir / "pretrain_curves.png", plan)
     scores = _plot(failed, out_dir, plot_finetune, families, majority, tfidf,
@@ -538,22 +556,23 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
         md += finetune_section(ft_table, _between(families), sig)
     md += [significance_line(s) for s in sig]
     bought = transfer.section(runs, probes, families, out_dir, dirs, smoke)
-    md += ["", *with_failed_rows(bought["markdown"], failed, "probe")]
+    md += ["", *with_failed_rows(bought.markdown, failed, "probe")]
     if suite is not None:  # the suite score's gains open "What pretraining bought"
         at = md.index("## What pretraining bought") + 2
         md[at:at] = suite.gains_markdown
     md += ["", "## Plots", ""] + ([f"![pretraining curves]({curves.name})", ""] if curves is not None else [])
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
-    clean = {f: {k: v for k, v in r.items() if not k.endswith("_values")} for f, r in families.items()}
+    clean = {f: r.to_json() for f, r in families.items()}
     results = {
         "scale": scale, "plan": plan.to_json() if plan is not None else None, "families": clean,
         "reference": {"majority": majority, "tfidf": tfidf},
         "significance": sig, "runs": [str(r.path) for r in [*runs, *probes]],
         "tables": {"pretrain": pre_table, **({"finetune": ft_table} if suite is None else suite.tables),
-                   **bought["tables"]},
-        "gains": bought["gains"], "probe_gains": bought["probe_gains"], "protocol": bought["protocol"],
-        "wall": bought["wall"],
+                   **bought.tables},
+        "gains": [dataclasses.asdict(g) for g in bought.gains],
+        "probe_gains": [dataclasses.asdict(g) for g in bought.probe_gains], "protocol": bought.protocol,
+        "wall": dataclasses.asdict(bought.wall) if bought.wall is not None else None,
         "zero_shot": zero_shot, "wandb_summary": zero_shot_summary(zero_shot),  # scalars for the W&B report run
         "failed": [f.to_json() for f in failed],
     }
@@ -613,27 +632,27 @@ def _plot(failed: list[StepFailure], out_dir: Path, fn: Any, *args: Any) -> Path
         return None
 
 
-def _crossed(families: dict[str, dict[str, Any]]) -> bool:
+def _crossed(families: dict[str, ArmRow]) -> bool:
     """Whether the rows are arms of families x ``compare.objectives`` rather than one per family."""
-    return any(a != r["family"] for a, r in families.items())
+    return any(a != r.family for a, r in families.items())
 
 
-def _between(families: dict[str, dict[str, Any]]) -> str:
+def _between(families: dict[str, ArmRow]) -> str:
     return "arms (family x objective)" if _crossed(families) else "families"
 
 
 def report_header(
-    runs: list[RunRecord], families: dict[str, dict[str, Any]], plan: Plan | None, scale: str
+    runs: list[RunRecord], families: dict[str, ArmRow], plan: Plan | None, scale: str
 ) -> list[str]:
     """The title, the scale line and the budget line."""
     first_cfg = runs[0].config
     md = [f"# famlab comparison: {', '.join(families)}", ""]
-    m = first_cfg["model"]
-    per_family = {r.family: r.config["data"]["batch_size"] for r in runs}
+    m = first_cfg.model
+    per_family = {r.family: r.config.data.batch_size for r in runs}
     batches = " / ".join(f"{f} {b}" for f, b in per_family.items())  # size presets may set it per family
-    md.append(f"Scale: `{scale}` (dim {m['dim']}, {m['num_layers']} layers, {m['num_heads']} heads, "
-              f"seq_len {first_cfg['data']['seq_len']}, pretraining batch {batches}, "
-              f"corpus `{first_cfg['data']['corpus']}`, task `{first_cfg['data']['task']}`).")
+    md.append(f"Scale: `{scale}` (dim {m.dim}, {m.num_layers} layers, {m.num_heads} heads, "
+              f"seq_len {first_cfg.data.seq_len}, pretraining batch {batches}, "
+              f"corpus `{first_cfg.data.corpus}`, task `{first_cfg.data.task}`).")
     departures = architecture_departures(runs)
     if departures:
         md.append(f"Settings that differ from each family's reference architecture (`famlab config <family>`): "
@@ -654,7 +673,7 @@ def architecture_departures(runs: list[RunRecord]) -> str:
         if run.job != "pretrain" or run.family in seen:
             continue
         seen.add(run.family)
-        model = run.config.get("model", {})
+        model = to_plain(run.config)["model"]  # as config.yaml writes it (enums as their values)
         differ = [f"{key}={model[key]} (reference {ref})" for key, ref in family_settings(run.family).items()
                   if key in model and str(model[key]).lower() != str(ref).lower()]
         if differ:

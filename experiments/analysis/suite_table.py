@@ -25,7 +25,7 @@ from typing import Any
 
 from famlab.datamodules.suite import TaskSpec
 from famlab.experiments.analysis import transfer
-from famlab.experiments.analysis.results import FinetuneResult, ProbeResult, RunRecord
+from famlab.experiments.analysis.results import ArmRow, FinetuneResult, ProbeResult, RunRecord
 from famlab.experiments.analysis.suite_score import (
     TaskResult,
     render_suite_table,
@@ -79,8 +79,8 @@ def _probe_seeds(runs: list[RunRecord], metric: str) -> tuple[dict[str, float], 
         if not isinstance(r.results, ProbeResult):
             continue
         start = _pretrained_from(r)
-        body[start] = float(r.results.pretrained["test"][metric])
-        rand.update({f"{start}/{s}": float(v["test"][metric]) for s, v in r.results.random.items()})
+        body[start] = float(r.results.pretrained.test[metric])
+        rand.update({f"{start}/{s}": float(v.test[metric]) for s, v in r.results.random.items()})
     return body, rand
 
 
@@ -121,7 +121,7 @@ def suite_rows(tasks: list[TaskRuns], arms: dict[str, str]) -> dict[str, list[Ta
 def suite_gains(rows: dict[str, list[TaskResult]], arms: dict[str, str]) -> list[transfer.Gain]:
     """Per arm: its per-seed suite scores against its family's scratch suite scores (one-sided Welch, Holm); with
     several pretraining runs each run's mean suite score is one value (:func:`transfer.finetune_gains`)."""
-    values: dict[str, dict[str, Any]] = {}
+    values: dict[str, ArmRow] = {}
     for arm, family in arms.items():
         pre, scratch = rows.get(f"{arm} pretrained"), rows.get(f"{family} scratch")
         if pre and scratch:
@@ -129,9 +129,9 @@ def suite_gains(rows: dict[str, list[TaskResult]], arms: dict[str, str]) -> list
             runs: dict[str, list[float]] = {}
             for key, score in per_seed.items():
                 runs.setdefault(key.rsplit("/", 1)[0], []).append(score)
-            values[arm] = {"family": family, "finetune_values": {"suite": list(per_seed.values())},
-                           "finetune_nested_values": {"suite": list(runs.values())},
-                           "scratch_values": {"suite": list(suite_seeds(scratch).values())}}
+            values[arm] = ArmRow(family=family, finetune_values={"suite": list(per_seed.values())},
+                                 finetune_nested_values={"suite": list(runs.values())},
+                                 scratch_values={"suite": list(suite_seeds(scratch).values())})
     return transfer.finetune_gains(values, metric="suite")
 
 

@@ -22,9 +22,8 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any
 
-from famlab.experiments.analysis.results import FinetuneResult, Plan, ProbeResult, RunRecord
+from famlab.experiments.analysis.results import ArmRow, FinetuneResult, Plan, ProbeResult, RunRecord
 from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES, above, holm, nested_welch, welch
 
 ALPHA = 0.05
@@ -53,7 +52,7 @@ class Gain:
         return self.p_holm < ALPHA
 
 
-def finetune_gains(arms: dict[str, dict[str, Any]], metric: str = "test/acc") -> list[Gain]:
+def finetune_gains(arms: dict[str, ArmRow], metric: str = "test/acc") -> list[Gain]:
     """Pretrained vs scratch per arm (``arms`` from ``report.summarize``); arms lacking 2 seeds a side are skipped.
 
     An arm with 2 or more pretraining runs (``finetune_nested_values``: one list per run) is tested with the run
@@ -62,16 +61,16 @@ def finetune_gains(arms: dict[str, dict[str, Any]], metric: str = "test/acc") ->
     """
     gains = []
     for arm, row in arms.items():
-        a = row.get("finetune_values", {}).get(metric, [])
-        b = row.get("scratch_values", {}).get(metric, [])
-        runs = [g for g in row.get("finetune_nested_values", {}).get(metric, []) if g]
+        a = row.finetune_values.get(metric, [])
+        b = row.scratch_values.get(metric, [])
+        runs = [g for g in row.finetune_nested_values.get(metric, []) if g]
         if len(a) < 2 or len(b) < 2:
             continue
         if len(runs) >= 2:
             w, test = nested_welch(runs, [[v] for v in b], alternative="greater"), RUN_MEANS
         else:
             w, test = welch(a, b, alternative="greater"), SEED_VALUES
-        gains.append(Gain(arm, row["family"], list(a), list(b), w.diff, w.ci_low, w.ci_high, w.p,
+        gains.append(Gain(arm, row.family, list(a), list(b), w.diff, w.ci_low, w.ci_high, w.p,
                           test=test, pretrain_seeds=max(1, len(runs))))
     _correct(gains)
     return gains
@@ -91,11 +90,11 @@ def probe_gains(probes: dict[str, list[ProbeResult]], families: dict[str, str]) 
     """
     gains = []
     for arm, results in probes.items():
-        pre = [r.pretrained["test"]["test/acc"] for r in results]
+        pre = [r.pretrained.test["test/acc"] for r in results]
         by_seed: dict[str, list[float]] = {}
         for r in results:
             for seed, v in r.random.items():
-                by_seed.setdefault(seed, []).append(v["test"]["test/acc"])
+                by_seed.setdefault(seed, []).append(v.test["test/acc"])
         rand = [statistics.fmean(v) for v in by_seed.values()]
         if not pre or len(rand) < 2:
             continue
@@ -213,10 +212,33 @@ def plot_gains(finetune: list[Gain], probe: list[Gain], path: Path) -> Path:
     return path
 
 
+@dataclasses.dataclass
+class WallSplit:
+    """The comparison's wall time by phase (``compare.json``), and the report's line about it."""
+
+    total_s: float
+    phases: dict[str, float]
+    workers: int
+    line: str
+
+
+@dataclasses.dataclass
+class Bought:
+    """The report's "what pretraining bought" section: its markdown lines, its tables, the gains (as
+    ``results.json`` writes them), the protocol lines and the wall-time split."""
+
+    markdown: list[str]
+    tables: dict[str, str]
+    protocol: list[str]
+    wall: WallSplit | None
+    gains: list[Gain]
+    probe_gains: list[Gain]
+
+
 def section(
-    runs: list[RunRecord], probes: list[RunRecord], families: dict[str, dict[str, Any]], out_dir: Path,
+    runs: list[RunRecord], probes: list[RunRecord], families: dict[str, ArmRow], out_dir: Path,
     dirs: list[Path], smoke: bool = False,
-) -> dict[str, Any]:
+) -> Bought:
     """The "what pretraining bought" section: gains, probe table, plot, protocol and wall-time split."""
     ft_gains = finetune_gains(families)
     arm_of = {r.path.name: r.arm for r in runs if r.job == "pretrain"}
@@ -225,7 +247,7 @@ def section(
         arm = arm_of.get(Path(r.init).name)
         if arm is not None and isinstance(r.results, ProbeResult):
             by_arm.setdefault(arm, []).append(r.results)
-    pr_gains = probe_gains(by_arm, {a: row["family"] for a, row in families.items()})
+    pr_gains = probe_gains(by_arm, {a: row.family for a, row in families.items()})
     md = ["## What pretraining bought", ""]
     tables: dict[str, str] = {}
     if ft_gains:
@@ -250,24 +272,22 @@ def section(
     md += ["## Protocol", "", *[f"- {line}" for line in protocol], ""]
     wall = wall_split(dirs)
     if wall:
-        md += [wall["line"], ""]
-    return {"markdown": md, "tables": tables, "protocol": protocol, "wall": wall,
-            "gains": [dataclasses.asdict(g) for g in ft_gains],
-            "probe_gains": [dataclasses.asdict(g) for g in pr_gains]}
+        md += [wall.line, ""]
+    return Bought(markdown=md, tables=tables, protocol=protocol, wall=wall, gains=ft_gains, probe_gains=pr_gains)
 
 
-def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -> list[str]:
+def protocol_lines(runs: list[RunRecord], families: dict[str, ArmRow]) -> list[str]:
     """What the fine-tuning numbers mean: grid, seeds, selection, test once, pooling, pretraining seeds."""
     ft = [r for r in runs if isinstance(r.results, FinetuneResult)]
     tuned = [r.results for r in runs if isinstance(r.results, FinetuneResult)]
     lines = []
     if ft:
         res, cfg = tuned[0], ft[0].config
-        f = cfg["finetune"]
-        steps = f.get("max_steps") or f"{f.get('epochs')} epochs"
+        f = cfg.finetune
+        steps = f.max_steps or f"{f.epochs} epochs"
         lines.append(f"Fine-tuning: {res.sizes['train']} training / {res.sizes['val']} validation / "
                      f"{res.sizes['test']} test examples, {steps} steps at batch "
-                     f"{f.get('batch_size') or cfg['data']['batch_size']}, seeds "
+                     f"{f.batch_size or cfg.data.batch_size}, seeds "
                      f"{', '.join(sorted(res.seeds, key=int))}.")
         grids = {t.family: ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})" for g in t.grid or [])
                  for t in tuned}
@@ -283,7 +303,7 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, dict[str, Any]]) -
         lines += edge_lines(ft)
         pooling = {t.family: t.pooling for t in tuned}
         lines.append("Pooling: " + ", ".join(f"{k} `{v}`" for k, v in pooling.items()) + ".")
-    seeds = {row["family"]: row.get("pretrain_seeds") for row in families.values() if row.get("pretrain_seeds")}
+    seeds = {row.family: row.pretrain.pretrain_seeds for row in families.values() if row.pretrain is not None}
     if seeds and max(seeds.values()) < 2:
         lines.append("One pretraining run per arm: differences between families are measured over fine-tuning "
                      "seeds of one pretraining run, so they do not include pretraining-seed variance.")
@@ -337,7 +357,7 @@ def _threads(n: int | None) -> str:
     return "torch's default threads" if n is None else f"{n} torch thread{'' if n == 1 else 's'}"
 
 
-def wall_split(dirs: list[Path]) -> dict[str, Any] | None:
+def wall_split(dirs: list[Path]) -> WallSplit | None:
     """The comparison's wall time by phase, from ``compare.json`` (written by ``famlab compare``)."""
     for d in dirs:
         path = d / "compare.json"
@@ -357,5 +377,5 @@ def wall_split(dirs: list[Path]) -> dict[str, Any] | None:
                 line = (f"Wall time {total:.0f} s, with {workers} worker processes running jobs side by side "
                         f"({_threads(info.get('threads'))} each, compare.workers); of the {busy:.0f} s they "
                         f"ran jobs: {parts}.")
-            return {"total_s": total, "phases": phases, "workers": workers, "line": line}
+            return WallSplit(total_s=total, phases=phases, workers=workers, line=line)
     return None

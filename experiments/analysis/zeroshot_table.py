@@ -14,9 +14,8 @@ each family's rule).
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
-from famlab.experiments.analysis.results import RunRecord
+from famlab.experiments.analysis.results import RunRecord, ZeroShotResult, ZeroShotScores
 from famlab.experiments.analysis.stats import holm, paired_bootstrap
 from famlab.objectives.zeroshot import headline
 
@@ -31,47 +30,63 @@ EXPLAINER = (
 )
 
 
-def _headline(result: dict[str, Any], task: str) -> float:
-    return float(result[headline(task)]["acc"])
+Row = dict[str, float]  # column (task, task/group) -> accuracy; an arm's row also holds ``seeds``
 
 
-def zero_shot_rows(arm_runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Any]]:
+def _headline(result: ZeroShotScores, task: str) -> float:
+    return float(result.accuracy(headline(task)).acc)
+
+
+def _evals(runs: list[RunRecord]) -> list[dict[str, ZeroShotResult]]:
+    """The zero-shot results of each run that has them."""
+    return [r.eval.zero_shot for r in runs if r.eval is not None and r.eval.zero_shot is not None]
+
+
+def zero_shot_rows(arm_runs: dict[str, list[RunRecord]]) -> dict[str, Row]:
     """{arm: {task: mean headline accuracy over seeds, task/groups...}} plus ``chance``, ``bigram`` and ``length``
     (the shortest candidate wins) rows.
 
     ``arm_runs`` maps an arm to its pretraining run records (``report.collect``'s, with ``eval``).
     """
-    rows: dict[str, dict[str, Any]] = {}
-    reference: dict[str, dict[str, Any]] = {"chance": {}, "bigram": {}, "length": {}}
+    rows: dict[str, Row] = {}
+    reference: dict[str, Row] = {"chance": {}, "bigram": {}, "length": {}}
     for arm, runs in arm_runs.items():
-        evals = [r.eval["zero_shot"] for r in runs if r.eval is not None and "zero_shot" in r.eval]
+        evals = _evals(runs)
         if not evals:
             continue
-        row: dict[str, Any] = {"seeds": len(evals)}
+        row: Row = {"seeds": len(evals)}
         for task in evals[0]:
             first = evals[0][task]
             row[task] = statistics.fmean(_headline(e[task], task) for e in evals)
-            reference["chance"][task] = first["chance"]
-            if "length_only" in first:
-                reference["length"][task] = first["length_only"]
-            if "bigram" in first:
-                reference["bigram"][task] = _headline(first["bigram"], task)
-            for group in first.get("groups", {}):
+            _references(reference, task, first)
+            if first.bigram is not None:
+                reference["bigram"][task] = _headline(first.bigram, task)
+            for group, scores in (first.groups or {}).items():
                 key = f"{task}/{group}"
-                row[key] = statistics.fmean(_headline(e[task]["groups"][group], task) for e in evals)
-                reference["chance"][key] = first["groups"][group]["chance"]
-                if "length_only" in first["groups"][group]:
-                    reference["length"][key] = first["groups"][group]["length_only"]
-                if "bigram" in first:
-                    reference["bigram"][key] = _headline(first["bigram"]["groups"][group], task)
+                row[key] = statistics.fmean(_headline(_group(e[task], group), task) for e in evals)
+                _references(reference, key, scores)
+                if first.bigram is not None:
+                    reference["bigram"][key] = _headline(_group(first.bigram, group), task)
         rows[arm] = row
     if rows:
         rows.update({k: v for k, v in reference.items() if v})
     return rows
 
 
-def zero_shot_markdown(rows: dict[str, dict[str, Any]], stats: dict[str, dict[str, dict[str, float]]] | None = None
-                       ) -> str:
+def _group(scores: ZeroShotScores, group: str) -> ZeroShotScores:
+    assert scores.groups is not None, "a group's scores without groups"
+    return scores.groups[group]
+
+
+def _references(reference: dict[str, Row], column: str, scores: ZeroShotScores) -> None:
+    """Chance and length alone of ``column`` from one run's ``scores`` (the same items for every run)."""
+    if scores.chance is not None:
+        reference["chance"][column] = scores.chance
+    if scores.length_only is not None:
+        reference["length"][column] = scores.length_only
+
+
+def zero_shot_markdown(rows: dict[str, Row], stats: dict[str, dict[str, dict[str, float]]] | None = None) -> str:
     """A markdown table: arms, then chance, the bigram floor and length alone; one column per task (and
     minimal-pair group)."""
     columns = sorted({k for r in rows.values() for k in r if k != "seeds"})
@@ -81,7 +96,7 @@ def zero_shot_markdown(rows: dict[str, dict[str, Any]], stats: dict[str, dict[st
         name = {"chance": "chance", "bigram": "add-k bigram", "length": "length only (shortest)"}.get(arm, arm)
         cis = (stats or {}).get(arm, {})
 
-        def cell(c: str, row: dict[str, Any] = row, cis: dict[str, dict[str, float]] = cis) -> str:
+        def cell(c: str, row: Row = row, cis: dict[str, dict[str, float]] = cis) -> str:
             if c not in row:
                 return "-"
             ci = cis.get(c)
@@ -91,29 +106,30 @@ def zero_shot_markdown(rows: dict[str, dict[str, Any]], stats: dict[str, dict[st
     return "\n".join(lines)
 
 
-def zero_shot_summary(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+def zero_shot_summary(rows: dict[str, Row]) -> dict[str, float]:
     """``{"zero_shot/<task>/<arm>": accuracy}`` for every cell of the table (arms, ``chance``, ``bigram``)."""
     return {f"zero_shot/{column}/{arm}": float(value) for arm, row in rows.items()
             for column, value in row.items() if column != "seeds"}
 
 
-def _items(result: dict[str, Any], task: str) -> list[float] | None:
+def _items(result: ZeroShotScores, task: str) -> list[float] | None:
     """Per-item correctness (1.0 / 0.0) under the task's headline normalisation; None for results written before
     famlab stored it."""
-    flags = result[headline(task)].get("correct")
+    flags = result.accuracy(headline(task)).correct
     return None if flags is None else [float(c == "1") for c in flags]
 
 
-def _cells(evals: list[dict[str, Any]], task: str, group: str | None) -> tuple[list[float] | None, list[float] | None]:
+def _cells(evals: list[dict[str, ZeroShotResult]], task: str, group: str | None
+           ) -> tuple[list[float] | None, list[float] | None]:
     """(the arm's per-item correctness, mean over its seeds; the bigram floor's), for a task or one of its groups."""
 
-    def pick(result: dict[str, Any]) -> dict[str, Any]:
-        return result if group is None else result["groups"][group]
+    def pick(result: ZeroShotScores) -> ZeroShotScores:
+        return result if group is None else _group(result, group)
 
     per_seed = [_items(pick(e[task]), task) for e in evals]
     model = None if any(v is None for v in per_seed) else [statistics.fmean(c) for c in zip(*per_seed, strict=True)]
     first = evals[0][task]
-    floor = _items(pick(first["bigram"]), task) if "bigram" in first else None
+    floor = _items(pick(first.bigram), task) if first.bigram is not None else None
     return model, floor
 
 
@@ -123,10 +139,10 @@ def zero_shot_uncertainty(arm_runs: dict[str, list[RunRecord]]) -> dict[str, dic
     across arms within a column). Cells whose results lack per-item records are left out."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for arm, runs in arm_runs.items():
-        evals = [r.eval["zero_shot"] for r in runs if r.eval is not None and r.eval.get("zero_shot")]
+        evals = [e for e in _evals(runs) if e]
         if not evals:
             continue
-        columns = [(t, None) for t in evals[0]] + [(t, g) for t in evals[0] for g in evals[0][t].get("groups", {})]
+        columns = [(t, None) for t in evals[0]] + [(t, g) for t in evals[0] for g in evals[0][t].groups or {}]
         for task, group in columns:
             model, floor = _cells(evals, task, group)
             if not model:

@@ -34,6 +34,7 @@ from famlab.experiments.configuration.compose import (
     split_args,
     sweep_names,
     sweep_path,
+    to_yaml,
 )
 from famlab.experiments.configuration.reads import CONFIG_COMMANDS, READS, check_overrides, describe
 from omegaconf.errors import OmegaConfBaseException
@@ -144,8 +145,6 @@ def command(name: str) -> Command:
 
 def config_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """``famlab config``: print the resolved config as YAML (composed and checked as every command does)."""
-    from famlab.experiments.configuration.compose import to_yaml
-
     print(to_yaml(compose(presets, overrides).cfg), end="")
     return 0
 
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the source
         print(f"famlab: error: {message}", file=sys.stderr)
-    from famlab.experiments.plumbing.run import remove_empty_run_dirs
+    from famlab.experiments.plumbing.rundir import remove_empty_run_dirs
 
     remove_empty_run_dirs()  # a run refused on bad input leaves no empty directory behind
     return 2

@@ -38,16 +38,16 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from famlab.experiments.configuration.compare_defaults import worker_device
+from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.signals import Preempted
 from famlab.experiments.steps import compare_suite
-from famlab.experiments.steps.compare_budget import plan_budget
+from famlab.experiments.steps.compare_budget import assumed_ids, job_lines, plan_budget, plan_lines
 from famlab.experiments.steps.compare_dir import log, open_dir, resume_command, write_settings
 from famlab.experiments.steps.compare_jobs import finish
 from famlab.experiments.steps.comparison import STATUS_DIR, Stopped, compose_all, compose_base, set_up
@@ -128,8 +128,7 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     """``famlab compare --dry-run``: print what ``famlab compare`` with these arguments would run - the presets and
     defaults it composes, every key of the composed config, the budget plan and the jobs - and run nothing: no
     directory, tokenizer, corpus cache or W&B run. Settings and the task are checked as a real start checks them."""
-    from famlab.experiments.plumbing.run import set_vocab
-    from famlab.experiments.steps.compare_budget import assumed_ids, job_lines, plan_lines
+    from famlab.experiments.plumbing.data_cache import set_vocab
 
     names, defaults, _, gpus = compose_base(presets, overrides)
     base, cfgs = compose_all(presets, overrides)
@@ -173,8 +172,6 @@ def config_lines(cfgs: dict[str, Config], defaults: list[str], planned: bool = T
     """Every key of the arms' composed config as ``key: value`` (schema order), the keys that differ between arms
     listed per arm; a comment marks a key one of ``defaults`` set and, with ``planned`` (a FLOP- or token-matched
     budget), the keys the budget plan sets per arm. A start sets the tokenizer, vocabulary, task file and W&B group."""
-    from famlab.experiments.configuration.compose import flatten, to_plain
-
     flat = {arm: flatten(to_plain(cfg)) for arm, cfg in cfgs.items()}
     first = next(iter(flat.values()))
     shared = [k for k in first if all(f.get(k) == first[k] for f in flat.values())]
@@ -197,7 +194,7 @@ def config_lines(cfgs: dict[str, Config], defaults: list[str], planned: bool = T
     return lines
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 

@@ -16,8 +16,8 @@ sum favours short candidates and per token depends on the tokenizer (byte-length
 ``acc_norm`` of EleutherAI's lm-evaluation-harness). It is **raw** for ``wordnet-minimal-pairs``, as in BLiMP
 (Warstadt et al. 2020, total log-probability of each member of a pair): the two fillers differ by a suffix or an
 order, and per byte divides by what each family scores, the whole text for GPT (~100 bytes: nearly raw) but the
-3-10 byte span for T5 and BERT, so it turns the ``-s`` of a plural into a family difference (determiner-noun
-agreement on the default comparison, first 300 pairs: per byte BERT 0.66, T5 0.68, GPT 0.89; raw 0.98, 0.96, 0.98).
+3-10 byte span for T5 and BERT, so it turns the ``-s`` of a plural into a family difference (measured:
+docs/results.md, Zero-shot evaluation).
 
 Options: ``data.eval`` (required: ``wordnet-reverse-dictionary``, ``wordnet-minimal-pairs``, ``wordnet``
 for both, or a ``.jsonl`` file), ``rule=full|span`` (GPT: the whole text, or the span given the prefix),
@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from famlab.experiments.configuration.config import Config, WandbMode
 from famlab.experiments.steps.evaluate import EvalInputError, evaluate_run, read_items, task_paths
+from famlab.experiments.tracking.wandb_guard import start_wandb, wandb_mode
 from famlab.objectives.zeroshot import NORMS
 
 
@@ -62,7 +64,6 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 def _log_wandb(run_dir: Path, out_dir: Path, result: dict[str, Any], mode: str, project: str) -> None:
     """One W&B run (job_type=eval) per model and task; config names the model's run directory."""
-    from famlab.experiments.tracking.wandb_guard import start_wandb
     from lightning.pytorch.loggers import WandbLogger
 
     saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
@@ -122,9 +123,6 @@ def _options(overrides: list[str]) -> dict[str, Any]:
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab eval <run_dir>... data.eval=<name | file.jsonl> [rule= limit= headline= bigram=
     wandb.mode= wandb.project=]`` (every option :func:`_options` parses; ``famlab eval --help`` names each)."""
-    from famlab.experiments.configuration.config import Config, WandbMode
-    from famlab.experiments.tracking.wandb_guard import wandb_mode
-
     opts = _options(overrides)
     if not presets or flags:
         raise EvalInputError("usage: famlab eval <run_dir>... data.eval=<name | file.jsonl> [key=value]... "

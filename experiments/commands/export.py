@@ -24,11 +24,27 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 import yaml
+from famlab.datamodules import load_task
+from famlab.experiments.configuration.compose import parse_overrides, to_dataclass
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.families import build_network
+from famlab.families.config import ModelConfig
 from famlab.families.formats import Arch
+from famlab.families.heads import ClassificationHead
+from famlab.families.hf import to_hf
+from famlab.families.hf_classifier import classifier_to_hf, folded_classifier
+from famlab.families.hf_roformer import check_roformer_expressible, is_roformer, roformer_to_hf
+from famlab.families.hf_settings import check_expressible
+from famlab.families.network import Network
+from famlab.families.registry import FamilySpec, HFAdapter, family
+from omegaconf import OmegaConf
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]", "[EOS]", "[R]", "[X]", "[S]")
 HEAD_FILE = "classifier_head.safetensors"  # a classifier written as its body: the head Hugging Face has no class for
@@ -50,27 +66,25 @@ class ExportPlan:
     out_dir: Path
     saved: dict[str, Any]  # the run's config.yaml
     checkpoint: Path
-    model: Any  # families ModelConfig
+    model: ModelConfig
     classifier: dict[str, Any] | None = None  # hyper-parameters of a fine-tuned ClassifierModule
     labels: list[str] = field(default_factory=list)
 
     @property
-    def spec(self) -> Any:
+    def spec(self) -> FamilySpec:
         """The run's family (``famlab.families.registry.FamilySpec``): its input format and Hugging Face adapter."""
-        from famlab.families.registry import family
-
         return family(self.model.family)
 
     @property
-    def hf(self) -> Any:
+    def hf(self) -> HFAdapter:
         """The family's ``HFAdapter`` (``plan_export`` refuses a family without one)."""
-        return self.spec.hf
+        adapter = self.spec.hf
+        assert adapter is not None, "plan_export refuses a family without a Hugging Face adapter"
+        return adapter
 
     @property
     def body_only(self) -> bool:
         """A classifier no Hugging Face sequence classifier computes: written as its body plus :data:`HEAD_FILE`."""
-        from famlab.families.hf_roformer import is_roformer
-
         if self.classifier is None:
             return False
         return is_roformer(self.model) or self.hf.classifier_pooling != self.classifier["pooling"]
@@ -95,8 +109,6 @@ def _checkpoint(run_dir: Path, finetune: bool, seed: str | None) -> Path:
 
 def _labels(saved: dict[str, Any], num_classes: int) -> list[str]:
     """The task's label names (the order training used), or ``LABEL_i`` when the task cannot be read again."""
-    from famlab.datamodules import load_task
-
     d = saved.get("data", {})
     keys = ("text_column", "text_pair_column", "label_column", "split_column", "val_fraction", "test_fraction", "seed")
     try:
@@ -112,14 +124,6 @@ def _labels(saved: dict[str, Any], num_classes: int) -> list[str]:
 
 def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPlan:
     """Read the run and check that Hugging Face can express it; raises ConfigInputError / HFConversionError."""
-    import torch
-    from famlab.experiments.configuration.compose import to_dataclass
-    from famlab.families.config import ModelConfig
-    from famlab.families.hf_roformer import check_roformer_expressible, is_roformer
-    from famlab.families.hf_settings import check_expressible
-    from famlab.families.registry import family
-    from omegaconf import OmegaConf
-
     src, out = Path(run_dir), Path(out_dir)
     for name in ("config.yaml", "tokenizer.json"):
         if not (src / name).is_file():
@@ -153,16 +157,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def build_hf_model(plan: ExportPlan) -> tuple[Any, Any]:
-    """``(hf_model, famlab_module)`` where the module is the network (or the classifier's head) loaded from the
-    checkpoint, for comparisons."""
-    import torch
-    from famlab.families import build_network
-    from famlab.families.heads import ClassificationHead
-    from famlab.families.hf import to_hf
-    from famlab.families.hf_classifier import classifier_to_hf
-    from famlab.families.hf_roformer import is_roformer, roformer_to_hf
-
+def build_hf_model(plan: ExportPlan) -> tuple[PreTrainedModel, Network | tuple[Network, ClassificationHead]]:
+    """``(hf_model, famlab_module)`` where the module is the network (or the network and the classifier's head)
+    loaded from the checkpoint, for comparisons."""
     state = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
     state = {k.replace("_orig_mod.", ""): v for k, v in state.items()}
     net = build_network(plan.model)
@@ -182,13 +179,11 @@ def build_hf_model(plan: ExportPlan) -> tuple[Any, Any]:
     return classifier_to_hf(net, head, h["pooling"], plan.labels), (net, head)
 
 
-def body_to_hf(net: Any, plan: ExportPlan) -> Any:
+def body_to_hf(net: Network, plan: ExportPlan) -> PreTrainedModel:
     """The fine-tuned body as a Hugging Face base model (``BertModel``, ``RoFormerModel``, ``GPT2Model``,
     ``T5EncoderModel``, or ``T5Model`` when the decoder pools), its ``config.json`` naming the pooling,
     the head file and the labels."""
     import transformers
-    from famlab.families.hf import to_hf
-    from famlab.families.hf_roformer import is_roformer, roformer_to_hf
 
     assert plan.classifier is not None
     pooling = plan.classifier["pooling"]
@@ -206,11 +201,9 @@ def body_to_hf(net: Any, plan: ExportPlan) -> Any:
     return body.eval()
 
 
-def head_tensors(head: Any) -> dict[str, Any]:
+def head_tensors(head: ClassificationHead) -> dict[str, torch.Tensor]:
     """:data:`HEAD_FILE`'s tensors: ``weight`` (K, C) and ``bias`` (K,) with a standardising head's evaluation
     statistics folded in; ``pooler.weight`` / ``pooler.bias`` (BERT's dense + tanh, applied first) for ``cls``."""
-    from famlab.families.hf_classifier import folded_classifier
-
     weight, bias = folded_classifier(head)
     out = {"weight": weight.float().contiguous(), "bias": bias.float().contiguous()}
     if head.pooler is not None:
@@ -219,7 +212,7 @@ def head_tensors(head: Any) -> dict[str, Any]:
     return out
 
 
-def fast_tokenizer(plan: ExportPlan) -> Any:
+def fast_tokenizer(plan: ExportPlan) -> PreTrainedTokenizerFast:
     """The run's ``tokenizer.json`` as a ``PreTrainedTokenizerFast`` that adds the family's special tokens."""
     from tokenizers import Tokenizer
     from tokenizers.processors import TemplateProcessing
@@ -303,8 +296,6 @@ def body_class(plan: ExportPlan) -> str:
 def body_usage(plan: ExportPlan) -> list[str]:
     """The model card's Python for a classifier written as its body: load it and the head, pool as famlab did,
     apply the head (tests run this code and compare its logits with famlab's)."""
-    from famlab.families.hf_roformer import is_roformer
-
     assert plan.classifier is not None
     folder, pooling = plan.out_dir.name, plan.classifier["pooling"]
     # BertModel would add a pooler the classifier never trained (RoFormerModel has none)
@@ -327,7 +318,7 @@ def body_usage(plan: ExportPlan) -> list[str]:
     return lines
 
 
-def export(plan: ExportPlan) -> Any:
+def export(plan: ExportPlan) -> PreTrainedModel:
     """Write the folder; returns the Hugging Face model written."""
     model, ours = build_hf_model(plan)  # may still refuse (a rank-deficient GPT classifier): nothing written yet
     plan.out_dir.mkdir(parents=True, exist_ok=True)
@@ -343,8 +334,6 @@ def export(plan: ExportPlan) -> Any:
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab export <run_dir> <out_dir> [seed=<s>]``."""
-    from famlab.experiments.configuration.compose import parse_overrides
-
     if len(presets) != 2:
         extra = f" ({presets[2]!r} is one too many)" if len(presets) > 2 else ""
         raise ConfigInputError(f"usage: famlab export <run_dir> <out_dir> [seed=<s>]; got {len(presets)} paths{extra}")

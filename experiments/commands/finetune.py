@@ -9,8 +9,8 @@ a ``data.task`` that names a suite runs every task in turn (:mod:`famlab.experim
 from __future__ import annotations
 
 from famlab.experiments.analysis.results import FinetuneResult
+from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import NonFiniteError, Preempted, stop_exit_code
-from famlab.experiments.plumbing.run import env_rank
 from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import compose_finetune
 from famlab.experiments.steps.probe import print_probe, probe

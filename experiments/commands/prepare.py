@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from famlab.experiments.configuration.compose import compose
-from famlab.experiments.plumbing.run import ProgressLine, prepared_corpus
+from famlab.experiments.plumbing.data_cache import ProgressLine, prepared_corpus
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:

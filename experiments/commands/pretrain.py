@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from famlab.experiments.configuration.compose import compose
+from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import NonFiniteError, Preempted, stop_exit_code
-from famlab.experiments.plumbing.run import env_rank
 from famlab.experiments.steps.pretrain import pretrain
 
 

@@ -48,8 +48,16 @@ from urllib.parse import urlparse
 
 import yaml
 from famlab.experiments.analysis.sweep_report import SWEEP_FILE, metric_warning, write_report
-from famlab.experiments.configuration.compose import compose, flatten, load_yaml, schema, sweep_path, to_plain
-from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.compose import (
+    compose,
+    flatten,
+    load_yaml,
+    schema,
+    split_args,
+    sweep_path,
+    to_plain,
+)
+from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
 from famlab.experiments.plumbing import live
@@ -203,8 +211,6 @@ def trial_command(spec: dict[str, Any], trial: dict[str, Any], extra: list[str])
 
 def _command_overrides(cmd: list[str]) -> tuple[list[str], list[str]]:
     """Presets and overrides of a famlab command line (after the subcommand), for validating trials."""
-    from famlab.experiments.configuration.compose import split_args
-
     rest = cmd[3:] if cmd[1:3] == ["-m", "famlab"] else cmd[1:]
     presets, overrides, _ = split_args(rest[1:])
     return presets, overrides
@@ -307,7 +313,7 @@ def check_arguments(presets: list[str], overrides: list[str], flags: list[str]) 
     check_overrides("sweep", overrides)  # a trial's settings belong in the sweep file, as W&B's agent reads them
 
 
-def sweep_directory(cfg: Any, path: Path) -> tuple[Path, bool]:
+def sweep_directory(cfg: Config, path: Path) -> tuple[Path, bool]:
     """The sweep's directory and whether this invocation resumes it.
 
     ``run_dir`` names it (else ``runs/sweep-<name>-<time>``); ``resume=auto`` resumes the sweep stored there, or
@@ -339,13 +345,13 @@ def sweep_directory(cfg: Any, path: Path) -> tuple[Path, bool]:
     return sweep_dir, started
 
 
-def write_settings(sweep_dir: Path, cfg: Any) -> None:
+def write_settings(sweep_dir: Path, cfg: Config) -> None:
     """Store the sweep's own settings (``sweep.*`` and ``wandb.*``) beside ``sweep.yaml``, for resuming."""
     settings = {"sweep": to_plain(cfg.sweep), "wandb": to_plain(cfg.wandb)}
     (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
 
 
-def check_resumed_sweep(sweep_dir: Path, spec: dict[str, Any], cfg: Any) -> None:
+def check_resumed_sweep(sweep_dir: Path, spec: dict[str, Any], cfg: Config) -> None:
     """Refuse to resume ``sweep_dir`` with a sweep file or trial-choosing settings other than the stored ones.
 
     A resumed sweep skips the trials its directory says are finished: under another file, another grid or other
@@ -372,14 +378,14 @@ def check_resumed_sweep(sweep_dir: Path, spec: dict[str, Any], cfg: Any) -> None
                          "the original sweep file and settings, or start a new run_dir")
 
 
-def forwarded_settings(cfg: Any, overrides: list[str]) -> list[str]:
+def forwarded_settings(cfg: Config, overrides: list[str]) -> list[str]:
     """The ``wandb.*`` settings given to the sweep, as ``key=value`` tokens for every trial (the sweep's report
     run uses them too). The group and the W&B directory are set per sweep by :func:`trial_commands`."""
     given = {token.removeprefix("--").split("=", 1)[0] for token in overrides}
     return [_token(key, getattr(cfg.wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
 
 
-def expand_trials(spec: dict[str, Any], cfg: Any, path: Path) -> list[dict[str, Any]]:
+def expand_trials(spec: dict[str, Any], cfg: Config, path: Path) -> list[dict[str, Any]]:
     """The file's trials (grid, or ``sweep.count`` random draws), each once per ``sweep.seeds`` entry."""
     params = spec["parameters"]
     if spec["method"] == "grid":

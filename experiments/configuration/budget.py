@@ -18,10 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.families import Network, build_network
 from famlab.families.config import ModelConfig
+from famlab.families.flops import batch_shape, train_flops
+from torch import nn
+
+if TYPE_CHECKING:
+    from famlab.objectives.objective import Objective
 
 
 class BudgetError(ConfigInputError):
@@ -37,10 +44,8 @@ class StepCost:
     shape: str  # readable batch shape, e.g. "B=32 S=64 T=16 labels=320"
 
 
-def probe_batch(objective: Any, batch_size: int, vocab_size: int, seed: int = 0) -> dict[str, Any]:
+def probe_batch(objective: Objective, batch_size: int, vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """A collated batch of the objective on random ordinary tokens (ids 10 .. vocab/2), for shape counting."""
-    import torch
-
     g = torch.Generator().manual_seed(seed)
     hi = max(11, vocab_size // 2)  # far below T5's sentinels (top of the vocabulary) and above the specials
     samples = [torch.randint(10, hi, (objective.raw_block_len,), generator=g) for _ in range(batch_size)]
@@ -48,15 +53,13 @@ def probe_batch(objective: Any, batch_size: int, vocab_size: int, seed: int = 0)
         return objective.collate(samples)
 
 
-def step_cost(model: ModelConfig, objective: Any, batch_size: int, accumulate: int = 1) -> StepCost:
+def step_cost(model: ModelConfig, objective: Objective, batch_size: int, accumulate: int = 1) -> StepCost:
     """FLOPs and corpus tokens of one optimizer step, from a probe batch's real shapes.
 
     The output head is counted only where there are labels: BERT's sparse MLM head projects the labelled
     positions; GPT (every position labelled, or the targets for span / prefix LM, whose logits are
     computed for the whole sequence) and T5 (decoder positions) project every output position.
     """
-    from famlab.families.flops import batch_shape, train_flops
-
     batch = probe_batch(objective, batch_size, model.vocab_size)
     seq, dec_len, labels = batch_shape(model, batch)
     flops = train_flops(model, batch_size=batch_size, seq_len=seq, dec_len=dec_len, num_label_tokens=labels)
@@ -83,10 +86,8 @@ def match_steps(costs: dict[str, int], target: float, tolerance: float, what: st
     return steps
 
 
-def non_embedding_params(net: Any) -> int:
+def non_embedding_params(net: Network | nn.Module) -> int:
     """Parameters outside ``nn.Embedding`` tables (tied heads share the embedding, so add nothing)."""
-    from torch import nn
-
     embedded = {id(p) for m in net.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
     seen: set[int] = set()
     total = 0
@@ -99,9 +100,6 @@ def non_embedding_params(net: Any) -> int:
 
 def count_params(model: ModelConfig) -> tuple[int, int]:
     """``(total, non-embedding)`` parameter counts of the network ``model`` describes (built on meta)."""
-    import torch
-    from famlab.families import build_network
-
     with torch.device("meta"):
         net = build_network(model)
     total = sum(p.numel() for p in net.parameters())

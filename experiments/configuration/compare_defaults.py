@@ -15,24 +15,27 @@ from __future__ import annotations
 
 import os
 
+from famlab.experiments.configuration.compose import expand_presets, flatten, load_yaml, preset_path
+from omegaconf import OmegaConf
+
 SIZES = ("tiny", "small", "base")
 # The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
 # within 15 minutes on 2 CPU cores, a smoke-scale run whose gains sit close to seed variation (the cpu preset pretrains
-# 2.6 times as long; docs/protocol.md). Most of the time goes to pretraining: the
-# median-cost family trains trainer.max_steps steps (T5, 1.05e13 FLOPs) and the others match its FLOPs. Fine-tuning is
+# longer; why each default, and what it measured: docs/protocol.md, The default comparison). Most of the time goes to
+# pretraining: the median-cost family trains trainer.max_steps steps and the others match its FLOPs. Fine-tuning is
 # low-resource (1,000 labelled definitions; 500 each for validation and test), where what pretraining put into the
 # body shows, and every side, pretrained or scratch, gets the same (body lr x head lr) grid, seeds and validation-based
 # selection (at every scale the grid is the preset's finetune.lr and three times it, each with a 10x head lr;
 # validation chooses per side).
 TINY_DEFAULTS = [
-    "trainer.max_steps=4500",  # the whole run: 593 s on 2 quiet cores (two workers), pretraining 77 % of their time
+    "trainer.max_steps=4500",  # most of the 15-minute budget goes to pretraining
     "compare.workers=2",  # two jobs side by side, one thread each (one per GPU on a machine with several)
     "trainer.val_check_interval=500",
     "trainer.limit_val_batches=4",
     "compare.task_limit=1000",
     "compare.task_eval_limit=500",
-    # 150 steps, validated twice; the grid selects on seed 0 and seeds 1, 2 train at the selected point only (4
-    # fine-tunes per arm instead of 6): fine-tuning fell from 32 % to 20 % of the wall time, every family paid off
+    # 150 steps, validated twice; the grid selects on seed 0 and seeds 1, 2 train at the selected point only, which
+    # leaves more of the time to pretraining
     "finetune.max_steps=150",
     "finetune.val_every=75",
     "finetune.select_seeds=1",
@@ -46,8 +49,6 @@ def comparison_presets(presets: list[str], overrides: list[str]) -> tuple[list[s
     """The presets a comparison composes (``extends`` chains expanded; ``tiny`` first when none is a size) and the
     :data:`TINY_DEFAULTS` that apply: with ``tiny``, those whose key neither an override nor a non-size preset the
     user named sets (``famlab compare cpu`` keeps cpu.yaml's trainer.max_steps)."""
-    from famlab.experiments.configuration.compose import expand_presets
-
     presets = expand_presets(list(presets))
     if not any(p in SIZES for p in presets):
         presets = ["tiny", *presets]
@@ -60,9 +61,6 @@ def comparison_presets(presets: list[str], overrides: list[str]) -> tuple[list[s
 
 def preset_keys(preset: str) -> set[str]:
     """The dotted keys a preset file sets (``trainer.max_steps``), ``by_family`` sections included without it."""
-    from famlab.experiments.configuration.compose import flatten, load_yaml, preset_path
-    from omegaconf import OmegaConf
-
     node = OmegaConf.to_container(load_yaml(preset_path(preset)), resolve=False)
     node.pop("extends", None)
     by_family = node.pop("by_family", None) or {}

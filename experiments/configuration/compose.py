@@ -21,8 +21,9 @@ from typing import Any
 import yaml
 from famlab.experiments.configuration.checks import check_fits_memory, check_inputs
 from famlab.experiments.configuration.checks import exists as _exists
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig
 from famlab.experiments.configuration.lightning_check import check_lightning_settings
+from famlab.experiments.libraries.internals import config_child
 from famlab.families import registry
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults, family_model_settings
@@ -211,9 +212,9 @@ def _check_nesting(keys: DictConfig, token: str, key: str, value: str) -> None:
     node: Any = keys
     parts = key.split(".")
     for i, part in enumerate(parts):
-        if not isinstance(node, DictConfig) or node._is_none() or part not in node:
+        node = config_child(node, part)
+        if node is None:
             return
-        node = node._get_node(part)
         where = ".".join(parts[: i + 1])
         if i < len(parts) - 1 and not isinstance(node, DictConfig) and OmegaConf.get_type(node) is not dict:
             raise ConfigInputError(f"override {token!r}: {where} is a value, not a section")
@@ -355,7 +356,7 @@ def cross_checks(cfg: Config) -> None:
         raise ConfigInputError(f"resume={cfg.resume} is not never, auto or an existing checkpoint")
 
 
-def _check_finetune_grid(ft: Any) -> None:
+def _check_finetune_grid(ft: FinetuneConfig) -> None:
     """The fine-tuning grid and probe settings: finite positive rates, at least one probe seed and strength."""
     import math
 

@@ -205,11 +205,11 @@ class FinetuneConfig:
     batch_size: int | None = None  # fine-tuning batch size; None = data.batch_size
     head_dropout: float = 0.1  # dropout before the classifier
     # the body's dropout (embeddings, attention weights, residual branches) while fine-tuning; None keeps the
-    # model's own. Pretraining at tiny scale runs without dropout, and 1,000 labels over 6 epochs overfit without it.
+    # model's own. Pretraining at tiny scale runs without dropout, and a few labels overfit without it.
     dropout: float | None = None
     # standardise pooled features over the batch (BatchNorm, no affine) before the classifier: pretrained pooled
-    # features share one large direction with little spread between examples (T5 tiny: mean cosine 0.996 vs
-    # 0.49 at init), which a fresh classifier separates slowly; measured gains for every family
+    # features share one large direction with little spread between examples, which a fresh classifier separates
+    # slowly (docs/protocol.md, Fine-tuning)
     standardize: bool = True
     weight_decay: float = 0.01  # AdamW weight decay while fine-tuning
     warmup_ratio: float = 0.1  # fraction of fine-tuning steps spent in linear warmup

@@ -4,17 +4,17 @@ Lightning checks these only when a ``Trainer`` is built - after the tokenizer ha
 run opened. The choices come from Lightning itself, so a new Lightning strategy or accelerator is accepted
 without a change here: ``AcceleratorRegistry`` and ``StrategyRegistry`` are public; the precision values
 are the ``Literal`` types Lightning's connector checks against (``lightning.fabric.connector``), which are
-private, so they are read in this one module and ``tests/experiments/test_validation.py`` fails if
-Lightning moves them.
+private, so they are read through ``experiments/libraries/internals.py`` (``lightning_precisions``), and
+``tests/experiments/test_internals.py`` fails if Lightning moves them.
 """
 
 from __future__ import annotations
 
 import os
-import typing
 from typing import Any
 
 from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
+from famlab.experiments.libraries.internals import lightning_precisions
 
 FAMLAB_VALUES = ("auto",)  # famlab's own value for precision (bf16-mixed on a CUDA GPU with bf16, else 32-true)
 
@@ -35,10 +35,7 @@ def strategy_choices() -> list[str]:
 
 def precision_choices() -> list[str]:
     """famlab's ``auto`` plus the precision strings Lightning's ``Trainer(precision=...)`` accepts."""
-    from lightning.fabric import connector
-
-    values = typing.get_args(connector._PRECISION_INPUT_STR) + typing.get_args(connector._PRECISION_INPUT_STR_ALIAS)
-    return [*FAMLAB_VALUES, *values]
+    return [*FAMLAB_VALUES, *lightning_precisions()]
 
 
 def _choice(key: str, value: str, choices: list[str]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import yaml
+from famlab.experiments.configuration.compose import flatten, schema, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
 
 # the task file's columns and split: what datamodules.load_task reads through configuration.task
@@ -107,8 +108,6 @@ def readers(key: str) -> list[str]:
 @lru_cache(maxsize=1)
 def schema_keys() -> frozenset[str]:
     """Every dotted key of the config schema (``model.dim``, ``data.tokenizer.kind``, ``seed``)."""
-    from famlab.experiments.configuration.compose import flatten, schema, to_plain
-
     return frozenset(flatten(to_plain(schema())))
 
 
@@ -126,8 +125,6 @@ def override_keys(token: str) -> list[str]:
         except yaml.YAMLError:
             mapping = None  # malformed: the command's own parser names the token
         if isinstance(mapping, dict) and mapping:
-            from famlab.experiments.configuration.compose import flatten
-
             return [f"{key}.{k}" for k in flatten(mapping)]
     return [key]
 

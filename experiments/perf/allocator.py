@@ -3,9 +3,9 @@
 PyTorch's CPU tensors come from the C library's ``malloc``. With glibc's defaults, each step's activations
 (tens to hundreds of MiB) are freed at the end of backward, the heap top is trimmed back to the kernel
 (``M_TRIM_THRESHOLD`` adapts to only twice the largest mmapped chunk seen) and the next forward faults
-every page in again: the kernel zeroes each 4 KiB page on first touch. On the 2-core machines here a
-small T5 step (``famlab bench``) took about 700 ms in that regime against 530 ms without the faults, and
-whether a process fell into it varied from run to run. Raising the trim threshold and pinning the mmap threshold
+every page in again: the kernel zeroes each 4 KiB page on first touch. On a small CPU that makes a small
+step markedly slower, and whether a process falls into it varies from run to run (measured: docs/results.md,
+Speed). Raising the trim threshold and pinning the mmap threshold
 (what ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_`` do at process start; PyTorch's CPU tuning
 guide suggests jemalloc or tcmalloc for the same reason) keeps the pages of the step's peak mapped: the
 process keeps its peak resident size, as a CUDA caching allocator does on GPU.

@@ -25,10 +25,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
+from famlab.experiments.libraries.internals import hf_attention_implementation
 from famlab.experiments.perf.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
 from famlab.experiments.perf.hardware import peak_flops
-from famlab.families import registry
+from famlab.families import ModelConfig, build_network, family_model_settings, registry, to_hf
+from famlab.families.flops import batch_shape, train_flops
 from famlab.families.formats import Arch
+from famlab.objectives import Objective, TokenIds, make_objective
+from famlab.objectives.optim import decay_groups
 from famlab.objectives.registry import default_objective
 from torch import nn
 
@@ -114,19 +118,15 @@ def parse_flags(presets: list[str], overrides: list[str], flags: list[str]) -> B
     return settings
 
 
-def token_ids(vocab_size: int, num_sentinels: int = 100) -> Any:
+def token_ids(vocab_size: int, num_sentinels: int = 100) -> TokenIds:
     """famlab's fixed special-id layout (docs/interfaces.md) with sentinels at the top of the vocabulary."""
-    from famlab.objectives import TokenIds
-
     names = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "r", "x", "s")
     sentinels = [vocab_size - 1 - i for i in range(num_sentinels)]
     return TokenIds(vocab_size=vocab_size, sentinel_ids=sentinels, **{n: i for i, n in enumerate(names)})
 
 
-def model_config(family: str, s: BenchSettings) -> Any:
+def model_config(family: str, s: BenchSettings) -> ModelConfig:
     """famlab ``ModelConfig`` of ``family`` at the bench shapes (faithful family settings, dropout 0)."""
-    from famlab.families import ModelConfig, family_model_settings
-
     return ModelConfig(**{
         **family_model_settings(family), "vocab_size": s.vocab, "dim": s.dim,
         "num_layers": s.layers, "num_heads": s.heads, "ffn_dim": s.ffn, "max_seq_len": max(512, s.seq + 1),
@@ -146,7 +146,7 @@ def hf_batch(family: str, batch: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return {"input_ids": batch["input_ids"], "labels": batch["labels"]}
 
 
-def make_batch(objective: Any, s: BenchSettings, generator: torch.Generator) -> dict[str, torch.Tensor]:
+def make_batch(objective: Objective, s: BenchSettings, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """A batch from the objective's own collator on random raw blocks of non-special tokens."""
     raw = torch.randint(10, s.vocab - 100, (s.batch, objective.raw_block_len), generator=generator)
     return objective.collate(list(raw))
@@ -161,19 +161,13 @@ def make_step(
     model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device, lr: float = 1e-4
 ) -> TrainStep:
     """A train step (forward + loss, backward, AdamW with famlab's weight-decay groups) that returns the loss."""
-    from famlab.objectives.optim import decay_groups
-
-    # fused AdamW on both sides (torch has a fused CPU kernel too): the same implementation, ~3x faster than foreach
+    # fused AdamW on both sides (torch has a fused CPU kernel too): the same, fastest implementation for both
     opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=lr, fused=True)
     return TrainStep(loss_fn, opt, device)
 
 
 def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Side, Side, dict[str, Any]]:
     """famlab and HF train steps for ``family`` on one shared batch, plus what the report needs."""
-    from famlab.families import build_network, to_hf
-    from famlab.families.flops import batch_shape, train_flops
-    from famlab.objectives import make_objective
-
     torch.manual_seed(s.seed)
     cfg = model_config(family, s)
     net = build_network(cfg).to(device).train()
@@ -195,7 +189,7 @@ def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Si
         "flops": train_flops(cfg, batch_size=s.batch, seq_len=batch["input_ids"].shape[1], dec_len=dec_len,
                              num_label_tokens=labels),
         "shape": f"B={s.batch} S={batch['input_ids'].shape[1]}" + (f" T={dec_len}" if dec_len else ""),
-        "hf_attn": getattr(ref.config, "_attn_implementation", "?"),
+        "hf_attn": hf_attention_implementation(ref.config),
         "params": sum(p.numel() for p in net.parameters()),
         "net": net, "ref": ref, "objective": objective, "batch": batch, "ref_batch": ref_batch,
     }
@@ -238,8 +232,7 @@ def loader_share(family: str, s: BenchSettings, step_s: float, workdir: str) -> 
     """
     from pathlib import Path
 
-    from famlab.datamodules import PretrainDataModule, get_tokenizer, load_corpus
-    from famlab.objectives import TokenIds, make_objective
+    from famlab.datamodules import PretrainDataModule, get_tokenizer, load_corpus  # imports Lightning
 
     corpus = load_corpus("wordnet")
     bundle = get_tokenizer(corpus, vocab_size=s.vocab, cache_dir=workdir)

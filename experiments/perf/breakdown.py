@@ -2,8 +2,8 @@
 
 ``famlab bench --profile`` prints this for famlab and Hugging Face side by side. torch.profiler's tables
 misled on the small CPUs here: its own bookkeeping allocations made freed 8 MiB activation buffers
-page-fault again (13 ms for one ``fill_``), which never happens in an unprofiled step (``getrusage`` shows
-no minor faults per step in steady state). Instead:
+page-fault again, which never happens in an unprofiled step (``getrusage`` shows no minor faults per step in
+steady state; docs/results.md, Speed). Instead:
 
 - the forward (model + loss) runs under a ``TorchDispatchMode`` that times each aten op around its kernel;
 - the backward runs with a pre-hook and a hook on every node of the step's autograd graph; the CPU engine
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from famlab.experiments.libraries.internals import TorchDispatchMode
 
 # aten ops and autograd nodes that are matrix multiplications (the "matmul" share of a step)
 MATMUL_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_"})

@@ -19,9 +19,9 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 VERBOSE_ENV = "FAMLAB_VERBOSE"
 LOG_NAME = "famlab.log"
@@ -121,10 +121,10 @@ class _RunLogHandler(logging.FileHandler):
             sys.stderr.write(self.format(record) + "\n")
 
 
-def _warning_router(log_path: Path) -> Any:
+def _warning_router(log_path: Path) -> Callable[..., None]:
     console = _CONSOLE_SHOW
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
              line: str | None = None) -> None:
         if str(Path(filename).resolve()).startswith(_FAMLAB_ROOTS):  # famlab's own warnings concern the user's run
             console(message, category, filename, lineno, file, line)

@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from famlab.experiments.plumbing.internals import continue_csv_header
+from famlab.experiments.libraries.internals import continue_csv_header
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 

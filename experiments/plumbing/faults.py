@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 import lightning.pytorch as pl
+from torch.optim import Optimizer
 
 KNOBS = ("FAMLAB_FAULT_NAN_STEPS", "FAMLAB_FAULT_SIGTERM_STEP", "FAMLAB_FAULT_SIGTERM_FIT", "FAMLAB_FAULT_SIGNAL",
          "FAMLAB_FAULT_STEP_SLEEP")
@@ -55,7 +56,8 @@ class FaultInjection(pl.Callback):
         if self.signal_fit is not None and self.signal_fit != FITS_STARTED[0]:
             self.signal_step = None
 
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                 optimizer: Optimizer) -> None:
         if trainer.global_step + 1 in self.nan_steps:
             grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
             if grads:

@@ -19,9 +19,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from famlab.experiments.plumbing.console import say, verbose
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 PROGRESS_ENV = "FAMLAB_PROGRESS_FILE"  # the status file the current job's fits write their progress to
 LIVE_ENV = "FAMLAB_LIVE"  # "1": draw the live view even off a terminal; "0": never; set to "1" for the workers
@@ -81,8 +86,6 @@ def report_progress(**fields: Any) -> None:
 def live_wanted() -> bool:
     """A live view on a terminal, unless ``FAMLAB_LIVE=0`` or the libraries' output is shown (``FAMLAB_VERBOSE``);
     ``FAMLAB_LIVE=1`` draws it anywhere."""
-    from famlab.experiments.plumbing.console import verbose
-
     forced = os.environ.get(LIVE_ENV, "").strip()
     if forced in ("0", "1"):
         return forced == "1"
@@ -147,7 +150,7 @@ class Board:
         running = [f"{e.name} {short(s)}" for e in self.entries for s in [self.status(e)] if s["state"] == "running"]
         return f"{'; '.join(running)} | {self.headline()}" if running else ""
 
-    def __rich__(self) -> Any:
+    def __rich__(self) -> Table:
         from rich.table import Table
 
         table = Table(title=self.headline(), title_justify="left", expand=False, show_edge=False)
@@ -242,11 +245,9 @@ def live_view(board: Board, *, live: bool, every_s: float = 60.0) -> Iterator[No
 
 
 @contextlib.contextmanager
-def _every(seconds: float, make_line: Any) -> Iterator[None]:
+def _every(seconds: float, make_line: Callable[[], str]) -> Iterator[None]:
     """Print ``make_line()`` (when it is not empty) every ``seconds`` from a daemon thread while the block runs."""
     import threading
-
-    from famlab.experiments.plumbing.console import say
 
     stop = threading.Event()
 

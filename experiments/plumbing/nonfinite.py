@@ -36,7 +36,8 @@ class NonFiniteCallback(pl.Callback):
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._loss_finite = bool(torch.isfinite(loss.detach()).all())
 
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                 optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
         norms = [torch.linalg.vector_norm(g.float()) for g in grads]
         finite = self._loss_finite and (not norms or bool(torch.isfinite(torch.stack(norms)).all()))

@@ -41,7 +41,7 @@ def wait_for_rank_zero(path: Path, what: str, *, rank: int, poll_s: float = 0.2)
     Args:
         path: the file rank 0 writes last (complete once it exists).
         what: what is being prepared, for the timeout message.
-        rank: this process's global rank (``experiments.run.env_rank()``).
+        rank: this process's global rank (:func:`env_rank`).
 
     Raises:
         PrepareTimeout: after ``$FAMLAB_PREPARE_TIMEOUT`` seconds (default 7200) without the file.

@@ -5,13 +5,17 @@ from __future__ import annotations
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
 from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.checkpoints import PREV_NAME
+
+if TYPE_CHECKING:
+    from famlab.objectives.classifier import ClassifierModule
+    from famlab.objectives.pretrain import PretrainModule
 
 
 def _loadable(path: Path) -> str | None:
@@ -50,7 +54,7 @@ def resolve_resume(cfg: Config, checkpoint_dir: Path) -> str | None:
     return str(path)
 
 
-def check_checkpoint_matches(path: str, module: Any, key: str = "resume") -> None:
+def check_checkpoint_matches(path: str, module: PretrainModule | ClassifierModule, key: str = "resume") -> None:
     """Refuse a checkpoint whose parameters are not this module's (another family or size) with one line,
     instead of Lightning's wall of missing / unexpected keys from deep inside ``load_state_dict``."""
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("state_dict", {})
@@ -73,7 +77,7 @@ RESUME_FREE_KEYS = ("resume", "run_dir", "provenance", "wandb", "trainer.progres
 def check_resumed_config(run_dir: Path, config: dict[str, Any]) -> None:
     """Refuse to resume ``run_dir`` under a config that differs from its stored ``config.yaml``.
 
-    ``config`` is the resolved config as ``run.write_config`` would write it. Only the keys of
+    ``config`` is the resolved config as ``rundir.write_config`` would write it. Only the keys of
     ``RESUME_FREE_KEYS`` may differ; any other changed key would mix results of two configurations.
     """
     path = run_dir / "config.yaml"

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
@@ -57,7 +58,7 @@ class PreemptionCallback(pl.Callback):
         self._step_at_start = -1
         self._previous: dict[int, Any] = {}
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.signal is not None:
             raise KeyboardInterrupt
         self.signal = signum
@@ -126,7 +127,7 @@ class SignalLatch:
             signal.signal(sig, handler)
         self._previous = {}
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.signum is not None:
             raise KeyboardInterrupt
         self.note(signum)

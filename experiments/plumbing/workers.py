@@ -1,9 +1,9 @@
 """Jobs side by side in worker processes (``famlab compare``'s ``compare.workers``).
 
-Small models use a CPU's cores poorly: a tiny pretraining run is only about 1.3x faster on two threads than on
-one, so two one-thread runs side by side finish about 1.5x sooner than the same runs one after the other on two
-threads (``benchmarks/workers_bench.py`` measures it). :func:`executor` gives the scheduler one interface for both
-ways: ``workers=1`` runs each job in this process the moment it is submitted; more start that many spawned
+Small models use a CPU's cores poorly, so two one-thread runs side by side finish sooner than the same runs one
+after the other on two threads (``benchmarks/workers_bench.py`` measures it; docs/results.md, Speed).
+:func:`executor` gives the scheduler one interface for both ways: ``workers=1`` runs each job in this process
+the moment it is submitted; more start that many spawned
 processes, each with ``cores // workers`` torch threads, that run the submitted jobs in order as they free up.
 
 A worker gets the context its jobs share once, when it starts (``init`` with ``context``), not with every job.
@@ -17,9 +17,11 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from famlab.experiments.plumbing.signals import STOP_SIGNALS, Preempted
+from famlab.experiments.plumbing.signals import STOP_SIGNALS, Preempted, SignalLatch
 
 
 def cores() -> int:
@@ -54,7 +56,7 @@ class Inline(cf.Executor):
 _SIGNALLED: list[int] = []  # in a worker process: the stop signals it got outside a fit
 
 
-def _note(signum: int, frame: Any) -> None:
+def _note(signum: int, frame: FrameType | None) -> None:
     _SIGNALLED.append(signum)
 
 
@@ -109,8 +111,8 @@ class Halt:
 
     RESEND_S = 5.0  # a worker between two fits may miss one signal: repeat it until the worker is done
 
-    def __init__(self, latch: Any) -> None:
-        self.latch = latch  # a signals.SignalLatch installed in this process
+    def __init__(self, latch: SignalLatch) -> None:
+        self.latch = latch  # installed in this process
         self.error: BaseException | None = None
         self._sent = 0.0
 
@@ -132,7 +134,7 @@ class Halt:
             for child in mp.active_children():
                 os.kill(child.pid, signal.SIGTERM)
 
-    def outcome(self, run_dir: Any) -> None:
+    def outcome(self, run_dir: Path) -> None:
         """Raise what stopped the scheduler: the failure, else ``Preempted`` naming ``run_dir``; nothing if neither."""
         if self.error is not None and not isinstance(self.error, Preempted):
             raise self.error

@@ -6,11 +6,11 @@ tokens or non-embedding parameters (``compare.match``), stated as a :class:`~fam
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from famlab.experiments.analysis.results import ArmBudget, Plan
 from famlab.experiments.configuration.budget import (
     BudgetError,
+    StepCost,
     count_params,
     match_steps,
     relative_spread,
@@ -18,18 +18,18 @@ from famlab.experiments.configuration.budget import (
     step_cost,
 )
 from famlab.experiments.configuration.config import Config
+from famlab.experiments.steps.finetune import grid_points
+from famlab.experiments.steps.pretrain import objective_settings
+from famlab.objectives import Objective, TokenIds, make_objective
 
 
-def make_objective_for(cfg: Config, ids: Any) -> Any:
+def make_objective_for(cfg: Config, ids: TokenIds) -> Objective:
     """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
-    from famlab.experiments.steps.pretrain import objective_settings
-    from famlab.objectives import make_objective
-
     return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
                           **objective_settings(cfg))
 
 
-def plan_budget(base: Config, cfgs: dict[str, Config], ids: Any) -> Plan:
+def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> Plan:
     """Match the budget across arms in place (steps or sizes); returns the plan the report states.
 
     ``cfgs`` maps arm names to configs (:func:`compose_all`); so does ``plan.arms``, each entry naming its
@@ -68,7 +68,7 @@ def match_sizes(cfgs: dict[str, Config], ref_arm: str) -> int:
     return target
 
 
-def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, Any]) -> int:
+def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, StepCost]) -> int:
     """``compare.match=flops / tokens``: give every arm the steps that spend what ``trainer.max_steps`` steps of
     the median-cost arm spend, with its warmup and validation interval scaled to them (in place); returns the
     budget."""
@@ -85,7 +85,7 @@ def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, An
     return target
 
 
-def arm_budget(cfg: Config, cost: Any) -> ArmBudget:
+def arm_budget(cfg: Config, cost: StepCost) -> ArmBudget:
     """What the arm's config trains: steps, FLOPs and corpus tokens (per step and in all), sizes, batch shape."""
     total, non_emb = count_params(cfg.model)
     steps = cfg.trainer.max_steps
@@ -106,12 +106,10 @@ def _divisor_near(n: int, want: float) -> int:
 
 # --- famlab compare --dry-run: the plan and the jobs, stated before anything runs -----------------------------------
 
-def assumed_ids(cfg: Config) -> Any:
+def assumed_ids(cfg: Config) -> TokenIds:
     """Token ids for a plan made before the comparison's tokenizer exists (``famlab compare --dry-run``): the
     requested ``data.tokenizer.vocab_size``, special tokens first and sentinels on top, as a trained tokenizer lays
     them out (one that stops short of the requested size on a small corpus plans slightly other steps)."""
-    from famlab.objectives import TokenIds
-
     size, sentinels = cfg.data.tokenizer.vocab_size, cfg.data.tokenizer.num_sentinels
     names = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "r", "x", "s")
     return TokenIds(vocab_size=size, sentinel_ids=range(size - 1, size - 1 - sentinels, -1),
@@ -137,8 +135,6 @@ def plan_lines(base: Config, cfgs: dict[str, Config], plan: Plan) -> list[str]:
 
 def finetune_note(cfg: Config, seeds: list[int]) -> str:
     """What one fine-tuning job trains: its grid, seeds and the fine-tunes they make (``finetune.select_seeds``)."""
-    from famlab.experiments.steps.finetune import grid_points
-
     ft = cfg.finetune
     points = grid_points(ft)
     k = len(seeds) if ft.select_seeds is None or len(points) == 1 else min(ft.select_seeds, len(seeds))

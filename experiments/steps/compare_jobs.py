@@ -9,15 +9,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.report import build_report
-from famlab.experiments.analysis.results import FinetuneResult, PretrainResult, StepFailure, read_failures
+from famlab.experiments.analysis.results import (
+    ByteScore,
+    FinetuneResult,
+    PretrainResult,
+    ProbeResult,
+    StepFailure,
+    ZeroShotResult,
+    read_failures,
+    read_result,
+)
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.plumbing import failures, workers
-from famlab.experiments.plumbing.run import token_ids, write_json
+from famlab.experiments.plumbing.data_cache import token_ids
+from famlab.experiments.plumbing.rundir import write_json
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_dir import log
 from famlab.experiments.steps.comparison import Comparison, PretrainedRun
-from famlab.experiments.steps.evaluate import BUNDLED, evaluate_run, read_items
+from famlab.experiments.steps.evaluate import BUNDLED, read_items, score_run
 from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import Init, load_network, parse_init
 from famlab.experiments.steps.pretrain import pretrain
@@ -26,7 +37,7 @@ from famlab.experiments.tracking.wandb_report import log_report_run, pretraining
 from famlab.objectives.evaluation import byte_score
 
 
-def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: Any) -> dict[str, Any]:
+def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: TokenizerBundle) -> ByteScore:
     """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents)."""
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
@@ -38,9 +49,8 @@ def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: Any) -> di
     score = byte_score(net, texts, encode, token_ids(bundle), objective=cfg.objective.name)
     if score.reason is not None:  # nothing scorable (every text empty or encoding to no tokens): say why
         raise ValueError(f"bits per byte: {score.reason}")
-    scores = {"measure": score.measure, "value": score.value, "num_texts": score.num_texts,
-              "num_bytes": score.num_bytes}
-    return scores | ({"num_skipped": score.num_skipped} if score.num_skipped else {})
+    return ByteScore(measure=score.measure, value=score.value, num_texts=score.num_texts, num_bytes=score.num_bytes,
+                     num_skipped=score.num_skipped or None)
 
 
 def _pretrain_one(
@@ -86,7 +96,7 @@ def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> Pretrained
 def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
     """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open (an optional step)."""
 
-    def evaluate(run_dir: Path, run_cfg: Config) -> dict[str, Any] | None:
+    def evaluate(run_dir: Path, run_cfg: Config) -> ByteScore | None:
         return failures.optional(c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed,
                                  "evaluation", byte_scores, run_dir, run_cfg, c.bpb_texts, c.bundle, say=log)
 
@@ -106,13 +116,15 @@ def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) 
     if path.is_file() and not failed:
         return  # evaluated before this comparison was stopped
     if "byte_score" not in evaluated and not ("evaluation" in failed and not path.is_file()):  # not just failed
-        evaluated["byte_score"] = run.result.byte_score or failures.optional(
+        score = run.result.byte_score or failures.optional(
             c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed, "evaluation",
             byte_scores, run.run_dir, run.cfg, c.bpb_texts, c.bundle, say=log)
+        evaluated["byte_score"] = score.to_json() if score is not None else None
     if "zero_shot" not in evaluated:
-        evaluated["zero_shot"] = failures.optional(
+        tasks = failures.optional(
             c.comp_dir, StepFailure(step="zero-shot", arm=arm, seed=seed), c.clock.timed, "evaluation",
             zero_shot_scores, run.run_dir, limit=c.base.compare.zero_shot_items, say=log)
+        evaluated["zero_shot"] = {t: r.to_json() for t, r in tasks.items()} if tasks is not None else None
     evaluated = {k: v for k, v in evaluated.items() if v is not None}
     write_json(path, evaluated)
     if "byte_score" in evaluated:
@@ -128,11 +140,12 @@ def transfer_to(
     task_cfg = compare_suite.task_config(run.cfg, task)
     if cmp.probe:
         probe_dir = where / f"{arm}-probe-s{seed}"
-        r = read_done(probe_dir) or failures.optional(
+        done = read_done(probe_dir)
+        r = done if isinstance(done, ProbeResult) else failures.optional(
             c.comp_dir, StepFailure(step="probe", arm=arm, seed=seed, task=task.spec.name if task else None),
             c.clock.timed, "probes", _probe, task_cfg, str(run.run_dir), probe_dir, c.group, [*tags, *on], say=log)
-        result = (f"test/acc {r['pretrained']['test']['test/acc']:.3f} vs random-init "
-                  f"{r['random_mean']['test/acc']:.3f}" if r is not None else "failed")
+        result = (f"test/acc {r.pretrained.test['test/acc']:.3f} vs random-init "
+                  f"{r.random_mean['test/acc']:.3f}" if r is not None else "failed")
         c.clock.progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): {result}")
     if cmp.seeds:
         ft = c.clock.timed("fine-tuning", _finetune, task_cfg, str(run.run_dir), where / f"{arm}-ft-s{seed}",
@@ -141,10 +154,10 @@ def transfer_to(
                          f"test/acc {ft.mean['test/acc']:.3f}")
 
 
-def read_done(run_dir: Path) -> dict[str, Any] | None:
+def read_done(run_dir: Path) -> PretrainResult | FinetuneResult | ProbeResult | None:
     """A finished run's ``results.json`` (a resumed comparison reads it back instead of running it again)."""
     path = run_dir / "results.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_result(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
 
 
 def scratch_baseline(c: Comparison, cfg: Config, task: compare_suite.SuiteTask | None) -> None:
@@ -199,7 +212,7 @@ def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: st
     return finetune(ft, parse_init(init))
 
 
-def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> dict:
+def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> ProbeResult:
     pr = copy.deepcopy(cfg)
     pr.init, pr.run_dir, pr.name = init, str(run_dir), run_dir.name
     pr.wandb.group = group
@@ -207,7 +220,7 @@ def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -
     return probe(pr, parse_init(init))
 
 
-def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, Any]:
+def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, ZeroShotResult]:
     """Both bundled tasks for one pretraining run: {task: results} (as ``famlab eval`` writes them)."""
     tasks = {name: read_items(path)[:limit] for name, path in BUNDLED.items()}
-    return evaluate_run(run_dir, tasks)
+    return score_run(run_dir, tasks)

@@ -8,9 +8,13 @@ import copy
 import dataclasses
 import multiprocessing as mp
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
+from famlab.datamodules.prepare import PreparedDataset
+from famlab.datamodules.suite import TaskSpec
+from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import Plan, PretrainResult
 from famlab.experiments.configuration.compare_defaults import (
     WORKERS,
@@ -20,15 +24,23 @@ from famlab.experiments.configuration.compare_defaults import (
     worker_device,
 )
 from famlab.experiments.configuration.compose import compose, parse_overrides
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError
 from famlab.experiments.configuration.lightning_check import parse_devices
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures
-from famlab.experiments.plumbing.run import get_bundle, prepared_corpus, set_vocab, token_ids, write_json
+from famlab.experiments.plumbing.data_cache import get_bundle, prepared_corpus, set_vocab, token_ids
+from famlab.experiments.plumbing.rundir import write_json
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_budget import plan_budget
 from famlab.experiments.steps.compare_dir import log
+from famlab.experiments.steps.pretrain import data_module
 from famlab.families.registry import family_names
+from famlab.objectives.registry import REGISTRY, families_of, valid_pairs
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
+
+T = TypeVar("T")
 
 PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
 STATUS_DIR = "jobs"  # each job's status file, for the live view
@@ -131,8 +143,6 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
             unparsable entry, an unknown objective, one no family in ``compare.families`` can train, an
             invalid or foreign ``family:objective``, or a duplicate.
     """
-    from famlab.objectives.registry import REGISTRY, families_of, valid_pairs
-
     if not objectives:
         return [(f, None) for f in families], []
 
@@ -223,10 +233,10 @@ class Clock:
 
     started: float
     total_jobs: int
-    done: Any
+    done: Synchronized[int]
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
-    def timed(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def timed(self, phase: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run ``fn``, adding its wall time to ``phase`` (minus what nested timed calls already counted)."""
         t0, before = time.time(), sum(self.phases.values())
         try:
@@ -253,12 +263,13 @@ class Comparison:
     cfgs: dict[str, Config]  # arm -> config
     comp_dir: Path
     bpb_texts: list[str]  # the validation documents scored for bits per byte
-    bundle: Any  # the one tokenizer of every family
+    bundle: TokenizerBundle  # the one tokenizer of every family
     suite: list[compare_suite.SuiteTask | None]  # [None]: one task, its runs in the compare directory itself
     plan: Plan
     clock: Clock
     gpus: tuple[str, ...] = ()  # the GPUs worker processes are spread over, one each (none: the CPU, or one process)
-    started_workers: Any = None  # a shared counter: the index the next worker process to start takes
+    # a shared counter: the index the next worker process to start takes
+    started_workers: Synchronized[int] | None = None
 
     @property
     def group(self) -> str:
@@ -278,7 +289,7 @@ class Stopped(Exception):  # noqa: N818 - how a comparison ended, not an error o
         self.comp_dir, self.cause, self.command = comp_dir, cause, command
 
 
-def set_up(base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_dir: Path, started: float,
+def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path, started: float,
            resumed: bool) -> Comparison:
     """The shared tokenizer, the tasks and the budget plan: what every job of the comparison reads."""
     corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
@@ -299,16 +310,15 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_
     return comparison
 
 
-def check_corpus_fits(cfgs: dict[str, Config], corpus: Any, bundle: Any) -> None:
+def check_corpus_fits(cfgs: dict[str, Config], corpus: PreparedDataset, bundle: TokenizerBundle) -> None:
     """Each arm's token streams (written now, once, as its pretraining would) hold a batch of its blocks and a
     validation block: a corpus too small fails here in one line, before any baseline or pretraining runs."""
-    from famlab.experiments.steps.pretrain import data_module
-
     for cfg in cfgs.values():
         data_module(copy.deepcopy(cfg), corpus, bundle)
 
 
-def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False) -> tuple[Any, Any]:
+def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False
+                    ) -> tuple[PreparedDataset, TokenizerBundle]:
     """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings), pointed at by each
     arm's config, with one W&B directory for the whole comparison; returns ``(corpus, bundle)``.
 
@@ -330,7 +340,7 @@ def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse
 
 
 def prepare_tasks(
-    base: Config, cfgs: dict[str, Config], specs: list[Any] | None, comp_dir: Path
+    base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path
 ) -> list[compare_suite.SuiteTask | None]:
     """The fine-tuning tasks: ``[None]`` for one task (subsampled to ``compare.task_limit`` into the compare
     directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task."""
@@ -376,7 +386,7 @@ def scratch_configs(cfgs: dict[str, Config]) -> dict[str, Config]:
     return first
 
 
-def count_jobs(base: Config, cfgs: dict[str, Config], suite: list[Any]) -> int:
+def count_jobs(base: Config, cfgs: dict[str, Config], suite: list[compare_suite.SuiteTask | None]) -> int:
     """The progress lines the comparison will print: pretraining runs, probes, fine-tunes, scratch baselines."""
     cmp = base.compare
     per_seed = 1 + (bool(cmp.seeds) + cmp.probe) * len(suite)
@@ -384,11 +394,13 @@ def count_jobs(base: Config, cfgs: dict[str, Config], suite: list[Any]) -> int:
     return total + len(scratch_configs(cfgs)) * bool(cmp.scratch_seeds) * len(suite)
 
 
-def _subsampler(cmp: Any) -> compare_suite.Subsample:
+def _subsampler(cmp: CompareConfig) -> compare_suite.Subsample:
     """Writes one suite task's subsample as :func:`subsample_task` does the single task's; returns its ``data.*``."""
+    limit = cmp.task_limit
+    assert limit is not None, "_subsampler without compare.task_limit"
 
     def subsample(cfg: Config, path: Path) -> dict[str, str | None]:
-        path = subsample_task(cfg, cmp.task_limit, path, cmp.task_eval_limit).resolve()
+        path = subsample_task(cfg, limit, path, cmp.task_eval_limit).resolve()
         return {"task": str(path), "text_column": "text", "label_column": "label", "split_column": "split",
                 "text_pair_column": "text_pair" if _has_pairs(path) else None}
 

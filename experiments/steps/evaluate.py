@@ -10,14 +10,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from famlab.datamodules.bundled import WORDNET_MINIMAL_PAIRS, WORDNET_REVERSE_DICTIONARY
+from famlab.experiments.analysis.results import BigramScores, NormAccuracy, ZeroShotResult, ZeroShotScores
 from famlab.experiments.analysis.stats import bootstrap_ci
-from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.compose import to_dataclass
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig
+from famlab.experiments.steps.generate import Run, load_run
 from famlab.objectives.zeroshot import (
     BLANK,
     NORMS,
     BigramLM,
+    ChoiceScores,
     Item,
     Scorer,
     chance,
@@ -26,6 +31,7 @@ from famlab.objectives.zeroshot import (
     length_only,
     skipped,
 )
+from omegaconf import DictConfig, OmegaConf
 
 BUNDLED = {
     "wordnet-reverse-dictionary": WORDNET_REVERSE_DICTIONARY,
@@ -87,7 +93,7 @@ def task_paths(spec: str) -> dict[str, Path]:
     raise EvalInputError(f"data.eval={spec}: expected wordnet, {', '.join(BUNDLED)} or a .jsonl file")
 
 
-def summarise(items: list[Item], scores: list[Any], *, seed: int = 0) -> dict[str, Any]:
+def summarise(items: list[Item], scores: list[ChoiceScores], *, seed: int = 0) -> ZeroShotScores:
     """Accuracy per normalisation (value, 95 % bootstrap CI), chance, skipped items, and the same per group.
 
     A skipped item stays in ``num_items`` and counts as wrong (it has no winner), so chance and length alone
@@ -95,36 +101,32 @@ def summarise(items: list[Item], scores: list[Any], *, seed: int = 0) -> dict[st
     how many.
     """
 
-    def block(sel: list[int]) -> dict[str, Any]:
+    def block(sel: list[int]) -> ZeroShotScores:
         sub_items = [items[i] for i in sel]
         sub_scores = [scores[i] for i in sel]
         reasons = skipped(sub_scores)
-        out: dict[str, Any] = {"num_items": len(sel), "chance": chance(sub_items),
-                               "length_only": statistics.fmean(length_only(sub_items)) if sel else math.nan,
-                               "num_skipped": sum(reasons.values()), "skipped": reasons}
+        norms = {}
         for norm in NORMS:
             right = correct(sub_items, sub_scores, norm)
             acc, low, high = bootstrap_ci(right, seed=seed)
             # per item, in item order ("1" right): paired tests against the bigram floor read it (report)
-            out[norm] = {"acc": acc, "low": low, "high": high, "correct": "".join("1" if r else "0" for r in right)}
-        return out
+            norms[norm] = NormAccuracy(acc=acc, low=low, high=high, correct="".join("1" if r else "0" for r in right))
+        return ZeroShotScores(num_items=len(sel), chance=chance(sub_items),
+                              length_only=statistics.fmean(length_only(sub_items)) if sel else math.nan,
+                              num_skipped=sum(reasons.values()), skipped=reasons, norms=norms)
 
     result = block(list(range(len(items))))
     groups = sorted({it.group for it in items if it.group is not None})
     if groups:
-        result["groups"] = {g: block([i for i, it in enumerate(items) if it.group == g]) for g in groups}
+        result.groups = {g: block([i for i, it in enumerate(items) if it.group == g]) for g in groups}
     return result
 
 
-def load_bigram(run: Any, saved: dict[str, Any], run_dir: Path) -> BigramLM:
+def load_bigram(run: Run, saved: dict[str, Any], run_dir: Path) -> BigramLM:
     """An add-k bigram on the run's pretraining corpus (train documents) with the run's tokenizer; k is chosen
     by validation NLL among :data:`BIGRAM_KS`. The counts come from the prepared corpus's training stream, chunk by
     chunk (a corpus of any size, no raw text read when it is prepared); the validation texts are its first 2,000."""
-    import numpy as np
-    from famlab.experiments.configuration.compose import to_dataclass
-    from famlab.experiments.configuration.config import Config, DataConfig
-    from famlab.experiments.plumbing.run import prepared_corpus
-    from omegaconf import DictConfig, OmegaConf
+    from famlab.experiments.plumbing.data_cache import prepared_corpus
 
     cfg = Config()
     data = OmegaConf.merge(OmegaConf.structured(DataConfig), saved.get("data") or {})
@@ -135,7 +137,8 @@ def load_bigram(run: Any, saved: dict[str, Any], run_dir: Path) -> BigramLM:
     eos = run.ids.eos
     corpus.ensure_streams(eos)
     train_file, _ = corpus.stream_files(eos)
-    stream: Any = np.memmap(train_file, dtype=corpus.dtype, mode="r") if train_file.stat().st_size else []
+    stream: np.ndarray | list[int] = (
+        np.memmap(train_file, dtype=corpus.dtype, mode="r") if train_file.stat().st_size else [])
     lm = BigramLM.fit_stream(stream, run.ids.vocab_size, separator=eos)
     val = [e.ids for e in run.tokenizer.encode_batch(corpus.val[:2000], add_special_tokens=False)]
     val = [v for v in val if v]  # texts that encode to nothing hold no bigram: without any, k falls back below
@@ -144,10 +147,15 @@ def load_bigram(run: Any, saved: dict[str, Any], run_dir: Path) -> BigramLM:
 
 def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full", bigram: bool = True,
                  norm: str | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`score_run` as JSON: {task: the dict ``famlab eval`` writes as the task's ``results.json``}."""
+    scored = score_run(run_dir, tasks, rule=rule, bigram=bigram, norm=norm)
+    return {name: result.to_json() for name, result in scored.items()}
+
+
+def score_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full", bigram: bool = True,
+              norm: str | None = None) -> dict[str, ZeroShotResult]:
     """Score every task with the run's network (and the bigram floor); {task: results} (no files written).
     ``norm``: the headline normalisation (None: each task's :func:`headline`)."""
-    from famlab.experiments.steps.generate import load_run
-
     run = load_run(str(run_dir))
     saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
     scorer = Scorer(run.net, run.encode, run.ids, objective=run.objective, rule=rule)
@@ -155,18 +163,19 @@ def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "fu
     out = {}
     for name, items in tasks.items():
         started = time.time()
-        result: dict[str, Any] = {"task": name, "family": run.family, "objective": run.objective, "rule": rule,
-                                  "headline": norm or headline(name), "model_run_dir": str(run_dir.resolve())}
-        result.update(summarise(items, [_score(scorer, it, name, n) for n, it in enumerate(items, 1)]))
-        result["wall_s"] = round(time.time() - started, 2)
+        scores = summarise(items, [_score(scorer, it, name, n) for n, it in enumerate(items, 1)])
+        result = ZeroShotResult(task=name, family=run.family, objective=run.objective, rule=rule,
+                                headline=norm or headline(name), model_run_dir=str(run_dir.resolve()),
+                                **vars(scores))
+        result.wall_s = round(time.time() - started, 2)
         if floor is not None:
-            result["bigram"] = summarise(items, [floor.score(it) for it in items])
-            result["bigram"]["k"] = floor.net.k  # type: ignore[union-attr]
+            result.bigram = BigramScores(**vars(summarise(items, [floor.score(it) for it in items])),
+                                         k=floor.net.k)  # type: ignore[union-attr]
         out[name] = result
     return out
 
 
-def _score(scorer: Scorer, item: Item, task: str, n: int) -> Any:
+def _score(scorer: Scorer, item: Item, task: str, n: int) -> ChoiceScores:
     try:
         return scorer.score(item)
     except ValueError as e:

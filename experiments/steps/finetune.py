@@ -32,10 +32,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+from famlab.datamodules import ClassificationDataModule, load_corpus
+from famlab.datamodules.tasks import Task
+from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import to_plain
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig
+from famlab.experiments.plumbing.data_cache import get_bundle, set_vocab, token_ids
+from famlab.experiments.plumbing.loggers import make_loggers
+from famlab.experiments.plumbing.prepare_once import env_rank
+from famlab.experiments.plumbing.provenance import provenance
 from famlab.experiments.plumbing.reliability import (
+    AppendingCSVLogger,
     Preempted,
     PreemptionCallback,
     SignalLatch,
@@ -44,22 +53,8 @@ from famlab.experiments.plumbing.reliability import (
     resolve_resume,
     save_last,
 )
-from famlab.experiments.plumbing.run import (
-    close_wandb,
-    env_rank,
-    get_bundle,
-    make_loggers,
-    make_run_dir,
-    make_trainer,
-    provenance,
-    run_name,
-    set_vocab,
-    stop_console_capture,
-    token_ids,
-    wandb_use_pretrained,
-    write_config,
-    write_json,
-)
+from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.trainer import make_trainer
 from famlab.experiments.steps.init import (
     Init,
     default_pooling,
@@ -69,14 +64,17 @@ from famlab.experiments.steps.init import (
     load_task_for,
     with_dropout,
 )
+from famlab.experiments.tracking.wandb_loggers import close_wandb, stop_console_capture, wandb_use_pretrained
 from famlab.experiments.tracking.wandb_metrics import record_selection
+from famlab.objectives import ClassificationCollator, ClassifierModule, OptimSettings
+from lightning.pytorch.loggers import Logger
 
 log = logging.getLogger("famlab")
 METRICS = ("test/acc", "test/f1", "test/mcc")
 JOB_FILE = "job.json"  # a finished job's outcome, beside its metrics.csv; a resumed fine-tune skips the job
 
 
-def majority_baseline(task: Any) -> dict[str, Any]:
+def majority_baseline(task: Task) -> dict[str, Any]:
     """Predict the training split's most frequent label for every test example."""
     from sklearn.metrics import f1_score, matthews_corrcoef
 
@@ -104,7 +102,7 @@ class GridPoint:
         return f"lr{self.lr:g}-head{self.head_lr:g}"
 
 
-def grid_points(ft: Any) -> list[GridPoint]:
+def grid_points(ft: FinetuneConfig) -> list[GridPoint]:
     """The grid in a fixed order: body lr major, head lr minor; a missing head lr is 10 x the body lr."""
     lrs = list(ft.lr_grid) if ft.lr_grid is not None else [ft.lr]
     points = []
@@ -169,15 +167,13 @@ def settle_model(cfg: Config, init: Init) -> bool:
     return init.kind == "hf" and hf_pooler is not None
 
 
-def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> Any:
+def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> TokenizerBundle:
     """The model's tokenizer: an hf: model's own, a run's, or one trained on the corpus for a scratch network."""
     if init.kind == "hf":
         bundle = hf_bundle(init.hf or "", run_dir)
     elif init.kind == "run":
         bundle = get_bundle(cfg, None, run_dir)
     else:
-        from famlab.datamodules import load_corpus
-
         corpus = load_corpus(cfg.data.corpus, val_fraction=0.05, seed=cfg.data.seed)
         bundle = get_bundle(cfg, corpus, run_dir)
         set_vocab(cfg, bundle.vocab_size)
@@ -188,7 +184,7 @@ def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> Any:
     return bundle
 
 
-def _finish_wandb(loggers: list[Any], **selection: Any) -> None:
+def _finish_wandb(loggers: list[Logger], **selection: Any) -> None:
     """Record a job's selection outcome in its W&B run and close the run."""
     try:
         record_selection(loggers, **selection)
@@ -214,7 +210,7 @@ class _Grid:
         self.best: dict[tuple[GridPoint, int], str] = {}
         self.per_seed: dict[str, dict[str, float]] = {}
         self.last: tuple[int, Path] | None = None  # the latest finished job's step and last.ckpt (named if stopped)
-        self.held: dict[tuple[GridPoint, int], tuple[list[Any], int]] = {}
+        self.held: dict[tuple[GridPoint, int], tuple[list[Logger], int]] = {}
 
     def run(self) -> GridPoint:
         """Train every job, select the point on validation, test it (a one-point grid tested as it trained)."""
@@ -349,7 +345,8 @@ def _drop_checkpoints(checkpoint_dir: Path) -> None:
 class _Job:
     """What every fit and test of one fine-tuning command shares: config, task, tokenizer, pooling."""
 
-    def __init__(self, cfg: Config, init: Init, task: Any, bundle: Any, pooling: str, written: dict) -> None:
+    def __init__(self, cfg: Config, init: Init, task: Task, bundle: TokenizerBundle, pooling: str,
+                 written: dict) -> None:
         self.cfg, self.init, self.task, self.bundle = cfg, init, task, bundle
         self.pooling, self.written = pooling, written
         self.family = cfg.model.family.value
@@ -360,9 +357,7 @@ class _Job:
         self.val_every = ft.val_every or (max(1, min(steps_per_epoch, self.total // 4)) if ft.max_steps else None)
         self.mode = "min" if ft.monitor.endswith("loss") else "max"
 
-    def module(self, point: GridPoint) -> Any:
-        from famlab.objectives import ClassifierModule, OptimSettings
-
+    def module(self, point: GridPoint) -> ClassifierModule:
         cfg, ft = self.cfg, self.cfg.finetune
         net, pooler = load_network(cfg, self.init)
         net = with_dropout(net, cfg.model.dropout)  # an hf: model arrives with its own config's dropout
@@ -376,22 +371,17 @@ class _Job:
             standardize=ft.standardize, head_lr=point.head_lr, pooler_state=pooler,
         )
 
-    def datamodule(self, seed: int) -> Any:
-        from famlab.datamodules import ClassificationDataModule
-        from famlab.objectives import ClassificationCollator
-
+    def datamodule(self, seed: int) -> ClassificationDataModule:
         collate = ClassificationCollator(self.family, token_ids(self.bundle), self.cfg.data.max_len)
         return ClassificationDataModule(self.task, self.bundle, batch_size=self.batch_size, collate_fn=collate,
                                         seed=seed, num_workers=self.cfg.data.num_workers)
 
     def fit(
         self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool, latch: SignalLatch
-    ) -> tuple[dict[str, Any], list[Any]]:
+    ) -> tuple[dict[str, Any], list[Logger]]:
         """Train one (grid point, seed), or continue it from its ``last.ckpt`` under ``resume=auto``; record its
         outcome (best validation score, its checkpoint, the steps, the test scores if ``test_now``) and return it
         with the job's loggers, whose W&B run is left open for :func:`finetune` to finish."""
-        import lightning as L
-
         cfg, ft = self.cfg, self.cfg.finetune
         L.seed_everything(seed, workers=True, verbose=False)
         module, dm = self.module(point), self.datamodule(seed)
@@ -435,8 +425,6 @@ class _Job:
 
     def test(self, point: GridPoint, seed: int, checkpoint: str) -> dict[str, float]:
         """Test the selected point's best checkpoint of ``seed``; the scores are appended to its metrics.csv."""
-        from famlab.experiments.plumbing.reliability import AppendingCSVLogger
-
         seed_dir = Path(checkpoint).parent.parent
         module, dm = self.module(point), self.datamodule(seed)
         loggers = [AppendingCSVLogger(save_dir=str(seed_dir), name="", version="")]

@@ -6,11 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import yaml
+from famlab.datamodules import get_tokenizer
+from famlab.experiments.configuration.compose import to_dataclass
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.steps.init import load_network, parse_init
+from famlab.families.config import ModelConfig
 from famlab.families.formats import Arch
+from famlab.families.generation import generate, sample_next
+from famlab.families.network import Network
 from famlab.families.registry import family
+from famlab.objectives.prefix import prefix_lm_mask
 from famlab.objectives.registry import default_objective
+from famlab.objectives.tokens import TokenIds
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer
 
 MASK = "[MASK]"
 
@@ -19,9 +30,9 @@ MASK = "[MASK]"
 class Run:
     """A trained run loaded for inference."""
 
-    net: Any  # families network, eval mode
-    tokenizer: Any  # tokenizers.Tokenizer
-    ids: Any  # objectives.TokenIds
+    net: Network  # eval mode
+    tokenizer: Tokenizer
+    ids: TokenIds
     family: str
     objective: str
 
@@ -39,12 +50,7 @@ class Run:
 
 def load_run(run_dir: str) -> Run:
     """Network (``checkpoints/last.ckpt`` or the given ``.ckpt``), tokenizer and objective of a pretraining run."""
-    from famlab.datamodules import get_tokenizer
-    from famlab.experiments.configuration.compose import to_dataclass
-    from famlab.experiments.plumbing.run import token_ids
-    from famlab.experiments.steps.init import load_network, parse_init
-    from famlab.families.config import ModelConfig
-    from omegaconf import OmegaConf
+    from famlab.experiments.plumbing.data_cache import token_ids
 
     init = parse_init(run_dir)
     assert init.run_dir is not None
@@ -61,20 +67,15 @@ def load_run(run_dir: str) -> Run:
     return Run(net.eval(), bundle.tokenizer, token_ids(bundle), family, objective)
 
 
-def _sample(run: Run, logits: Any, opts: dict[str, Any], generator: Any) -> Any:
-    from famlab.families.generation import sample_next
-
+def _sample(run: Run, logits: torch.Tensor, opts: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
     return sample_next(
         logits, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"], generator=generator
     )
 
 
-def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
+def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator: torch.Generator) -> list[int]:
     """GPT with a bidirectional prefix (prefix_lm / span / ul2 training): recompute each step under
     ``prefix_lm_mask`` (families.generation's KV cache assumes plain causal attention)."""
-    import torch
-    from famlab.objectives.prefix import prefix_lm_mask
-
     seq = torch.tensor([prefix])
     limit = int(run.net.config.max_seq_len)
     out: list[int] = []
@@ -92,10 +93,7 @@ def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator:
     return out
 
 
-def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: Any) -> list[int]:
-    import torch
-    from famlab.families.generation import generate
-
+def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: torch.Generator) -> list[int]:
     ids = generate(
         run.net,
         torch.tensor([encoder]),
@@ -112,9 +110,6 @@ def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: An
 
 def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
     """The continuation of ``prompt`` (without the prompt)."""
-    import torch
-    from famlab.families.generation import generate
-
     generator = torch.Generator().manual_seed(opts["seed"])
     tokens, ids = run.encode(prompt), run.ids
     if run.arch is Arch.ENCODER:
@@ -176,8 +171,6 @@ def fill_text(run: Run, text: str, opts: dict[str, Any]) -> str:
 
 def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
     """The decoded text of each gap between ``pieces`` (BERT: one token each; span / ul2: sentinel spans)."""
-    import torch
-
     ids, count = run.ids, len(pieces) - 1
     encoded = [run.encode(p) for p in pieces]
     if run.arch is Arch.ENCODER:  # BERT: [CLS] piece [MASK] piece ... [SEP], one token per [MASK]

@@ -4,18 +4,27 @@ Hugging Face model (``hf:``) or a scratch network; the composed config checked a
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 import yaml
-from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, to_dataclass
-from famlab.experiments.configuration.config import Config, ConfigInputError, TokenizerKind
+from famlab.datamodules.tasks import Task
+from famlab.datamodules.tokenizer import TokenizerBundle
+from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, parse_overrides, to_dataclass
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, TokenizerKind
 from famlab.experiments.configuration.task import load_configured_task
-from famlab.families import registry
+from famlab.families import Network, build_network, from_hf, registry
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
+from famlab.families.hf import hf_pooler_state
 from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger("famlab")
 
@@ -69,8 +78,6 @@ def _check_contradictions(explicit: dict[str, Any], loaded: ModelConfig, source:
 
 def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, Init]:
     """Compose the config, taking the model section from ``init`` when it points at a run."""
-    from famlab.experiments.configuration.compose import parse_overrides
-
     init_value = parse_overrides(overrides).get("init")
     if init_value is None:  # init from a preset file: compose once to read it
         init_value = compose(presets, overrides).cfg.init
@@ -110,11 +117,8 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     return cfg, init
 
 
-def load_network(cfg: Config, init: Init) -> tuple[Any, Any]:
+def load_network(cfg: Config, init: Init) -> tuple[Network, dict[str, Tensor] | None]:
     """Build the network for ``init``; returns ``(net, pooler_state or None)``."""
-    import torch
-    from famlab.families import build_network
-
     if init.kind == "hf":
         return hf_network(init.hf or "")
     net = build_network(cfg.model)
@@ -133,18 +137,16 @@ def load_network(cfg: Config, init: Init) -> tuple[Any, Any]:
     return net, None
 
 
-def with_dropout(net: Any, dropout: float) -> Any:
+def with_dropout(net: Network, dropout: float) -> Network:
     """``net`` with its dropout rate set to ``dropout``: the same weights in a network built with that rate."""
     if net.config.dropout == dropout:
         return net
-    from famlab.families import build_network
-
     rebuilt = build_network(dataclasses.replace(net.config, dropout=dropout))
     rebuilt.load_state_dict(net.state_dict())
     return rebuilt.train(net.training)
 
 
-def _hf_model(src: str) -> tuple[Any, bool]:
+def _hf_model(src: str) -> tuple[PreTrainedModel, bool]:
     """Load a Hugging Face model of a registered family's kind (``HFAdapter.model_type``: BERT / GPT-2 / T5) as its
     adapter's ``pretrained_class``; returns ``(model, has_pooler)``."""
     adapters = {a.model_type: a for name in registry.family_names() if (a := registry.family(name).hf) is not None}
@@ -166,10 +168,7 @@ def _hf_model(src: str) -> tuple[Any, bool]:
     return model.eval(), has_pooler
 
 
-def hf_network(src: str) -> tuple[Any, Any]:
-    from famlab.families import from_hf
-    from famlab.families.hf import hf_pooler_state
-
+def hf_network(src: str) -> tuple[Network, dict[str, Tensor] | None]:
     model, has_pooler = _hf_model(src)
     # train mode: Lightning keeps modules' modes, and an eval-mode network would fine-tune without dropout
     net = from_hf(model).train()
@@ -180,17 +179,13 @@ def hf_network(src: str) -> tuple[Any, Any]:
     return net, pooler
 
 
-def hf_bundle(src: str, run_dir: Path) -> Any:
+def hf_bundle(src: str, run_dir: Path) -> TokenizerBundle:
     """The HF model's own tokenizer as a ``datamodules.TokenizerBundle``, saved as ``<run_dir>/tokenizer.json``.
 
     ``famlab.datamodules.load_tokenizer`` requires famlab's special-token names (``[PAD]`` ...), which GPT-2 / T5
     tokenizers lack, so the ids are taken from the HF tokenizer's own attributes, with the same fallbacks
     the HF models use (GPT-2 pads with ``<|endoftext|>``; T5 has no [CLS] and starts the decoder with pad).
     """
-    import hashlib
-
-    from famlab.datamodules.tokenizer import TokenizerBundle
-
     try:
         from transformers import AutoTokenizer
 
@@ -227,7 +222,7 @@ def hf_bundle(src: str, run_dir: Path) -> Any:
     )
 
 
-def load_task_for(d: Any) -> Any:
+def load_task_for(d: DataConfig) -> Task:
     """``data.task`` with the data section's column and split settings."""
     task = load_configured_task(d)
     if len(task.labels) < 2:

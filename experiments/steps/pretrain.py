@@ -7,41 +7,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+import numpy as np
 import torch
-from famlab.experiments.analysis.results import PretrainResult
+from famlab.datamodules import PretrainDataModule
+from famlab.datamodules.prepare import PreparedDataset
+from famlab.datamodules.tokenizer import TokenizerBundle
+from famlab.experiments.analysis.results import ByteScore, PretrainResult
+from famlab.experiments.configuration.budget import step_cost
 from famlab.experiments.configuration.config import Config
-from famlab.experiments.plumbing.prepare_once import wait_for_rank_zero
+from famlab.experiments.perf.hardware import peak_flops, precision_dtype
+from famlab.experiments.plumbing.data_cache import cache_dir, get_bundle, prepared_corpus, set_vocab, token_ids
+from famlab.experiments.plumbing.loggers import make_loggers
+from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
+from famlab.experiments.plumbing.provenance import provenance
 from famlab.experiments.plumbing.reliability import (
     NonFiniteError,
     Preempted,
     check_checkpoint_matches,
     resolve_resume,
 )
-from famlab.experiments.plumbing.run import (
-    cache_dir,
-    close_wandb,
-    env_rank,
-    get_bundle,
-    make_loggers,
-    make_run_dir,
-    make_trainer,
-    maybe_compile,
-    precision,
-    prepared_corpus,
-    provenance,
-    run_name,
-    set_vocab,
-    token_ids,
-    wandb_pretrain_results,
-    write_config,
-    write_json,
-)
+from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, precision
+from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_pretrain_results
+from famlab.families import Network, build_network
+from famlab.objectives import Objective, OptimSettings, PretrainModule, TokenIds, make_objective
+from famlab.objectives.evaluation import length_extrapolation
+from famlab.objectives.registry import SETTINGS
+from lightning.pytorch.loggers import Logger
 
 
-def optim_settings(cfg: Config, max_steps: int) -> Any:
+def optim_settings(cfg: Config, max_steps: int) -> OptimSettings:
     """``objectives.OptimSettings`` from ``optim.*`` (effective lr = lr * lr_scale)."""
-    from famlab.objectives import OptimSettings
-
     o = cfg.optim
     return OptimSettings(
         lr=o.lr * o.lr_scale,
@@ -56,30 +53,27 @@ def optim_settings(cfg: Config, max_steps: int) -> Any:
     )
 
 
-def unigram_log_probs(counts: Any) -> Any:
+def unigram_log_probs(counts: np.ndarray) -> torch.Tensor:
     """``(V,)`` log-probabilities of the training split's unigram model (add-one smoothed, so finite)."""
 
-    counts = torch.as_tensor(counts, dtype=torch.float64) + 1.0
-    return (counts / counts.sum()).log().float()
+    smoothed = torch.as_tensor(counts, dtype=torch.float64) + 1.0
+    return (smoothed / smoothed.sum()).log().float()
 
 
 def objective_settings(cfg: Config) -> dict[str, Any]:
     """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
     evaluation, which rebuilds the objective at other lengths)."""
-    from famlab.objectives.registry import SETTINGS
-
     values = {key: getattr(cfg.objective, key) for key in SETTINGS}
     return values | {"ul2_rates": tuple(values["ul2_rates"])}
 
 
-def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: dict[str, Any]) -> dict[str, Any]:
+def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Config, settings: dict[str, Any]
+                  ) -> dict[str, Any]:
     """Validation loss at 1x, 2x and 4x the training length, for the report and sweep summaries.
 
     `None` with a reason where the position scheme cannot reach that length (learned / sinusoidal positions
     beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.
     """
-    from famlab.objectives.evaluation import length_extrapolation
-
     points = length_extrapolation(
         net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=cfg.objective.name,
         train_seq_len=cfg.data.seq_len, max_tokens=16_384, seed=cfg.data.seed, **settings,
@@ -88,15 +82,13 @@ def length_points(net: Any, val_tokens: Any, ids: Any, cfg: Config, settings: di
 
 
 def pretrain(
-    cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path, Config], dict[str, Any]] | None = None
+    cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path, Config], ByteScore | None] | None = None
 ) -> PretrainResult:
     """Run one pretraining job; returns the results written to ``results.json``.
 
     ``evaluate(run_dir, cfg)``, when given, scores the finished run (a comparison's bits per byte) while its
     W&B run is still open; its result is stored as ``byte_score`` and in the W&B summary.
     """
-    import lightning as L
-
     started = time.time()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir = make_run_dir(cfg, job_name or run_name(cfg, "pretrain"))
@@ -141,7 +133,8 @@ def pretrain(
     return results
 
 
-def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
+def prepare_data(cfg: Config, run_dir: Path
+                 ) -> tuple[PreparedDataset, TokenizerBundle, Objective, PretrainDataModule]:
     """The prepared corpus (``data.corpus`` prepared once into the cache by rank 0, or a prepared directory), its
     tokenizer (``model.vocab_size`` set from it), the objective and the data module, its token streams memory-mapped
     (the streams for the objective's separator written by rank 0 if new) and set up for fitting."""
@@ -151,12 +144,10 @@ def prepare_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Any, Any]:
     return corpus, bundle, objective, dm
 
 
-def data_module(cfg: Config, corpus: Any, bundle: Any) -> tuple[Any, Any]:
+def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
+                ) -> tuple[Objective, PretrainDataModule]:
     """The objective and the data module of ``corpus`` encoded with ``bundle`` (``model.vocab_size`` set from it),
     its streams written by rank 0 if new and set up for fitting: a corpus too small for a batch fails here."""
-    from famlab.datamodules import PretrainDataModule
-    from famlab.objectives import make_objective
-
     set_vocab(cfg, bundle.vocab_size)
     objective = make_objective(cfg.objective.name, token_ids(bundle), seq_len=cfg.data.seq_len,
                                family=cfg.model.family.value, **objective_settings(cfg))
@@ -180,14 +171,9 @@ def data_module(cfg: Config, corpus: Any, bundle: Any) -> tuple[Any, Any]:
     return objective, dm
 
 
-def make_module(cfg: Config, objective: Any, dm: Any) -> Any:
+def make_module(cfg: Config, objective: Objective, dm: PretrainDataModule) -> PretrainModule:
     """The ``PretrainModule`` around a new network: the unigram floor of the training split, the FLOPs of one
     micro-batch (budget/flops x-axis) and the device's peak (perf/mfu); compiled if ``trainer.compile``."""
-    from famlab.experiments.configuration.budget import step_cost
-    from famlab.experiments.perf.hardware import peak_flops, precision_dtype
-    from famlab.families import build_network
-    from famlab.objectives import PretrainModule
-
     net = build_network(cfg.model)
     flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops  # families.flops
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
@@ -202,7 +188,8 @@ def make_module(cfg: Config, objective: Any, dm: Any) -> Any:
 
 
 def fit(
-    cfg: Config, trainer: Any, module: Any, dm: Any, run_dir: Path, loggers: list[Any], started: float
+    cfg: Config, trainer: L.Trainer, module: PretrainModule, dm: PretrainDataModule, run_dir: Path,
+    loggers: list[Logger], started: float
 ) -> tuple[dict[str, float], float]:
     """Train to ``trainer.max_steps`` (resuming under ``resume=``); returns the validation metrics before training
     (``trainer.validate_first``, a fresh run only) and the setup time in seconds."""

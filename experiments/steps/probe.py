@@ -14,35 +14,44 @@ random-body control follows Hewitt & Liang 2019).
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
-from famlab.experiments.analysis.results import ProbeResult
+import torch
+from famlab.datamodules.tasks import Task
+from famlab.datamodules.tokenizer import TokenizerBundle
+from famlab.experiments.analysis.results import ProbeGain, ProbeResult, ProbeScore
+from famlab.experiments.analysis.stats import above
 from famlab.experiments.configuration.config import Config, ConfigInputError
-from famlab.experiments.plumbing.run import make_run_dir, provenance, run_name, token_ids, write_config, write_json
+from famlab.experiments.plumbing.data_cache import token_ids
+from famlab.experiments.plumbing.provenance import provenance
+from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
+from famlab.experiments.steps.init import Init, default_pooling, hf_bundle, load_network, load_task_for
+from famlab.families import Network, build_network
+from famlab.objectives import ClassificationCollator
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
 
 
-@dataclasses.dataclass(frozen=True)
-class ProbeScore:
-    """One probe: the chosen strength, its validation accuracy and its test scores."""
+class ProbeScores(TypedDict):
+    """The scores of a probe's results (:func:`probe_scores`): the :class:`ProbeResult` fields they fill."""
 
-    c: float
-    val_acc: float
-    test: dict[str, float]
+    selection: str
+    pretrained: ProbeScore
+    random: dict[str, ProbeScore]
+    random_mean: dict[str, float]
+    random_std: dict[str, float]
+    gain: ProbeGain | None
 
 
-def features(net: Any, family: str, items: list[dict[str, Any]], collate: Any, pooling: str,
+def features(net: Network, family: str, items: list[dict[str, Any]], collate: ClassificationCollator, pooling: str,
              batch_size: int = 256) -> np.ndarray:
     """``(N, C)`` pooled features of tokenized examples under ``torch.no_grad`` with the network in eval mode."""
-    import torch
-    from famlab.objectives.classifier import pooled_features
+    from famlab.objectives.classifier import pooled_features  # imports Lightning
 
     net.eval()
     out = []
@@ -78,9 +87,7 @@ def fit_probe(
     x_tr, x_va, x_te = scaler.transform(x_tr), scaler.transform(x_va), scaler.transform(x_te)
     best: tuple[float, float, Any] | None = None
     for c in c_grid:
-        # Newton-CG reaches the same L2 optimum as the default L-BFGS in ~12 iterations instead of 100-200: on a
-        # 1,000 x 64 probe with 44 classes it fitted a four-point strength grid 12 x faster, with the same
-        # validation choices.
+        # Newton-CG: the same L2 optimum as the default L-BFGS in far fewer iterations (docs/results.md, probe solver)
         clf = LogisticRegression(C=c, max_iter=1000, solver="newton-cg").fit(x_tr, y_tr)
         acc = float(accuracy_score(y_va, clf.predict(x_va)))
         if best is None or acc > best[0]:  # ties keep the first (the strongest regularisation listed first)
@@ -97,16 +104,12 @@ def fit_probe(
     return ProbeScore(c=float(c), val_acc=acc, test=test)
 
 
-def probe(cfg: Config, init: Any) -> dict[str, Any]:
+def probe(cfg: Config, init: Init) -> ProbeResult:
     """Probe the body ``init`` gives (a run, a checkpoint or an hf: model) and random-init bodies of its shape.
 
     Returns the results written to ``<run_dir>/results.json`` (``job: probe``).
     """
-    import torch
-    from famlab.datamodules.classification import tokenize_examples
-    from famlab.experiments.steps.init import default_pooling
-    from famlab.families import build_network
-    from famlab.objectives import ClassificationCollator
+    from famlab.datamodules.classification import tokenize_examples  # imports Lightning
 
     if init.kind == "scratch":
         raise ConfigInputError("probe: init=scratch has no trained body to probe; give a run directory, "
@@ -120,7 +123,7 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
     splits = {name: tokenize_examples(getattr(task, name), bundle) for name in ("train", "val", "test")}
     labels = {name: np.array([int(item["label"]) for item in items]) for name, items in splits.items()}
 
-    def score(body: Any) -> ProbeScore:
+    def score(body: Network) -> ProbeScore:
         x = {name: features(body, family, items, collate, pooling) for name, items in splits.items()}
         return fit_probe((x["train"], labels["train"]), (x["val"], labels["val"]), (x["test"], labels["test"]),
                          list(cfg.finetune.probe_c_grid), len(task.labels))
@@ -139,16 +142,15 @@ def probe(cfg: Config, init: Any) -> dict[str, Any]:
         pooling=pooling,
         **probe_scores(pretrained, random),
         wall_s=round(time.time() - started, 1),
-    ).to_json()
-    write_json(run_dir / "results.json", results)
+    )
+    write_json(run_dir / "results.json", results.to_json())
     log_wandb(cfg, init, run_dir, written, results)
     return results
 
 
-def load_body(cfg: Config, init: Any) -> tuple[Any, Any, Path, Any]:
+def load_body(cfg: Config, init: Init) -> tuple[Network, Task, Path, TokenizerBundle]:
     """``(network, task, run directory, tokenizer)``; an hf: model sets ``cfg.model`` (and so the run's name)."""
-    from famlab.experiments.plumbing.run import get_bundle
-    from famlab.experiments.steps.init import hf_bundle, load_network, load_task_for
+    from famlab.experiments.plumbing.data_cache import get_bundle
 
     if init.kind == "hf":
         net, _ = load_network(cfg, init)
@@ -161,20 +163,18 @@ def load_body(cfg: Config, init: Any) -> tuple[Any, Any, Path, Any]:
     return net, task, run_dir, bundle
 
 
-def probe_scores(pretrained: ProbeScore, random: dict[str, ProbeScore]) -> dict[str, Any]:
+def probe_scores(pretrained: ProbeScore, random: dict[str, ProbeScore]) -> ProbeScores:
     """The results' scores: the pretrained probe, each random-init body's, their mean and std, and the pretrained
     probe's gain over the random bodies (with two or more of them)."""
-    from famlab.experiments.analysis.stats import above
-
     rand_acc = [r.test["test/acc"] for r in random.values()]
     gain = None
     if len(rand_acc) >= 2:  # the pretrained probe is deterministic: one value against the seeded random bodies
         w = above(pretrained.test["test/acc"], rand_acc)
-        gain = {"diff": w.diff, "ci_low": w.ci_low, "ci_high": w.ci_high, "p": w.p}
+        gain = ProbeGain(diff=w.diff, ci_low=w.ci_low, ci_high=w.ci_high, p=w.p)
     return {
         "selection": "probe_c_grid strength with the highest validation accuracy",
-        "pretrained": dataclasses.asdict(pretrained),
-        "random": {k: dataclasses.asdict(v) for k, v in random.items()},
+        "pretrained": pretrained,
+        "random": dict(random),
         "random_mean": {k: statistics.fmean(r.test[k] for r in random.values()) for k in METRICS},
         "random_std": {k: statistics.stdev([r.test[k] for r in random.values()]) if len(random) > 1 else 0.0
                        for k in METRICS},
@@ -182,29 +182,31 @@ def probe_scores(pretrained: ProbeScore, random: dict[str, ProbeScore]) -> dict[
     }
 
 
-def log_wandb(cfg: Config, init: Any, run_dir: Path, written: dict[str, Any], results: dict[str, Any]) -> None:
+def log_wandb(cfg: Config, init: Init, run_dir: Path, written: dict[str, Any], results: ProbeResult) -> None:
     """The probe as a W&B run (``job_type=probe``, the config's group): it declares the pretraining run's tokenizer
     and checkpoint as inputs (lineage pretraining -> probe, as a fine-tune does), its summary holds the scores
     (``pretrained/test/acc``, ``random_mean/test/acc``, ``gain/diff`` ...) and ``bodies`` is a table of every
     body probed. Started once the probe is done, so refused input never leaves a W&B run; never raises.
     """
     import wandb
-    from famlab.experiments.plumbing.run import close_wandb, make_loggers, wandb_loggers, wandb_use_pretrained
+    from famlab.experiments.plumbing.loggers import make_loggers
+    from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_loggers, wandb_use_pretrained
     from famlab.experiments.tracking.wandb_metrics import record_summary
 
     loggers = wandb_loggers(make_loggers(cfg, run_dir, job_type="probe", name=run_dir.name, config=written))
     try:
         wandb_use_pretrained(loggers, init.run_dir, init.checkpoint)
-        pretrained = results["pretrained"]
+        pretrained = results.pretrained
         record_summary(loggers, {
-            "pretrained": {**pretrained["test"], "c": pretrained["c"], "val_acc": pretrained["val_acc"]},
-            **{key: results[key] for key in ("random_mean", "random_std", "gain") if results[key] is not None},
+            "pretrained": {**pretrained.test, "c": pretrained.c, "val_acc": pretrained.val_acc},
+            "random_mean": results.random_mean, "random_std": results.random_std,
+            **({"gain": results.gain.to_json()} if results.gain is not None else {}),
         })
-        record_summary(loggers, {"probe_seeds": len(results["random"]), "task": results["task"],
-                                 "pooling": results["pooling"]})
+        record_summary(loggers, {"probe_seeds": len(results.random), "task": results.task,
+                                 "pooling": results.pooling})
         columns = ["body", "seed", "c", "val_acc", *METRICS]
-        rows = [["pretrained", None, *_row(results["pretrained"])]]
-        rows += [["random-init", int(seed), *_row(r)] for seed, r in results["random"].items()]
+        rows = [["pretrained", None, *_row(results.pretrained)]]
+        rows += [["random-init", int(seed), *_row(r)] for seed, r in results.random.items()]
         for logger in loggers:
             logger.experiment.log({"bodies": wandb.Table(columns=columns, data=rows, allow_mixed_types=True)})
     except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (README, W&B)
@@ -213,13 +215,13 @@ def log_wandb(cfg: Config, init: Any, run_dir: Path, written: dict[str, Any], re
         close_wandb(loggers)
 
 
-def _row(score: dict[str, Any]) -> list[float]:
-    return [score["c"], score["val_acc"], *(score["test"][k] for k in METRICS)]
+def _row(score: ProbeScore) -> list[float]:
+    return [score.c, score.val_acc, *(score.test[k] for k in METRICS)]
 
 
-def print_probe(r: dict[str, Any]) -> None:
+def print_probe(r: ProbeResult) -> None:
     """One line per body: the pretrained body and the random-init bodies' mean +- std."""
-    p, m, s = r["pretrained"]["test"], r["random_mean"], r["random_std"]
-    print(f"probe: {r['family']} on {r['task']} ({r['pooling']} pooling): test/acc pretrained {p['test/acc']:.3f}  "
-          f"random-init {m['test/acc']:.3f} +- {s['test/acc']:.3f} (n={len(r['random'])})"
-          + (f"  gain {r['gain']['diff']:+.3f} (p={r['gain']['p']:.3g})" if r["gain"] else ""))
+    p, m, s = r.pretrained.test, r.random_mean, r.random_std
+    print(f"probe: {r.family} on {r.task} ({r.pooling} pooling): test/acc pretrained {p['test/acc']:.3f}  "
+          f"random-init {m['test/acc']:.3f} +- {s['test/acc']:.3f} (n={len(r.random)})"
+          + (f"  gain {r.gain.diff:+.3f} (p={r.gain.p:.3g})" if r.gain else ""))

@@ -8,15 +8,15 @@ import concurrent.futures as cf
 import copy
 import dataclasses
 import os
-from typing import Any
 
+from famlab.experiments.analysis.results import ArmBudget
 from famlab.experiments.configuration.compare_defaults import (
     worker_device,
 )
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import quiet_libraries
-from famlab.experiments.plumbing.run import write_json
+from famlab.experiments.plumbing.rundir import write_json
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
 from famlab.experiments.steps.compare_jobs import (
     arm_tags,
@@ -50,7 +50,7 @@ class Done:
 
     phases: dict[str, float]
     run: PretrainedRun | None = None
-    tuned: tuple[Config, Any] | None = None  # (the arm's config with its lr, its plan entry)
+    tuned: tuple[Config, ArmBudget] | None = None  # (the arm's config with its lr, its plan entry)
 
 
 def run_jobs(c: Comparison) -> None:
@@ -122,7 +122,7 @@ def first_jobs(c: Comparison, tune: bool) -> list[Job]:
 
 def pretrain_order(c: Comparison) -> list[str]:
     """Arms by planned pretraining FLOPs, most first, so the longest run does not start last (under a FLOP-matched
-    budget they tie, and keep the arms' order: on 2 cores the three tiny families took 262-273 s each)."""
+    budget they take about equally long, and keep the arms' order; docs/results.md, The default's row)."""
     return sorted(c.cfgs, key=lambda arm: c.plan.arms[arm].flops, reverse=True)
 
 

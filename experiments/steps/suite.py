@@ -45,8 +45,10 @@ from famlab.experiments.analysis.suite_score import (
     task_interval,
 )
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.plumbing.data_cache import cache_dir
+from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import Preempted
-from famlab.experiments.plumbing.run import cache_dir, env_rank, make_run_dir, run_name, write_json
+from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_json
 from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import Init
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.libraries.internals import log_used_artifact
 
 LOG_MODEL = ("false", "final", "all")
 ARTIFACTS_FILE = "wandb-artifacts.json"
@@ -159,10 +160,10 @@ def declare_use(run: Any, artifact: Any) -> None:
     committed. Offline, ``use_artifact`` refuses ("Cannot use artifact when in offline mode", an open TODO in
     wandb's ``wandb_run.py``), although the record it would write syncs like any other. So offline the same
     record is written through ``Run._log_artifact(..., use_after_commit=True)``, the private method
-    ``use_artifact`` itself calls for a draft. ``tests/experiments/test_wandb_lineage.py`` fails if that
-    method or its record changes.
+    ``use_artifact`` itself calls for a draft (``experiments/libraries/internals.py`` ``log_used_artifact``).
+    ``tests/experiments/test_wandb_lineage.py`` fails if that method or its record changes.
     """
     if run.settings.mode in ("offline", "dryrun"):
-        run._log_artifact(artifact, aliases=[], is_user_created=True, use_after_commit=True)
+        log_used_artifact(run, artifact)
     else:
         run.use_artifact(artifact)

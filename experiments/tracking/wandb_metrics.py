@@ -112,8 +112,11 @@ def record_selection(loggers: list[Any], *, selected: bool, point: str, test: di
                 pass
 
 
-def _flatten(values: dict[str, Any], prefix: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+Scalar = bool | int | float | str  # a W&B summary value
+
+
+def _flatten(values: dict[str, Any], prefix: str) -> dict[str, Scalar]:
+    out: dict[str, Scalar] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
@@ -123,13 +126,13 @@ def _flatten(values: dict[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
-def pretrain_summary(results: dict[str, Any]) -> dict[str, Any]:
+def pretrain_summary(results: dict[str, Any]) -> dict[str, float]:
     """The evaluation results of a pretraining run as summary keys under ``eval/``.
 
     ``eval/bits_per_byte`` or ``eval/pll_bits_per_byte`` (BERT's pseudo-log-likelihood, not a likelihood),
     and ``eval/loss_<k>x`` / ``eval/seq_len_<k>x`` from the length-extrapolation points.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, float] = {}
     score = results.get("byte_score")
     if score:
         out[f"eval/{score['measure']}"] = score["value"]

@@ -46,7 +46,10 @@ def print_wandb_commands(out_dir: Path) -> None:
         print(f"W&B runs: {view}   (upload: {upload})")
 
 
-def _cell(text: str) -> Any:
+Cell = int | float | str  # a markdown table cell: a number where it reads as one
+
+
+def _cell(text: str) -> Cell:
     text = text.strip().strip("`*")
     try:
         return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
@@ -58,13 +61,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "table"
 
 
-def markdown_tables(md: str) -> list[tuple[str, list[str], list[list[Any]]]]:
+def markdown_tables(md: str) -> list[tuple[str, list[str], list[list[Cell]]]]:
     """Every pipe table of a markdown document as ``(title, header, rows)``.
 
     The title is the nearest heading above the table (numbered when a heading has several tables); cells
     that read as numbers become numbers, so W&B can sort and plot them.
     """
-    out: list[tuple[str, list[str], list[list[Any]]]] = []
+    out: list[tuple[str, list[str], list[list[Cell]]]] = []
     heading, lines = "report", md.splitlines()
     count: dict[str, int] = {}
     i = 0
@@ -94,7 +97,7 @@ def report_images(out_dir: Path, md: str) -> list[Path]:
     return list(dict.fromkeys(p for p in paths if p.is_file()))
 
 
-def report_summary(results: Path) -> dict[str, Any]:
+def report_summary(results: Path) -> dict[str, float]:
     """The scalars ``results.json`` lists under ``wandb_summary`` (empty when it has none)."""
     data = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
     summary = data.get("wandb_summary") if isinstance(data, dict) else None

@@ -37,10 +37,10 @@ def linear_cross_entropy(
     gradient ``softmax - onehot`` is formed in place in its logits buffers and pushed through the two
     backward matmuls at once. No ``(N, V)`` logits, log-probabilities or their gradients are kept between
     forward and backward: one logits buffer per chunk instead of the five ``(N, V)`` tensors of
-    ``F.linear`` + ``F.cross_entropy`` + autograd (about a quarter of a small T5's step on CPU went to
-    allocating and filling them). The matmul FLOPs are those of the unfused head; each matmul covers
-    ``vocab_slice`` vocabulary columns (``(n, C) @ (C, 1024)`` ran about 1.3x faster per FLOP than one
-    ``(n, C) @ (C, 8192)`` on the CPUs here).
+    ``F.linear`` + ``F.cross_entropy`` + autograd, whose allocation and filling cost a small step much of its
+    time on CPU. The matmul FLOPs are those of the unfused head; each matmul covers ``vocab_slice`` vocabulary
+    columns, narrow matmuls being faster per FLOP on CPU than one over the whole vocabulary (both measured:
+    docs/results.md, Speed).
 
     Args:
         hidden: ``(..., C)`` final hidden states.

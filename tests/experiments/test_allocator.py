@@ -74,7 +74,7 @@ WHERE = textwrap.dedent(
     from famlab.experiments.commands import cli
     from famlab.experiments.configuration.compose import compose
     from famlab.experiments.perf import allocator
-    from famlab.experiments.plumbing.run import make_trainer
+    from famlab.experiments.plumbing.trainer import make_trainer
     assert cli.main(["config", "gpt", "tiny"]) == 0
     after_config = allocator._applied
     tmp = Path(sys.argv[1])

@@ -239,7 +239,7 @@ def _ids(vocab_size: int = 2048, sentinels: int = 100):
 @pytest.mark.parametrize("match", ["flops", "tokens"])
 def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
     from famlab.experiments.configuration.budget import relative_spread
-    from famlab.experiments.plumbing.run import set_vocab
+    from famlab.experiments.plumbing.data_cache import set_vocab
     from famlab.experiments.steps.compare_budget import plan_budget
     from famlab.experiments.steps.comparison import compose_all
 

@@ -50,7 +50,7 @@ def test_compiled_network_runs_through_dynamo_and_matches_eager(family):
 def test_trainer_compile_true_uses_inductor_and_matches_eager():
     """`trainer.compile=true` (experiments' maybe_compile) compiles with inductor and keeps eager's loss."""
     from famlab.experiments.configuration.compose import compose
-    from famlab.experiments.plumbing.run import maybe_compile
+    from famlab.experiments.plumbing.trainer import maybe_compile
     from famlab.objectives import OptimSettings, PretrainModule
 
     net, objective, batch = _net_and_batch("gpt")

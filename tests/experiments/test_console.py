@@ -110,7 +110,7 @@ def test_the_prepare_progress_line_keeps_a_log_file_to_a_line_a_heartbeat(monkey
     import io
     import time
 
-    from famlab.experiments.plumbing.run import ProgressLine
+    from famlab.experiments.plumbing.data_cache import ProgressLine
 
     out = io.StringIO()
     line = ProgressLine(every_s=0.0, stream=out)

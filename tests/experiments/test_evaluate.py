@@ -67,10 +67,11 @@ def test_summary_counts_ties_as_wrong_and_reports_chance_per_group(tmp_path):
               ChoiceScores([-3.0, -3.0, -5.0, -6.0], [1, 1, 1, 1], [1, 1, 1, 1]),  # a tie at the top: wrong
               ChoiceScores([-2.0, -1.0], [1, 2], [1, 1])]  # right raw, per token -2 vs -0.5: right
     r = summarise(items, scores)
-    assert r["raw"]["acc"] == pytest.approx(2 / 3) and r["per_byte"]["acc"] == pytest.approx(1 / 3)
-    assert r["chance"] == pytest.approx((0.5 + 0.25 + 0.5) / 3)
-    assert r["groups"]["g2"]["raw"]["acc"] == 0.0 and r["groups"]["g1"]["chance"] == 0.5
-    assert r["raw"]["low"] <= r["raw"]["acc"] <= r["raw"]["high"]
+    raw, groups = r.accuracy("raw"), r.groups or {}
+    assert raw.acc == pytest.approx(2 / 3) and r.accuracy("per_byte").acc == pytest.approx(1 / 3)
+    assert r.chance == pytest.approx((0.5 + 0.25 + 0.5) / 3)
+    assert groups["g2"].accuracy("raw").acc == 0.0 and groups["g1"].chance == 0.5
+    assert raw.low is not None and raw.high is not None and raw.low <= raw.acc <= raw.high
 
 
 def test_bundled_tasks_parse():
@@ -103,9 +104,9 @@ def test_length_alone_and_the_headline_of_each_task():
     scores = [ChoiceScores([-1.0, -2.0], [1, 1], [4, 5])] * 2 + [ChoiceScores([-1.0, -2.0], [1, 1], [4, 4]),
                                                                  ChoiceScores([-3.0, -2.0, -1.0], [1, 1, 1], [2, 3, 4])]
     r = summarise(items, scores)
-    assert r["length_only"] == 0.25 and r["groups"]["g"]["length_only"] == 0.5
+    assert r.length_only == 0.25 and (r.groups or {})["g"].length_only == 0.5
     assert headline("wordnet-minimal-pairs") == "raw" and headline("wordnet-reverse-dictionary") == "per_byte"
     assert headline("my-items") == "per_byte"
-    md = table({"run": {**r, "family": "gpt", "headline": "raw"}}).splitlines()
+    md = table({"run": {**r.to_json(), "family": "gpt", "headline": "raw"}}).splitlines()
     assert md[0] == "| model | family | items | chance | **raw** | per token | per byte |"
-    assert md[-1] == f"| shortest candidate (length alone) | - | 4 | {r['chance']:.3f} | 0.250 | 0.250 | 0.250 |"
+    assert md[-1] == f"| shortest candidate (length alone) | - | 4 | {r.chance:.3f} | 0.250 | 0.250 | 0.250 |"

@@ -1,5 +1,6 @@
-"""Tripwires: each library internal famlab relies on (experiments/plumbing/internals.py) still has the shape and
-behaviour famlab uses, and the public hooks that replaced the others still behave as relied on.
+"""Tripwires: each library internal famlab relies on (experiments/libraries/internals.py, and the ones ``families``
+keeps: families/config.py here, families/compile.py in test_compile.py) still has the shape and behaviour famlab
+uses, and the public hooks that replaced the others still behave as relied on.
 
 A failure names the library and the attribute; docs/architecture.md ("Library internals we rely on") says where
 each is used.
@@ -11,8 +12,9 @@ import inspect
 from pathlib import Path
 
 import lightning.pytorch as pl
+import pytest
 import torch
-from famlab.experiments.plumbing import internals
+from famlab.experiments.libraries import internals
 from famlab.experiments.plumbing.checkpoints import PREV_NAME, KeepPreviousCheckpointIO, keep_previous_last, save_last
 from famlab.experiments.plumbing.csv_logger import AppendingCSVLogger
 from lightning.pytorch.loggers import CSVLogger
@@ -57,6 +59,105 @@ def test_wandb_run_console_stop_is_a_method_without_arguments():
 def test_stop_console_copy_skips_a_run_without_it():
     """A wandb without ``_console_stop`` degrades to no-op instead of failing the run."""
     internals.stop_console_copy(object())
+
+
+def test_wandb_run_log_artifact_takes_the_keywords_log_used_artifact_passes():
+    """wandb: ``Run._log_artifact(artifact, aliases=, is_user_created=, use_after_commit=)`` (log_used_artifact, an
+    offline run's use of an artifact; tests/experiments/test_wandb_lineage.py checks the record it writes)."""
+    from wandb.sdk.wandb_run import Run
+
+    library, attribute = internals.WANDB_LOG_ARTIFACT
+    method = getattr(Run, "_log_artifact", None)
+    assert callable(method), f"{library} removed {attribute}"
+    params = inspect.signature(method).parameters
+    missing = {"aliases", "is_user_created", "use_after_commit"} - set(params)
+    assert not missing, f"{library} changed {attribute}: no {sorted(missing)}"
+
+
+def test_lightning_precision_literals_are_the_values_a_trainer_accepts():
+    """lightning: ``connector._PRECISION_INPUT_STR`` and ``_PRECISION_INPUT_STR_ALIAS`` are ``Literal`` types of
+    precision strings (lightning_precisions, the ``trainer.precision`` choices)."""
+    library, attribute = internals.LIGHTNING_PRECISIONS
+    try:
+        values = internals.lightning_precisions()
+    except AttributeError as e:
+        raise AssertionError(f"{library} moved {attribute}: {e}") from None
+    assert values and all(isinstance(v, str) for v in values), f"{library} changed {attribute}: {values}"
+    assert {"32-true", "bf16-mixed", "16-mixed", "32"} <= set(values), f"{library} changed {attribute}: {values}"
+
+
+def test_omegaconf_nodes_are_read_unresolved_and_none_sections_skipped():
+    """omegaconf: ``DictConfig._is_none()`` and ``DictConfig._get_node(key)`` (config_child, the check of an
+    override's nesting): the child node as stored, an interpolation left unresolved."""
+    from omegaconf import DictConfig, OmegaConf
+
+    library, attribute = internals.OMEGACONF_NODES
+    cfg = OmegaConf.create({"a": {"b": 1, "c": "${a.b}"}, "e": 2})
+    section = DictConfig(None)  # a section set to None: its own `in` fails, _is_none() says so first
+    try:
+        a, c = internals.config_child(cfg, "a"), internals.config_child(internals.config_child(cfg, "a"), "c")
+        none_section = internals.config_child(section, "x")
+    except AttributeError as e:
+        raise AssertionError(f"{library} changed {attribute}: {e}") from None
+    assert isinstance(a, DictConfig), f"{library} changed {attribute}: {type(a)}"
+    assert c is not None and c._value() == "${a.b}", f"{library} changed {attribute}: an interpolation was resolved"
+    assert none_section is None and internals.config_child(cfg, "missing") is None
+    assert internals.config_child(internals.config_child(cfg, "e"), "x") is None  # a value is not a section
+
+
+def test_torch_dispatch_mode_sees_each_aten_op():
+    """torch: ``torch.utils._python_dispatch.TorchDispatchMode`` (experiments/perf/breakdown.py times each aten op
+    under one): a subclass's ``__torch_dispatch__`` sees every op run inside it."""
+    library, attribute = internals.TORCH_DISPATCH_MODE
+    seen: list[str] = []
+
+    class Names(internals.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with Names():
+        torch.ones(2, 3) @ torch.ones(3, 2)
+    assert "mm" in seen, f"{library} changed {attribute}: saw {seen}"
+
+
+def test_hf_models_name_their_attention_implementation():
+    """transformers: a model's ``config._attn_implementation`` is the attention it runs (hf_attention_implementation,
+    the ``hf_attn`` column of ``famlab bench``)."""
+    transformers = pytest.importorskip("transformers")
+    library, attribute = internals.HF_ATTN_IMPLEMENTATION
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=16, n_positions=8)
+    name = internals.hf_attention_implementation(transformers.GPT2LMHeadModel(config).config)
+    assert name in ("eager", "sdpa", "flash_attention_2", "flex_attention"), f"{library} changed {attribute}: {name!r}"
+
+
+def test_enum_member_tables_are_what_add_family_extends():
+    """python: ``Enum._value2member_map_``, ``_member_map_`` and ``_member_names_`` (families/config.py
+    ``add_family`` / ``remove_family`` add a ``Family`` member at run time): lookups by value and name, iteration."""
+    from famlab.families.config import Family, add_family, remove_family
+
+    for table, kind in (("_value2member_map_", dict), ("_member_map_", dict), ("_member_names_", list)):
+        assert isinstance(getattr(Family, table, None), kind), f"python changed Enum.{table}"
+    member = add_family("tripwire")
+    try:
+        assert Family("tripwire") is member and Family["TRIPWIRE"] is member and member in list(Family)
+        assert member.value == "tripwire" and member.name == "TRIPWIRE" and member == "tripwire"
+    finally:
+        remove_family("tripwire")
+    assert "tripwire" not in [m.value for m in Family]
+
+
+def test_lightning_module_trainer_raises_when_detached():
+    """lightning: the public ``LightningModule.trainer`` raises ``RuntimeError`` outside a ``Trainer``
+    (objectives/optim.py ``attached_trainer`` reads None from it), and is the Trainer once attached."""
+    from famlab.objectives.optim import attached_trainer
+
+    module = _Tiny()
+    assert attached_trainer(module) is None
+    trainer = pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu")
+    trainer.fit(module)
+    assert attached_trainer(module) is trainer
 
 
 class _Tiny(pl.LightningModule):

@@ -13,6 +13,7 @@ import statistics
 import numpy as np
 import pytest
 from famlab.experiments.analysis import report, transfer
+from famlab.experiments.analysis.results import ArmRow
 from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES, nested_welch, welch
 
 from tests.experiments.record_helpers import finetune_record, probe_result
@@ -23,10 +24,11 @@ def _nested(rng: np.random.Generator, center: float, runs: int, seeds: int, run_
     return [list(center + rng.normal(0.0, run_sd) + rng.normal(0.0, seed_sd, seeds)) for _ in range(runs)]
 
 
-def _row(family: str, runs: list[list[float]]) -> dict:
+def _row(family: str, runs: list[list[float]], scratch: list[float] | None = None) -> ArmRow:
     """An arm's row as ``report.summarize`` writes it: pooled values and one list per pretraining run."""
-    return {"family": family, "finetune_values": {"test/acc": sum(runs, [])},
-            "finetune_nested_values": {"test/acc": runs}}
+    return ArmRow(family=family, finetune_values={"test/acc": sum(runs, [])},
+                  finetune_nested_values={"test/acc": runs},
+                  scratch_values={"test/acc": scratch} if scratch is not None else {})
 
 
 def test_large_pretraining_seed_variance_fools_pooled_welch_but_not_the_nested_test():
@@ -73,7 +75,8 @@ def test_the_nested_test_keeps_its_level_under_a_nested_null():
 
 def test_one_pretraining_run_keeps_welch_over_fine_tuning_seeds():
     a, b = [0.50, 0.52, 0.55], [0.40, 0.47, 0.41]
-    (row,) = report.significance({"gpt": _row("gpt", [a]), "t5": {"finetune_values": {"test/acc": b}}})
+    (row,) = report.significance({"gpt": _row("gpt", [a]),
+                                  "t5": ArmRow(family="t5", finetune_values={"test/acc": b})})
     assert row["test"] == SEED_VALUES and row["variance"] == ["fine-tuning seeds"] and row["units"] == [3, 3]
     assert row["p"] == pytest.approx(welch(a, b, alternative="two-sided").p)
 
@@ -107,8 +110,8 @@ def test_summarize_groups_fine_tunes_by_the_pretraining_run_they_started_from():
     runs = [ft("gpt", "runs/x/gpt-pretrain-s0", [0.60, 0.61]), ft("gpt", "runs/x/gpt-pretrain-s1", [0.70, 0.71]),
             ft("t5", "runs/x/t5-pretrain-s0", [0.50, 0.52]), ft("t5", "runs/x/t5-pretrain-s1", [0.55, 0.54])]
     fams = report.summarize(runs, None)
-    assert fams["gpt"]["finetune_nested_values"]["test/acc"] == [[0.60, 0.61], [0.70, 0.71]]
-    assert fams["gpt"]["finetune_values"]["test/acc"] == [0.60, 0.61, 0.70, 0.71]
+    assert fams["gpt"].finetune_nested_values["test/acc"] == [[0.60, 0.61], [0.70, 0.71]]
+    assert fams["gpt"].finetune_values["test/acc"] == [0.60, 0.61, 0.70, 0.71]
     (row,) = report.significance(fams)
     assert row["test"] == RUN_MEANS and row["units"] == [2, 2]
 
@@ -116,8 +119,7 @@ def test_summarize_groups_fine_tunes_by_the_pretraining_run_they_started_from():
 def test_pretraining_gains_take_the_pretraining_run_as_the_unit():
     """Pretrained vs scratch: each run's mean against each scratch seed; one run keeps Welch over seeds."""
     runs, scratch = [[0.62, 0.621, 0.619], [0.68, 0.681, 0.679]], [0.60, 0.601, 0.599]
-    arms = {"gpt": {**_row("gpt", runs), "scratch_values": {"test/acc": scratch}},
-            "t5": {**_row("t5", [[0.62, 0.63, 0.61]]), "scratch_values": {"test/acc": scratch}}}
+    arms = {"gpt": _row("gpt", runs, scratch), "t5": _row("t5", [[0.62, 0.63, 0.61]], scratch)}
     gains = {g.arm: g for g in transfer.finetune_gains(arms)}
     means = welch([statistics.fmean(g) for g in runs], scratch, alternative="greater")
     assert welch(sum(runs, []), scratch, alternative="greater").p < 0.01 < means.p  # pooling overstates it

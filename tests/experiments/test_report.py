@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 from famlab.experiments.analysis.report import significance
-from famlab.experiments.analysis.results import RunRecord
+from famlab.experiments.analysis.results import ArmRow, RunRecord
 from famlab.experiments.commands import cli
 from test_compare import compare_in_tmp
 
@@ -81,7 +81,8 @@ def test_welch_test_matches_the_formula():
     from scipy import stats
 
     a, b = [0.50, 0.52, 0.55], [0.40, 0.47, 0.41]
-    fams = {"gpt": {"finetune_values": {"test/acc": a}}, "t5": {"finetune_values": {"test/acc": b}}}
+    fams = {"gpt": ArmRow(family="gpt", finetune_values={"test/acc": a}),
+            "t5": ArmRow(family="t5", finetune_values={"test/acc": b})}
     (row,) = significance(fams)
     va, vb = statistics.variance(a) / 3, statistics.variance(b) / 3
     t = (statistics.fmean(a) - statistics.fmean(b)) / math.sqrt(va + vb)
@@ -123,10 +124,10 @@ def test_finetune_table_has_one_row_per_arm_and_each_scratch_baseline_once():
     def stat(x: float) -> dict:
         return {m: (x, 0.0, 1) for m in ("test/acc", "test/f1", "test/mcc")}
 
-    arms = {"gpt-span": {"family": "gpt", "finetune": stat(0.4), "scratch": stat(0.3)},
-            "gpt-prefix_lm": {"family": "gpt", "finetune": stat(0.5), "scratch": stat(0.3)},
-            "bert-mlm": {"family": "bert", "finetune": stat(0.6)},
-            "t5": {"family": "t5", "objective": None, "scratch": stat(0.2)}}
+    arms = {"gpt-span": ArmRow(family="gpt", finetune=stat(0.4), scratch=stat(0.3)),
+            "gpt-prefix_lm": ArmRow(family="gpt", finetune=stat(0.5), scratch=stat(0.3)),
+            "bert-mlm": ArmRow(family="bert", finetune=stat(0.6)),
+            "t5": ArmRow(family="t5", objective=None, scratch=stat(0.2))}
     _, ft = tables(arms, None, None)
     names = [line.split("|")[1].strip() for line in ft.splitlines()[2:]]
     assert names == ["gpt-span pretrained", "gpt-prefix_lm pretrained", "gpt scratch", "bert-mlm pretrained",

@@ -5,7 +5,9 @@ import re
 import pytest
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
-from famlab.experiments.plumbing.run import cache_dir, make_run_dir, provenance, run_name
+from famlab.experiments.plumbing.data_cache import cache_dir
+from famlab.experiments.plumbing.provenance import provenance
+from famlab.experiments.plumbing.rundir import make_run_dir, run_name
 from famlab.experiments.tracking.wandb_guard import wandb_mode
 
 
@@ -60,7 +62,7 @@ def test_csv_logger_keeps_metrics_and_does_not_claim_to_delete(tmp_path):
     (a resumed run) is kept and appended to."""
     import warnings
 
-    from famlab.experiments.plumbing.run import make_loggers
+    from famlab.experiments.plumbing.loggers import make_loggers
 
     (tmp_path / "config.yaml").write_text("x: 1\n")
     (tmp_path / "metrics.csv").write_text("step,train/loss\n0,1.5\n")

@@ -246,14 +246,15 @@ def test_compare_zero_shot_step_fills_the_report_table_and_the_wandb_report_run(
     from tests.experiments.record_helpers import pretrain_record
 
     scores = {f: zero_shot_scores(pretrained[f], limit=8) for f in arms}
-    rows = zero_shot_rows({f: [pretrain_record(f, eval={"zero_shot": z})] for f, z in scores.items()})
+    written = {f: {"zero_shot": {t: r.to_json() for t, r in z.items()}} for f, z in scores.items()}  # as eval.json
+    rows = zero_shot_rows({f: [pretrain_record(f, eval=e)] for f, e in written.items()})
     assert set(rows) == {*arms, "chance", "bigram", "length"}
     for f in arms:
         for task in BUNDLED:
-            assert rows[f][task] == scores[f][task][headline(task)]["acc"] and scores[f][task]["num_items"] == 8
+            assert rows[f][task] == scores[f][task].accuracy(headline(task)).acc and scores[f][task].num_items == 8
     assert rows["chance"]["wordnet-reverse-dictionary"] == pytest.approx(0.2)
     assert rows["chance"]["wordnet-minimal-pairs"] == pytest.approx(0.5)
-    section = zero_shot_section({f: [pretrain_record(f, eval={"zero_shot": z})] for f, z in scores.items()})
+    section = zero_shot_section({f: [pretrain_record(f, eval=e)] for f, e in written.items()})
     out = tmp_path / "cmp"
     out.mkdir()
     (out / "report.md").write_text("# comparison\n\n" + "\n".join(section))

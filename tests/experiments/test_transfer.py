@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from famlab.experiments.analysis import transfer
-from famlab.experiments.analysis.results import Plan
+from famlab.experiments.analysis.results import ArmRow, Plan
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.steps.finetune import GridPoint, grid_points, select_point
@@ -14,7 +14,7 @@ from tests.experiments.record_helpers import finetune_record, probe_result
 
 
 def _arm(family, pretrained, scratch):
-    return {"family": family, "finetune_values": {"test/acc": pretrained}, "scratch_values": {"test/acc": scratch}}
+    return ArmRow(family=family, finetune_values={"test/acc": pretrained}, scratch_values={"test/acc": scratch})
 
 
 ARMS = {
@@ -27,7 +27,7 @@ ARMS = {
 def test_finetune_gains_match_scipy_and_holm_by_hand():
     """Differences, one-sided Welch p-values (scipy) and Holm's adjustment worked by hand."""
     gains = {g.arm: g for g in transfer.finetune_gains(ARMS)}
-    raw = {a: sps.ttest_ind(r["finetune_values"]["test/acc"], r["scratch_values"]["test/acc"], equal_var=False,
+    raw = {a: sps.ttest_ind(r.finetune_values["test/acc"], r.scratch_values["test/acc"], equal_var=False,
                             alternative="greater").pvalue for a, r in ARMS.items()}
     for arm, g in gains.items():
         assert g.p == pytest.approx(raw[arm])
@@ -261,12 +261,14 @@ def test_wall_split_states_worker_time_when_jobs_ran_side_by_side(tmp_path):
 
     phases = {"pretraining": 600.0, "evaluation": 40.0, "fine-tuning": 150.0, "probes": 10.0}
     (tmp_path / "compare.json").write_text(json.dumps({"wall_s": 1000.0, "phases": phases}))
-    line = transfer.wall_split([tmp_path])["line"]
+    split = transfer.wall_split([tmp_path])
+    assert split is not None
+    line = split.line
     assert line.startswith("Wall time 1000 s: pretraining 600 s (60%)") and "the rest (200 s)" in line
     (tmp_path / "compare.json").write_text(json.dumps({"wall_s": 500.0, "phases": phases, "workers": 2,
                                                       "threads": 1}))
     wall = transfer.wall_split([tmp_path])
-    assert wall["workers"] == 2
-    assert wall["line"].startswith("Wall time 500 s, with 2 worker processes running jobs side by side (1 torch "
-                                   "thread each")
-    assert "of the 800 s they ran jobs: pretraining 600 s (75%), evaluation 40 s (5%)" in wall["line"]
+    assert wall is not None and wall.workers == 2
+    assert wall.line.startswith("Wall time 500 s, with 2 worker processes running jobs side by side (1 torch "
+                                "thread each")
+    assert "of the 800 s they ran jobs: pretraining 600 s (75%), evaluation 40 s (5%)" in wall.line

@@ -4,7 +4,7 @@ import random
 from pathlib import Path
 
 import pytest
-from famlab.experiments.analysis.results import PretrainResult, RunRecord
+from famlab.experiments.analysis.results import EvalRecord, PretrainResult, RunRecord, read_config
 from famlab.experiments.analysis.stats import bootstrap_ci, paired_bootstrap
 from famlab.experiments.analysis.zeroshot_table import zero_shot_section, zero_shot_uncertainty
 
@@ -52,7 +52,8 @@ def _record(arm_correct: str, floor_correct: str) -> RunRecord:
     result = {**block(arm_correct), "chance": 0.5, "bigram": block(floor_correct)}
     res = PretrainResult(family="gpt", objective="clm", run_dir="r", steps=1, num_params=1, first={}, final={},
                          budget={}, wall_s=0.0, setup_s=0.0, cpu_s=0.0, threads=1)
-    return RunRecord(path=Path("r"), config={}, results=res, eval={"zero_shot": {task: result}})
+    return RunRecord(path=Path("r"), config=read_config({}), results=res,
+                     eval=EvalRecord.from_json({"zero_shot": {task: result}}))
 
 
 def test_report_cells_show_the_ci_and_the_paired_test_against_the_floor():
@@ -72,10 +73,12 @@ def test_report_cells_show_the_ci_and_the_paired_test_against_the_floor():
 def test_results_without_per_item_records_keep_the_plain_table():
     """eval.json written before per-item records: accuracies only, no CI and no paired table (nothing invented)."""
     rec = _record("1100", "1000")
-    for block in (rec.eval["zero_shot"]["wordnet-minimal-pairs"], rec.eval["zero_shot"]["wordnet-minimal-pairs"]
-                  ["bigram"]):
+    assert rec.eval is not None and rec.eval.zero_shot is not None
+    result = rec.eval.zero_shot["wordnet-minimal-pairs"]
+    assert result.bigram is not None
+    for block in (result, result.bigram):
         for norm in ("raw", "per_token", "per_byte"):
-            del block[norm]["correct"]
+            block.accuracy(norm).correct = None
     assert zero_shot_uncertainty({"gpt": [rec]}) == {}
     md = "\n".join(zero_shot_section({"gpt": [rec]}))
     assert "| gpt | 0.500 |" in md and "| arm - add-k bigram |" not in md

@@ -235,7 +235,7 @@ def test_an_empty_candidate_skips_the_item_and_is_counted(ids, tiny_net, family,
         assert correct(items, got, norm)[0] == 0.0
     assert skipped(got) == {EMPTY_CANDIDATE: 1}
     summary = summarise(items, got)
-    assert summary["num_items"] == 2 and summary["num_skipped"] == 1 and summary["skipped"] == {EMPTY_CANDIDATE: 1}
+    assert summary.num_items == 2 and summary.num_skipped == 1 and summary.skipped == {EMPTY_CANDIDATE: 1}
 
 
 # --- items longer than the positions -----------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_items_past_an_absolute_position_table_are_skipped_at_exactly_the_limit(
     with pytest.raises(ValueError, match="exceeds model.max_seq_len=12"):
         _reference(scorer, items[last + 1])
     assert got[-1].skipped == "needs more than model.max_seq_len=12 positions (model.pos=learned)"
-    assert summarise(items, got)["num_skipped"] == len(items) - last - 1
+    assert summarise(items, got).num_skipped == len(items) - last - 1
 
 
 @pytest.mark.parametrize("family,objective", [("gpt", "clm"), ("t5", "span"), ("bert", "mlm")])

@@ -1,0 +1,72 @@
+"""A run's loggers: ``metrics.csv`` always, and a W&B run unless W&B is disabled (its trouble never stops training)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.configuration.compose import flatten
+from famlab.experiments.configuration.config import Config
+from famlab.experiments.plumbing.console import library_output
+from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_saved_checkpoint
+from famlab.experiments.tracking.wandb_guard import wandb_mode
+from famlab.experiments.tracking.wandb_metrics import define_metrics, x_axis
+
+
+def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config: dict[str, Any]) -> list[Any]:
+    """CSVLogger writing ``<run_dir>/metrics.csv`` and, unless disabled, a WandbLogger.
+
+    The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
+    gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
+    Every run is its own (``reinit="create_new"``): a fine-tuning grid keeps its runs open until selection,
+    and Lightning's ``WandbLogger`` would otherwise reuse the global run still open.
+    """
+    from famlab.experiments.plumbing.csv_logger import AppendingCSVLogger
+
+    # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
+    loggers: list[Any] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
+    mode = wandb_mode(cfg)
+    if mode == "disabled":
+        return loggers
+    tags = list(dict.fromkeys([cfg.model.family.value, str(cfg.objective.name), cfg.model.pos.value, *cfg.wandb.tags]))
+    log_model = log_model_mode(cfg.wandb.log_model)  # a bad value fails before training, naming the key
+    save_dir = Path(cfg.wandb.dir) if cfg.wandb.dir else run_dir  # a comparison keeps all its runs in one place
+    try:
+        from lightning.pytorch.loggers import WandbLogger
+
+        class FlatConfigWandbLogger(WandbLogger):
+            """Skips Lightning's ``log_hyperparams``: the module's nested hparams (``optim: {...}``) would add
+            a second, nested copy of keys already in the flat config (duplicate columns, wandb #5477).
+            With ``wandb.log_model=all`` uploads each checkpoint as it is saved (famlab's own artifacts)."""
+
+            def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+                return None
+
+            def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+                last = Path(checkpoint_callback.dirpath or "") / "last.ckpt"
+                if log_model == "all" and job_type == "pretrain" and last.is_file():
+                    log_saved_checkpoint(self.experiment, last)
+
+        from famlab.experiments.tracking.wandb_guard import start_wandb
+        from lightning.pytorch.utilities import rank_zero_only
+
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            return loggers  # only rank 0 logs to W&B (one run per job)
+        with library_output():  # wandb.init prints its banners and settings warnings: into the run's log
+            logger, note = start_wandb(
+                FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
+                kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
+                            group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(save_dir),
+                            config=flatten(config), reinit="create_new"),
+            )
+        if note:  # once, on stderr: where the run went and how to upload it
+            print(f"famlab: WARNING {note}", file=sys.stderr)
+        if logger is not None:
+            define_metrics(logger.experiment, job_type, x_axis(cfg.compare.match.value))
+            loggers.append(logger)
+    except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (docs/scale.md)
+        message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"
+        warnings.warn(message, stacklevel=2)
+    return loggers

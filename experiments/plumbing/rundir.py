@@ -1,0 +1,94 @@
+"""Run directories: a run's name, its directory (made, checked, removed when the run was refused) and the files a run
+writes there first (``config.yaml``, JSON results)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.configuration.compose import to_plain, to_yaml
+from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.plumbing.console import LOG_NAME, quiet_libraries
+from famlab.experiments.plumbing.launch_env import inherited_run_dir, publish_run_dir
+from famlab.experiments.plumbing.prepare_once import env_rank
+
+
+def run_name(cfg: Config, job: str, task: str | None = None) -> str:
+    """Readable run name: ``<family>-<objective>-<size or custom>`` (finetune: ``<family>-ft-<task>``)."""
+    if cfg.name:
+        return cfg.name
+    family = cfg.model.family.value
+    if job == "finetune":
+        short = Path(task or cfg.data.task).stem.replace(":", "-").replace("/", "-")
+        return f"{family}-ft-{short}"
+    return f"{family}-{cfg.objective.name}-{cfg.size or 'custom'}"
+
+
+CREATED_RUN_DIRS: list[Path] = []  # made by this process (with new parents); a run refused on bad input removes them
+
+
+SETUP_FILES = {"config.yaml", "tokenizer.json"}  # what a run writes before its first step
+
+
+def remove_empty_run_dirs() -> None:
+    """Remove the run directories this process created that hold nothing beyond setup (the run was refused).
+
+    Only directories that did not exist before this process, and only when they hold no more than
+    :data:`SETUP_FILES`: a run that trained a step keeps its directory whatever happens after.
+    """
+    while CREATED_RUN_DIRS:
+        path = CREATED_RUN_DIRS.pop()  # innermost first
+        if path.is_dir() and {p.name for p in path.iterdir()} <= SETUP_FILES:
+            for name in SETUP_FILES:
+                (path / name).unlink(missing_ok=True)
+            path.rmdir()
+
+
+def make_run_dir(cfg: Config, name: str) -> Path:
+    """Create the run directory (``run_dir`` or ``runs/<name>-<YYYYmmdd-HHMMSS>``).
+
+    An explicit non-empty ``run_dir`` without ``resume`` would be overwritten, so it fails instead.
+    """
+    if env_rank() != 0:
+        # a DDP worker (Lightning relaunches the command per rank; torchrun / SLURM start every rank):
+        # rank 0 made and checked the directory and published it (experiments/plumbing/launch_env.py)
+        path = Path(inherited_run_dir() or cfg.run_dir or "")
+        if not str(path) or str(path) == ".":
+            raise ConfigInputError("multi-process runs started by torchrun / SLURM need an explicit run_dir=")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    if cfg.run_dir:
+        path = Path(cfg.run_dir).expanduser()
+        if path.is_dir() and any(path.iterdir()) and cfg.resume == "never":
+            raise ConfigInputError(f"run_dir={cfg.run_dir} exists and is not empty; pass resume=auto or a new run_dir")
+    else:
+        path = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        while path.exists():  # two runs started in the same second
+            path = path.with_name(path.name + "x")
+    try:
+        CREATED_RUN_DIRS.extend(p for p in reversed([path, *path.parents]) if not p.exists())  # outermost first
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigInputError(f"run_dir={path} is not writable ({e.strerror})") from None
+    publish_run_dir(path)  # inherited by the DDP ranks Lightning launches
+    quiet_libraries(path / LOG_NAME)  # banners, tips and third-party warnings: into the run's log, not the console
+    return path
+
+
+def write_config(run_dir: Path, cfg: Config, prov: dict[str, Any]) -> dict[str, Any]:
+    """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
+    cfg = dataclasses.replace(cfg, provenance=prov)
+    if env_rank() == 0:  # only rank 0 writes files
+        (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
+    return to_plain(cfg)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+

@@ -1,0 +1,101 @@
+"""The Lightning ``Trainer`` of every fit: precision, checkpoints, the reliability callbacks, progress, cluster
+plugins; ``torch.compile`` of the network when ``trainer.compile``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from famlab.experiments.configuration.config import Config
+from famlab.experiments.perf.allocator import keep_freed_memory
+from famlab.experiments.plumbing.console import heartbeat_seconds
+
+
+def precision(cfg: Config) -> str:
+    """``trainer.precision``; ``auto`` = bf16-mixed on a CUDA GPU with bf16, else 32-true."""
+    if cfg.trainer.precision != "auto":
+        return cfg.trainer.precision
+    import torch
+
+    cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    return "bf16-mixed" if cuda and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def make_trainer(
+    cfg: Config,
+    run_dir: Path,
+    loggers: list[Any],
+    *,
+    checkpoint_dir: Path,
+    monitor: str,
+    mode: str,
+    max_steps: int = -1,
+    max_epochs: int = -1,
+    val_check_interval: int | None = None,
+    limit_val_batches: int | None = None,
+) -> Any:
+    """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt (the previous one kept as
+    last-prev.ckpt), the reliability callbacks, rich progress bar; glibc malloc tuned for training steps."""
+    import lightning as L
+    from famlab.experiments.configuration.lightning_check import check_lightning_settings
+    from famlab.experiments.plumbing.checkpoints import checkpoint_callback, keep_previous_last
+    from famlab.experiments.plumbing.faults import test_hook_callbacks
+    from famlab.experiments.plumbing.heartbeat import Heartbeat
+    from famlab.experiments.plumbing.reliability import reliability_callbacks
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    keep_freed_memory()  # training steps stop re-faulting their activations (experiments/perf/allocator.py)
+    t = cfg.trainer
+    # the test hook's faults go first, so each reliability callback sees them in the same step
+    callbacks: list[Any] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
+                            *reliability_callbacks(cfg, checkpoint_dir)]
+    # no bar (a log file, CI, a comparison's worker): a line a minute instead
+    callbacks.append(RichProgressBar(leave=True) if t.progress_bar else Heartbeat(run_dir.name, heartbeat_seconds()))
+    trainer = L.Trainer(
+        default_root_dir=str(run_dir),
+        max_steps=max_steps,
+        max_epochs=max_epochs,
+        val_check_interval=val_check_interval,
+        check_val_every_n_epoch=None if val_check_interval else 1,
+        limit_val_batches=limit_val_batches if limit_val_batches is not None else 1.0,
+        log_every_n_steps=t.log_every_n_steps,
+        accelerator=t.accelerator,
+        devices=check_lightning_settings(t)["devices"],
+        strategy=t.strategy,
+        num_nodes=t.num_nodes,
+        precision=precision(cfg),  # type: ignore[arg-type]  # one of Lightning's values (lightning_check.py)
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=cfg.optim.grad_clip,
+        deterministic=t.deterministic,
+        logger=loggers,
+        callbacks=callbacks,
+        enable_progress_bar=t.progress_bar,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,  # datamodules.ResumableSampler owns order and position
+        # no_grad instead of inference_mode for evaluation: metric states reset inside trainer.validate()
+        # (validate_first) would otherwise be inference tensors that fit's validation cannot update
+        inference_mode=False,
+        plugins=cluster_plugins(),
+    )
+    keep_previous_last(trainer)  # every write of last.ckpt first moves the old one to last-prev.ckpt
+    return trainer
+
+
+def cluster_plugins() -> list[Any]:
+    """Under SLURM, Lightning's ``SLURMEnvironment`` supplies rank, world size and the main node, but famlab
+    handles SIGUSR1 itself (checkpoint to ``last.ckpt`` as on SIGTERM, then requeue; see
+    ``experiments/plumbing/signals.py``), so Lightning's own requeue (an ``hpc_ckpt`` file that ``resume=auto``
+    does not read) is off."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
+def maybe_compile(cfg: Config, module: Any) -> Any:
+    """``torch.compile`` the network (inductor) when ``trainer.compile``; eager if compilation fails."""
+    if cfg.trainer.compile:
+        from famlab.families.compile import compile_network
+
+        compile_network(module.net)  # in place; logs and stays eager on failure
+    return module

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from famlab.datamodules.sampler import PositionTrackingLoader, ResumableSampler, SamplerStateMixin
 from famlab.datamodules.tasks import Example, Task
 from famlab.datamodules.tokenizer import TokenizerBundle
@@ -25,7 +26,7 @@ def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[
     return [{"input_ids": a, "pair_ids": b, "label": ex.label} for a, b, ex in zip(ids, pairs, examples, strict=True)]
 
 
-class ClassificationDataModule(SamplerStateMixin, pl.LightningDataModule):
+class ClassificationDataModule(SamplerStateMixin[dict[str, Any]], pl.LightningDataModule):
     """Train / val / test loaders of a ``Task``.
 
     Training order comes from a ``ResumableSampler`` (shuffled per epoch from ``seed``, position
@@ -46,7 +47,7 @@ class ClassificationDataModule(SamplerStateMixin, pl.LightningDataModule):
         bundle: TokenizerBundle,
         *,
         batch_size: int,
-        collate_fn: Callable[[list[dict[str, Any]]], Any],
+        collate_fn: Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]],
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
@@ -56,7 +57,7 @@ class ClassificationDataModule(SamplerStateMixin, pl.LightningDataModule):
         self.seed, self.num_workers = seed, num_workers
         self.items: dict[str, list[dict[str, Any]]] | None = None
         self._train_sampler: ResumableSampler | None = None
-        self._pending_state: dict[str, Any] | None = None  # see SamplerStateMixin
+        self._pending_state: dict[str, int] | None = None  # see SamplerStateMixin
 
     @property
     def num_classes(self) -> int:

@@ -43,11 +43,11 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import IO, Any, overload
+from typing import IO, Any, Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -106,7 +106,7 @@ class PrepareSettings:
     val_fraction: float = 0.05
     seed: int = 0
 
-    def key(self) -> dict[str, Any]:
+    def key(self) -> dict[str, object]:
         """The settings a cached dataset is keyed by: a given tokenizer by its content, not its path."""
         split = {"val_fraction": self.val_fraction, "seed": self.seed}
         if self.tokenizer_path is not None:
@@ -251,7 +251,7 @@ class PreparedDataset:
         out[: len(counts)] = counts
         return out[:vocab_size]
 
-    def keys(self) -> list[dict[str, Any]]:
+    def keys(self) -> list[dict[str, object]]:
         """The settings keys this dataset answers: those it was prepared with, and "encoded with its tokenizer"."""
         k = self.manifest["key"]
         split = {"val_fraction": k["val_fraction"], "seed": k["seed"]}
@@ -305,7 +305,7 @@ def identity_blocks(n_files: int) -> tuple[int, int]:
     return (8, 1 << 16) if n_files <= 64 else (2, 1 << 12)
 
 
-def source_stats(spec: str) -> list[dict[str, Any]]:
+def source_stats(spec: str) -> list[dict[str, str | int]]:
     """The cheap identity of a spec's files (path, size, mtime: one ``stat`` each; nothing is read)."""
     return [file_stat(f) for f in corpus_files(spec)]
 
@@ -388,7 +388,7 @@ def publish(tmp: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # prepared concurrently: identical content, keep the first
 
 
-def link_by_tokenizer(spec: str, settings: PrepareSettings, manifest: dict[str, Any], target: Path,
+def link_by_tokenizer(spec: str, settings: PrepareSettings, manifest: Mapping[str, object], target: Path,
                       cache_dir: str | Path) -> None:
     """Also file the dataset under the key of "this source encoded with this tokenizer.json", so a run that is
     handed the trained tokenizer by path (every arm of a comparison) finds it instead of encoding again."""
@@ -425,7 +425,7 @@ class Source:
         self.stats = ReadStats()
         self.total_bytes = sum(f.stat().st_size for f in self.files)
 
-    def identity(self) -> list[dict[str, Any]]:
+    def identity(self) -> list[dict[str, str | int]]:
         blocks = identity_blocks(len(self.files))
         return [file_identity(f, *blocks) for f in self.files]
 
@@ -486,7 +486,13 @@ def scan(source: Source, settings: PrepareSettings, progress: Progress | None) -
     return out
 
 
-def _hash_batch(h: Any, batch: list[str]) -> int:
+class Hasher(Protocol):
+    """What :func:`_hash_batch` uses of a ``hashlib`` hash object."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _hash_batch(h: Hasher, batch: list[str]) -> int:
     if not batch:
         return 0
     data = "\0".join(batch).encode("utf-8") + b"\0"
@@ -537,7 +543,7 @@ def _batches(source: Source, counter: Counter) -> Iterator[list[str]]:
 def _read_ahead(batches: Iterator[list[str]], depth: int = 2) -> Iterator[list[str]]:
     """``batches`` produced by a reader thread ``depth`` ahead, so parsing overlaps ``encode_batch`` (which
     releases the GIL while the Rust thread pool encodes)."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    q: queue.Queue[list[str] | BaseException | None] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def produce() -> None:
@@ -760,7 +766,7 @@ def gather(fd: int, dtype: np.dtype, starts: np.ndarray, lengths: np.ndarray, se
     return out
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: Mapping[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, path)

@@ -8,7 +8,6 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -33,10 +32,10 @@ class SeededCollate:
     every run, on every rank, with or without workers.
     """
 
-    def __init__(self, collate_fn: Callable[[list[torch.Tensor]], Any], seed: int) -> None:
+    def __init__(self, collate_fn: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]], seed: int) -> None:
         self.collate_fn, self.seed = collate_fn, seed
 
-    def __call__(self, samples: list[torch.Tensor]) -> Any:
+    def __call__(self, samples: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         digest = hashlib.sha256(samples[0].numpy().tobytes()).digest()
         key = (int.from_bytes(digest[:8], "little") + self.seed) % (2**63)
         with torch.random.fork_rng(devices=[]):
@@ -90,7 +89,7 @@ class BlockDataset(Dataset):
         return torch.from_numpy(np.asarray(self.tokens[lo : lo + self.block_len], dtype=np.int64))  # (block_len,)
 
 
-class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
+class PretrainDataModule(SamplerStateMixin[torch.Tensor], pl.LightningDataModule):
     """Packed blocks of a corpus for any pretraining objective.
 
     With a :class:`~famlab.datamodules.prepare.PreparedDataset` the data module memory-maps its streams for
@@ -119,7 +118,7 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
         *,
         block_len: int,
         batch_size: int,
-        collate_fn: Callable[[list[torch.Tensor]], Any],
+        collate_fn: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]],
         separator_id: int,
         cache_dir: str | Path,
         seed: int = 0,
@@ -146,7 +145,7 @@ class PretrainDataModule(SamplerStateMixin, pl.LightningDataModule):
         self.train_tokens: np.ndarray | None = None
         self.val_tokens: np.ndarray | None = None
         self._train_sampler: ResumableSampler | None = None
-        self._pending_state: dict[str, Any] | None = None  # see SamplerStateMixin
+        self._pending_state: dict[str, int] | None = None  # see SamplerStateMixin
         self._counts: np.ndarray | None = None
 
     # -- files -----------------------------------------------------------------------------------

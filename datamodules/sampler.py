@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import collections
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
+
+ItemT = TypeVar("ItemT")  # one sample of a dataset, as the collator receives it
+BatchT = TypeVar("BatchT")
 
 
 def dist_rank_world() -> tuple[int, int]:
@@ -114,10 +117,10 @@ class ResumableSampler(Sampler[int]):
         """Make the next iteration of this epoch begin after ``position`` samples."""
         self._start = self.position = position
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, int]:
         return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
         self.seed = int(state["seed"])
         self.epoch = int(state["epoch"])
         self.set_position(int(state["position"]))
@@ -148,14 +151,14 @@ class PositionTrackingLoader(DataLoader):
 
     # Lightning saves and restores a loader that has these (and warns on mid-epoch resume otherwise);
     # the state is the sampler's, the same that the DataModule's own state_dict carries.
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, int]:
         return self.sampler.state_dict()  # type: ignore[union-attr]
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
         self.sampler.load_state_dict(state)  # type: ignore[union-attr]
 
 
-class CollationStream:
+class CollationStream(Generic[ItemT]):
     """Runs a collate function on its own torch RNG state and remembers the state before each call.
 
     Why a stream of its own: Lightning prefetches one batch ahead, so batch k+1 is collated (masks drawn)
@@ -168,11 +171,11 @@ class CollationStream:
         state: the torch RNG state (``torch.Generator.get_state()``) the stream starts from.
     """
 
-    def __init__(self, fn: Callable[[list[Any]], Any], state: torch.Tensor) -> None:
+    def __init__(self, fn: Callable[[list[ItemT]], dict[str, torch.Tensor]], state: torch.Tensor) -> None:
         self.fn, self.state = fn, state
         self.pending: collections.deque[torch.Tensor] = collections.deque()  # pre-call states, not yet trained
 
-    def __call__(self, items: list[Any]) -> Any:
+    def __call__(self, items: list[ItemT]) -> dict[str, torch.Tensor]:
         self.pending.append(self.state)
         outer = torch.get_rng_state()
         torch.set_rng_state(self.state)
@@ -197,7 +200,7 @@ def collation_seed_state(seed: int, rank: int) -> torch.Tensor:
     return torch.Generator().manual_seed(seed * 1000 + rank + 12345).get_state()
 
 
-class SamplerStateMixin:
+class SamplerStateMixin(Generic[ItemT]):
     """``state_dict`` / ``load_state_dict`` of a DataModule whose train loader uses a ``ResumableSampler``.
 
     Lightning restores DataModule state before the train loader exists, so a state that arrives early is kept
@@ -209,9 +212,9 @@ class SamplerStateMixin:
     """
 
     _train_sampler: ResumableSampler | None = None
-    _pending_state: dict[str, Any] | None = None
+    _pending_state: dict[str, int] | None = None
     _collation_seed: int | None = None
-    _collation: CollationStream | None = None
+    _collation: CollationStream[ItemT] | None = None
     _collation_loaded: list[torch.Tensor | None] | None = None  # per rank, restored before the loader exists
 
     def _new_train_sampler(self, sampler: ResumableSampler) -> ResumableSampler:
@@ -227,7 +230,8 @@ class SamplerStateMixin:
         in this DataModule's ``state_dict`` so that a resumed run draws the same corruption (exact resume)."""
         self._collation_seed = seed
 
-    def _train_collate(self, fn: Callable[[list[Any]], Any], num_workers: int) -> Callable[[list[Any]], Any]:
+    def _train_collate(self, fn: Callable[[list[ItemT]], dict[str, torch.Tensor]],
+                       num_workers: int) -> Callable[[list[ItemT]], dict[str, torch.Tensor]]:
         """``fn``, or ``fn`` on this rank's collation stream (see :meth:`use_collation_stream`)."""
         self._collation = None
         if self._collation_seed is None or num_workers > 0:
@@ -242,7 +246,7 @@ class SamplerStateMixin:
             self._collation_seed, rank))
         return self._collation
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def on_before_batch_transfer(self, batch: BatchT, dataloader_idx: int) -> BatchT:
         """Lightning's hook for every batch it is about to use: a training batch leaves the stream's pending list."""
         trainer = getattr(self, "trainer", None)
         if self._collation is not None and trainer is not None and trainer.training:
@@ -255,14 +259,14 @@ class SamplerStateMixin:
         rank, world = dist_rank_world()
         if world == 1:
             return [mine]
-        states: list[Any] = [None] * world
+        states: list[torch.Tensor | None] = [None] * world
         dist.all_gather_object(states, mine)
         return states
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The training sampler's (seed, epoch, position) and the collation streams, saved in Lightning checkpoints."""
         if self._train_sampler is not None:
-            state: dict[str, Any] = {"train_sampler": self._train_sampler.state_dict()}
+            state: dict[str, object] = {"train_sampler": self._train_sampler.state_dict()}
         else:
             state = {"train_sampler": self._pending_state} if self._pending_state else {}
         if self._collation is not None:

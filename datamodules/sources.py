@@ -35,7 +35,7 @@ import json
 import logging
 import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -99,7 +99,7 @@ def corpus_files(spec: str) -> list[Path]:
     return [path]
 
 
-def file_identity(path: Path, blocks: int = SAMPLE_BLOCKS, block: int = SAMPLE_BLOCK) -> dict[str, Any]:
+def file_identity(path: Path, blocks: int = SAMPLE_BLOCKS, block: int = SAMPLE_BLOCK) -> dict[str, str | int]:
     """What identifies a source file without reading it all: resolved path, size, mtime, and a sha256 of ``blocks``
     blocks of ``block`` bytes at evenly spaced offsets (the first and last included)."""
     st = path.stat()
@@ -115,7 +115,7 @@ def file_identity(path: Path, blocks: int = SAMPLE_BLOCKS, block: int = SAMPLE_B
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample_sha256": h.hexdigest()}
 
 
-def file_stat(path: Path) -> dict[str, Any]:
+def file_stat(path: Path) -> dict[str, str | int]:
     """The cheap part of :func:`file_identity` (one ``stat``): what a cache key is made of."""
     st = path.stat()
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -448,7 +448,7 @@ def path_documents(spec: str, stats: ReadStats, *, report: bool = True,
             yield from txt_documents(path, compression, stats, report, counter)
 
 
-def hf_splits(spec: str) -> tuple[Iterable[Any], Iterable[Any] | None]:
+def hf_splits(spec: str) -> tuple[Iterable[Mapping[str, object]], Iterable[Mapping[str, object]] | None]:
     """The streamed ``train`` split of ``hf:<name>[:<config>]`` and its ``validation`` split (or None).
 
     Raises:
@@ -469,7 +469,7 @@ def hf_splits(spec: str) -> tuple[Iterable[Any], Iterable[Any] | None]:
     return ds["train"], ds.get("validation")
 
 
-def hf_texts(rows: Iterable[Any], stats: ReadStats) -> Iterator[str]:
+def hf_texts(rows: Iterable[Mapping[str, object]], stats: ReadStats) -> Iterator[str]:
     """The stripped, non-empty ``text`` strings of streamed rows (the HF text loader keeps empty lines)."""
     for row in rows:
         text = row.get("text")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from famlab.datamodules.bundled import BUNDLED_TASKS
 from famlab.datamodules.errors import DataError
@@ -94,7 +93,7 @@ COLUMNS = ("text_column", "text_pair_column", "label_column", "split_column")
 SPEC_ALIAS = "spec"  # ``spec:`` names the task as ``task:`` does (the word data.task's docs use)
 
 
-def parse_suite(entries: Any, source: str, *, base_dir: Path | None = None,
+def parse_suite(entries: object, source: str, *, base_dir: Path | None = None,
                 lines: list[int] | None = None) -> list[TaskSpec]:
     """Validate a suite's parsed entries.
 
@@ -144,7 +143,7 @@ def _check_not_one_task(entries: dict, source: str) -> None:
                         f"('mine: {{task: ...}}'), or rename a task called '{keys[0]}'")
 
 
-def _named_entry(name: Any, entry: Any, where: str) -> Any:
+def _named_entry(name: object, entry: object, where: str) -> dict[str, object]:
     """An entry of the mapping form (``name: task``) as a list entry with its ``name``."""
     # YAML reads unquoted yes/no/on/off as booleans and ~ as null: neither is the name the user meant
     if not _is_text(name, optional=False):
@@ -162,7 +161,7 @@ def _named_entry(name: Any, entry: Any, where: str) -> Any:
     return {**entry, "name": str(name)}
 
 
-def _parse_entry(entry: Any, where: str, base_dir: Path | None) -> TaskSpec:
+def _parse_entry(entry: object, where: str, base_dir: Path | None) -> TaskSpec:
     """One list entry (a spec string or a mapping) as a checked :class:`TaskSpec`."""
     raw = {"task": entry} if isinstance(entry, str) else entry
     if not isinstance(raw, dict):
@@ -194,7 +193,7 @@ def _parse_entry(entry: Any, where: str, base_dir: Path | None) -> TaskSpec:
     return spec
 
 
-def _is_text(value: Any, *, optional: bool) -> bool:
+def _is_text(value: object, *, optional: bool) -> bool:
     """Whether a YAML value can be a name: a string, or a number (a CSV header ``1`` reads back as 1); not a list,
     a mapping or a boolean (YAML's unquoted yes / no)."""
     if value is None:

@@ -8,7 +8,6 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from famlab.datamodules.bundled import BUNDLED_TASKS, read_bundled_task
@@ -58,7 +57,7 @@ class Task:
 
 
 # A raw row before label mapping: (split or None, text, text_pair, raw label, where-for-messages).
-_Row = tuple[str | None, str, str | None, Any, str]
+_Row = tuple[str | None, str, str | None, object, str]
 
 
 def load_task(
@@ -205,7 +204,7 @@ def _hf_rows(
     return rows, (list(names) if names is not None else None)
 
 
-def _label_key(label: Any) -> tuple:
+def _label_key(label: object) -> tuple[int, int, str]:
     # Integers (or integer strings) sort numerically, everything else alphabetically after them.
     text = str(label).strip()
     try:

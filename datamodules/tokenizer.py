@@ -12,7 +12,7 @@ import hashlib
 import heapq
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -32,10 +32,14 @@ DEFAULT_SAMPLE_BYTES = 200_000_000
 
 
 class TrainingDocuments(Protocol):
-    """What a tokenizer trains on: a ``Corpus`` (its ``train`` documents and content ``hash``)."""
+    """What a tokenizer trains on: a ``Corpus`` or a ``PreparedDataset`` (its ``train`` documents and content
+    ``hash``)."""
 
-    train: list[str]
-    hash: str
+    @property
+    def train(self) -> Sequence[str]: ...
+
+    @property
+    def hash(self) -> str: ...
 
 
 class DocumentSample:

@@ -14,6 +14,7 @@ import importlib
 import math
 from typing import Any
 
+import torch
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
 from famlab.families.registry import HFAdapter, family, family_names
@@ -43,18 +44,18 @@ class HFConversionError(ValueError):
     """A setting one side cannot express the way the other computes it; one line naming setting and value."""
 
 
-def _refuse_from(cfg: Any, key: str, value: object, why: str) -> HFConversionError:
+def _refuse_from(cfg: object, key: str, value: object, why: str) -> HFConversionError:
     return HFConversionError(f"from_hf: {type(cfg).__name__}.{key}={value!r} {why}")
 
 
-def _activation(cfg: Any, key: str) -> str:
+def _activation(cfg: object, key: str) -> str:
     name = getattr(cfg, key)
     if name not in ACT_FROM_HF:
         raise _refuse_from(cfg, key, name, f"has no famlab activation (famlab reads: {', '.join(ACT_FROM_HF)})")
     return ACT_FROM_HF[name]
 
 
-def _same_dropout(cfg: Any, keys: tuple[str, ...]) -> float:
+def _same_dropout(cfg: object, keys: tuple[str, ...]) -> float:
     """famlab has one dropout rate for embeddings, attention weights and residual branches."""
     values = {k: float(getattr(cfg, k)) for k in keys}
     first = values[keys[0]]
@@ -64,7 +65,7 @@ def _same_dropout(cfg: Any, keys: tuple[str, ...]) -> float:
     return first
 
 
-def _require_false(cfg: Any, *keys: str) -> None:
+def _require_false(cfg: object, *keys: str) -> None:
     for key in keys:
         if getattr(cfg, key, False):
             raise _refuse_from(cfg, key, getattr(cfg, key), "has no famlab equivalent (needs False)")
@@ -76,7 +77,7 @@ def _fixed(family: str) -> dict[str, Any]:
     return {key: d.model[key] for key in (*d.hf_fixed, "init")}
 
 
-def _tied(model: Any, head: str, embed: str) -> bool:
+def _tied(model: torch.nn.Module, head: str, embed: str) -> bool:
     """Whether the model's output weight shares storage with its input embedding (what HF actually does)."""
     try:
         head_w, embed_w = model.get_parameter(head), model.get_parameter(embed)
@@ -177,7 +178,7 @@ def hf_adapter(name: str, what: str = "to_hf") -> HFAdapter:
     return adapter
 
 
-def config_from_hf(model: Any) -> ModelConfig:
+def config_from_hf(model: torch.nn.Module) -> ModelConfig:
     """The :class:`ModelConfig` equivalent to a Hugging Face model; raises HFConversionError for a setting famlab
     does not model (the message names the HF setting and its value). The family is the one whose adapter reads the
     model's class."""
@@ -255,13 +256,13 @@ def config_to_hf(cfg: ModelConfig) -> Any:
     return hf_adapter(cfg.family.value).config_to_hf(cfg)
 
 
-def _common(cfg: ModelConfig) -> dict[str, Any]:
+def _common(cfg: ModelConfig) -> dict[str, object]:
     return dict(vocab_size=cfg.vocab_size, pad_token_id=cfg.pad_token_id, tie_word_embeddings=cfg.tie_embeddings)
 
 
 def bert_config_to_hf(cfg: ModelConfig) -> Any:
     """The ``BertConfig`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     return transformers.BertConfig(
         hidden_size=cfg.dim,
         num_hidden_layers=cfg.num_layers,
@@ -280,7 +281,7 @@ def bert_config_to_hf(cfg: ModelConfig) -> Any:
 
 def gpt2_config_to_hf(cfg: ModelConfig) -> Any:
     """The ``GPT2Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     return transformers.GPT2Config(
         n_embd=cfg.dim,
         n_layer=cfg.num_layers,
@@ -302,7 +303,7 @@ def gpt2_config_to_hf(cfg: ModelConfig) -> Any:
 
 def t5_config_to_hf(cfg: ModelConfig) -> Any:
     """The ``T5Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     act = cfg.activation.value
     ffp = f"gated-{T5_GATED_TO_HF[act]}" if cfg.ffn.value == "gated" else ACT_TO_HF[act]
     common = _common(cfg)

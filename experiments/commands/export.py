@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import yaml
@@ -44,6 +44,7 @@ from famlab.families.registry import FamilySpec, HFAdapter, family
 from omegaconf import OmegaConf
 
 if TYPE_CHECKING:
+    from famlab.experiments.analysis.results import JsonDict
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]", "[EOS]", "[R]", "[X]", "[S]")
@@ -64,10 +65,10 @@ class ExportPlan:
 
     run_dir: Path
     out_dir: Path
-    saved: dict[str, Any]  # the run's config.yaml
+    saved: JsonDict  # the run's config.yaml
     checkpoint: Path
     model: ModelConfig
-    classifier: dict[str, Any] | None = None  # hyper-parameters of a fine-tuned ClassifierModule
+    classifier: JsonDict | None = None  # hyper-parameters of a fine-tuned ClassifierModule
     labels: list[str] = field(default_factory=list)
 
     @property
@@ -107,7 +108,7 @@ def _checkpoint(run_dir: Path, finetune: bool, seed: str | None) -> Path:
     return ckpt
 
 
-def _labels(saved: dict[str, Any], num_classes: int) -> list[str]:
+def _labels(saved: JsonDict, num_classes: int) -> list[str]:
     """The task's label names (the order training used), or ``LABEL_i`` when the task cannot be read again."""
     d = saved.get("data", {})
     keys = ("text_column", "text_pair_column", "label_column", "split_column", "val_fraction", "test_fraction", "seed")
@@ -153,7 +154,7 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     return plan
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> JsonDict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 

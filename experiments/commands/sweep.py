@@ -39,14 +39,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import yaml
+from famlab.experiments.analysis.results import JsonDict
 from famlab.experiments.analysis.sweep_report import SWEEP_FILE, metric_warning, write_report
 from famlab.experiments.configuration.compose import (
     compose,
@@ -76,7 +76,7 @@ class SweepError(ConfigInputError):
     """A bad sweep file (unknown method, parameter, distribution)."""
 
 
-def load_sweep(path: Path, *, remote: bool = False) -> dict[str, Any]:
+def load_sweep(path: Path, *, remote: bool = False) -> JsonDict:
     """Read and check a sweep file; every parameter must be a famlab config key.
 
     ``remote`` (``--wandb``): the file goes to W&B's server, which also runs ``method: bayes``.
@@ -118,7 +118,7 @@ def load_sweep(path: Path, *, remote: bool = False) -> dict[str, Any]:
     return spec
 
 
-def famlab_command(spec: dict[str, Any]) -> str | None:
+def famlab_command(spec: JsonDict) -> str | None:
     """The famlab command a sweep file's trials run (``pretrain`` in ``[famlab, pretrain, tiny, ...]``), or None
     for another program."""
     tokens = [str(t) for t in spec.get("command") or ["${program}", "${args_no_hyphens}"]]
@@ -130,11 +130,11 @@ def famlab_command(spec: dict[str, Any]) -> str | None:
     return None
 
 
-def _keep_ints(trial: dict[str, Any]) -> dict[str, Any]:
+def _keep_ints(trial: Mapping[str, object]) -> dict[str, object]:
     """An integral float for an integer config key becomes an int (``q_uniform`` with the default ``q: 1.0``
     draws 64.0, which ``model.dim`` would refuse)."""
     keys = schema()
-    out = {}
+    out: dict[str, object] = {}
     for key, value in trial.items():
         default = OmegaConf.select(keys, key, default=None)
         is_int_key = isinstance(default, int) and not isinstance(default, bool)
@@ -142,14 +142,14 @@ def _keep_ints(trial: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def expand_grid(params: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def expand_grid(params: dict[str, JsonDict]) -> list[dict[str, object]]:
     """W&B's grid order: product over parameters sorted by name (the last name varies fastest)."""
     names = sorted(params)
     grids = [grid_values(n, params[n]) for n in names]
     return [_keep_ints(dict(zip(names, combo, strict=True))) for combo in itertools.product(*grids)]
 
 
-def expand_random(params: dict[str, dict[str, Any]], count: int, seed: int) -> list[dict[str, Any]]:
+def expand_random(params: dict[str, JsonDict], count: int, seed: int) -> list[dict[str, object]]:
     """``count`` trials as W&B's engine draws them after ``random.seed(seed)`` (parameters in sorted order)."""
     rng = random.Random(seed)
     return [_keep_ints({n: sample(n, params[n], rng) for n in sorted(params)}) for _ in range(count)]
@@ -175,7 +175,7 @@ def device_slots(parallel: int, gpus: list[str]) -> list[str | None]:
     return [",".join(gpus[k * per:(k + 1) * per]) for k in range(parallel)]
 
 
-def _token(key: str, value: Any) -> str:
+def _token(key: str, value: object) -> str:
     if isinstance(value, Enum):  # a config value (wandb.mode=disabled), passed on as the value it was given as
         value = value.value
     if isinstance(value, (list, dict)):
@@ -187,7 +187,7 @@ def _token(key: str, value: Any) -> str:
     return f"{key}={value}"
 
 
-def trial_command(spec: dict[str, Any], trial: dict[str, Any], extra: list[str]) -> list[str]:
+def trial_command(spec: JsonDict, trial: Mapping[str, object], extra: list[str]) -> list[str]:
     """The file's command with W&B's macros expanded; ``famlab`` runs as ``python -m famlab``."""
     args = [_token(k, v) for k, v in trial.items()] + extra
     out: list[str] = []
@@ -230,7 +230,7 @@ def run_trial(cmd: list[str], log_path: Path, devices: str | None = None, append
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
 
 
-def register_wandb(spec: dict[str, Any], project: str, entity: str | None) -> str:
+def register_wandb(spec: JsonDict, project: str, entity: str | None) -> str:
     """Register the sweep with the W&B server; returns the ``wandb agent`` command. Fails clearly offline."""
     base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
     url = urlparse(base)
@@ -351,7 +351,7 @@ def write_settings(sweep_dir: Path, cfg: Config) -> None:
     (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
 
 
-def check_resumed_sweep(sweep_dir: Path, spec: dict[str, Any], cfg: Config) -> None:
+def check_resumed_sweep(sweep_dir: Path, spec: JsonDict, cfg: Config) -> None:
     """Refuse to resume ``sweep_dir`` with a sweep file or trial-choosing settings other than the stored ones.
 
     A resumed sweep skips the trials its directory says are finished: under another file, another grid or other
@@ -385,7 +385,7 @@ def forwarded_settings(cfg: Config, overrides: list[str]) -> list[str]:
     return [_token(key, getattr(cfg.wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
 
 
-def expand_trials(spec: dict[str, Any], cfg: Config, path: Path) -> list[dict[str, Any]]:
+def expand_trials(spec: JsonDict, cfg: Config, path: Path) -> list[dict[str, object]]:
     """The file's trials (grid, or ``sweep.count`` random draws), each once per ``sweep.seeds`` entry."""
     params = spec["parameters"]
     if spec["method"] == "grid":
@@ -400,9 +400,9 @@ def expand_trials(spec: dict[str, Any], cfg: Config, path: Path) -> list[dict[st
 
 
 def trial_commands(
-    spec: dict[str, Any], trials: list[dict[str, Any]], sweep_dir: Path, group: str, wandb_dir: str | None,
+    spec: JsonDict, trials: list[dict[str, object]], sweep_dir: Path, group: str, wandb_dir: str | None,
     settings: Sequence[str] = (),
-) -> tuple[list[dict[str, Any]], list[list[str]]]:
+) -> tuple[list[JsonDict], list[list[str]]]:
     """Each trial's record (name, params, run_dir) and command line, every command composed first so a bad
     trial fails before anything runs.
 
@@ -427,7 +427,7 @@ def trial_commands(
 
 
 def run_trials(
-    records: list[dict[str, Any]], commands: list[list[str]], trials: list[dict[str, Any]], sweep_dir: Path,
+    records: list[JsonDict], commands: list[list[str]], trials: list[dict[str, object]], sweep_dir: Path,
     parallel: int, done: Collection[str] = (), resumed: bool = False,
 ) -> list[int]:
     """Run the trials, ``parallel`` at a time on disjoint device slots; returns their exit statuses.

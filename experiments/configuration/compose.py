@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -417,9 +418,9 @@ def to_yaml(cfg: Config | DictConfig) -> str:
     return yaml.safe_dump(to_plain(cfg), sort_keys=False)
 
 
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """Nested dict -> dotted keys (``{"model.dim": 64}``); W&B logs the config once, flat (wandb #5477)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict) and value:

@@ -11,7 +11,6 @@ private, so they are read through ``experiments/libraries/internals.py`` (``ligh
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
 from famlab.experiments.libraries.internals import lightning_precisions
@@ -102,7 +101,7 @@ def _check_strategy(name: str) -> None:
         raise ConfigInputError(f"trainer.strategy={name} cannot be used on this machine ({first})") from None
 
 
-def check_lightning_settings(t: TrainerConfig) -> dict[str, Any]:
+def check_lightning_settings(t: TrainerConfig) -> dict[str, int | str]:
     """Check ``trainer.{accelerator, devices, strategy, precision, num_nodes, compile}`` against Lightning.
 
     Returns:

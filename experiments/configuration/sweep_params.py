@@ -43,11 +43,11 @@ DEFAULTS = {"q": 1.0, "mu": 0.0, "sigma": 1.0, "a": 1, "b": 1}  # W&B's schema d
 GRID = ("constant", "categorical", "int_uniform", "q_uniform")  # what W&B's grid search accepts
 
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) or isinstance(x, float) and x.is_integer()
 
 
-def distribution(name: str, p: Any) -> str:
+def distribution(name: str, p: object) -> str:
     """The parameter's distribution, explicit or filled in from its keys as W&B does; a bad spec fails."""
     if not isinstance(p, dict):
         raise ConfigInputError(f"parameter {name} must be a mapping (values / value / min+max / distribution)")
@@ -73,7 +73,7 @@ def distribution(name: str, p: Any) -> str:
     return dist
 
 
-def grid_values(name: str, p: dict[str, Any]) -> list[Any]:
+def grid_values(name: str, p: dict[str, Any]) -> list[object]:
     """The values a grid takes for this parameter (W&B's grid search); other distributions fail."""
     import numpy as np
 
@@ -96,7 +96,7 @@ def _quantize(r: Any, q: Any) -> Any:
     return out.astype(int) if isinstance(q, int) else out
 
 
-def ppf(name: str, p: dict[str, Any], x: float) -> Any:
+def ppf(name: str, p: dict[str, Any], x: float) -> object:
     """The parameter's value at percentile ``x`` in [0, 1] (W&B's ``HyperParameter.ppf``)."""
     import numpy as np
     from scipy import stats
@@ -137,6 +137,6 @@ def ppf(name: str, p: dict[str, Any], x: float) -> Any:
     return np.asarray(value).item()  # a Python int or float
 
 
-def sample(name: str, p: dict[str, Any], rng: random.Random) -> Any:
+def sample(name: str, p: dict[str, Any], rng: random.Random) -> object:
     """One draw: :func:`ppf` at ``rng.uniform(0, 1)`` (one uniform per parameter, as W&B draws)."""
     return ppf(name, p, rng.uniform(0.0, 1.0))

@@ -28,16 +28,19 @@ class KeepPreviousCheckpointIO(CheckpointIO):
     def __init__(self, inner: CheckpointIO) -> None:
         self.inner = inner
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: object | None = None
+    ) -> None:
         file = Path(path)
         if file.name == "last.ckpt" and file.is_file():
             os.replace(file, file.with_name(PREV_NAME))
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
-    def load_checkpoint(self, path: Any, **kwargs: Any) -> Any:  # the inner plugin's defaults (map_location) apply
+    # the inner plugin's defaults (map_location) apply
+    def load_checkpoint(self, path: str | Path, **kwargs: Any) -> dict[str, Any]:
         return self.inner.load_checkpoint(path, **kwargs)
 
-    def remove_checkpoint(self, path: Any) -> None:
+    def remove_checkpoint(self, path: str | Path) -> None:
         self.inner.remove_checkpoint(path)
 
     def teardown(self) -> None:

@@ -12,11 +12,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TextIO
 
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.console import heartbeat_seconds
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
+
+if TYPE_CHECKING:
+    from famlab.datamodules.prepare import PreparedDataset, PrepareSettings, Progress
+    from famlab.datamodules.tokenizer import TokenizerBundle, TrainingDocuments
+    from famlab.objectives import TokenIds
 
 
 def cache_dir(cfg: Config) -> Path:
@@ -30,7 +35,7 @@ class ProgressLine:
     after ``every_s`` (a small corpus prints nothing); rewritten in place on a terminal, plain lines otherwise, at
     most one a minute (``FAMLAB_HEARTBEAT_S``) so a log file holds no more than a heartbeat's worth."""
 
-    def __init__(self, every_s: float = 2.0, stream: Any = None) -> None:
+    def __init__(self, every_s: float = 2.0, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         tty = getattr(self.stream, "isatty", lambda: False)()
         self.every_s = every_s if tty else max(every_s, heartbeat_seconds())
@@ -58,7 +63,7 @@ class ProgressLine:
             self.stream.write("\n")
 
 
-def prepare_settings(cfg: Config) -> Any:
+def prepare_settings(cfg: Config) -> PrepareSettings:
     """``datamodules.PrepareSettings`` from ``data.*`` (``data.val_fraction`` None: 0.05)."""
     from famlab.datamodules.prepare import PrepareSettings
 
@@ -89,7 +94,7 @@ def parallel_tokenizers() -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = before
 
 
-def prepared_corpus(cfg: Config, out: Path | None = None, progress: Any = None) -> Any:
+def prepared_corpus(cfg: Config, out: Path | None = None, progress: Progress | None = None) -> PreparedDataset:
     """``data.corpus`` as a ``datamodules.PreparedDataset``: a prepared directory opened as it is, a raw spec
     prepared once into the cache (``cache_dir/prepared/``, keyed by its files' identity and ``data.*``) or ``out``.
 
@@ -115,7 +120,7 @@ def prepared_corpus(cfg: Config, out: Path | None = None, progress: Any = None) 
             line.close()
 
 
-def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> Any:
+def get_bundle(cfg: Config, corpus: TrainingDocuments | None, run_dir: Path | None = None) -> TokenizerBundle:
     """The run's tokenizer: a prepared dataset's own (``corpus`` from :func:`prepared_corpus`), else trained once per
     corpus + settings and cached, or ``data.tokenizer.path``.
 
@@ -149,7 +154,7 @@ def get_bundle(cfg: Config, corpus: Any | None, run_dir: Path | None = None) -> 
     return bundle
 
 
-def token_ids(bundle: Any) -> Any:
+def token_ids(bundle: TokenizerBundle) -> TokenIds:
     """``objectives.TokenIds`` from a ``datamodules.TokenizerBundle`` (docs/interfaces.md)."""
     from famlab.objectives import TokenIds
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
 
 import lightning.pytorch as pl
 from torch.optim import Optimizer
@@ -63,7 +62,7 @@ class FaultInjection(pl.Callback):
             if grads:
                 grads[0].fill_(float("nan"))
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         if self.step_sleep:
             time.sleep(self.step_sleep)
         if self.signal_step is not None and trainer.global_step == self.signal_step:

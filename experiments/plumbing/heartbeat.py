@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 import lightning.pytorch as pl
 from famlab.experiments.plumbing.console import say
@@ -27,7 +26,7 @@ class Heartbeat(pl.Callback):
         self._last = self._t0 = time.time()
         self._step0 = trainer.global_step
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         now = time.time()
         if not trainer.is_global_zero:
             return

@@ -21,11 +21,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from famlab.experiments.plumbing.console import say, verbose
 
 if TYPE_CHECKING:
+    from famlab.experiments.analysis.results import JsonDict
     from rich.table import Table
 
 PROGRESS_ENV = "FAMLAB_PROGRESS_FILE"  # the status file the current job's fits write their progress to
@@ -34,7 +35,7 @@ BOARD_ENV = "FAMLAB_BOARD"  # "1" while a board reports the jobs' progress: fits
 STATES = ("queued", "running", "done", "failed")
 
 
-def write_status(path: Path, **fields: Any) -> None:
+def write_status(path: Path, **fields: object) -> None:
     """Replace ``path`` with ``fields`` (and the time) atomically: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
@@ -44,7 +45,7 @@ def write_status(path: Path, **fields: Any) -> None:
         pass
 
 
-def read_status(path: Path) -> dict[str, Any]:
+def read_status(path: Path) -> JsonDict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -52,7 +53,7 @@ def read_status(path: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def job_status(path: Path) -> Iterator[dict[str, Any]]:
+def job_status(path: Path) -> Iterator[dict[str, object]]:
     """While a job runs: its status file says ``running`` and its fits report progress into it; afterwards ``done``
     with the ``result`` the job put in the yielded dict, or ``failed`` with the exception's first line."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +61,7 @@ def job_status(path: Path) -> Iterator[dict[str, Any]]:
     write_status(path, state="running", started=started)
     before = os.environ.get(PROGRESS_ENV)
     os.environ[PROGRESS_ENV] = str(path)
-    outcome: dict[str, Any] = {}
+    outcome: dict[str, object] = {}
     try:
         yield outcome
     except BaseException as e:
@@ -75,7 +76,7 @@ def job_status(path: Path) -> Iterator[dict[str, Any]]:
     write_status(path, state="done", started=started, ended=time.time(), result=outcome.get("result", ""))
 
 
-def report_progress(**fields: Any) -> None:
+def report_progress(**fields: object) -> None:
     """A fit's progress into the current job's status file (nothing outside a job)."""
     target = os.environ.get(PROGRESS_ENV)
     if target:
@@ -108,7 +109,7 @@ class Board:
         self.folder, self.entries = folder, entries
         self.started = time.time() if started is None else started
 
-    def status(self, entry: Entry) -> dict[str, Any]:
+    def status(self, entry: Entry) -> JsonDict:
         s = read_status(self.folder / f"{entry.name}.json")
         return s if s.get("state") in STATES else {"state": "queued"}
 
@@ -163,7 +164,7 @@ class Board:
         return table
 
 
-def detail(s: dict[str, Any]) -> str:
+def detail(s: JsonDict) -> str:
     """A job's progress (running: its fit, step, loss, rate) or result (done, failed)."""
     if s["state"] in ("done", "failed"):
         took = f" ({duration(s['ended'] - s['started'])})" if "ended" in s and "started" in s else ""
@@ -173,7 +174,7 @@ def detail(s: dict[str, Any]) -> str:
     return f"{s.get('fit', '')} {short(s)}, {s.get('rate', 0.0):.1f} steps/s"
 
 
-def short(s: dict[str, Any]) -> str:
+def short(s: JsonDict) -> str:
     """A running job's progress in a few characters: ``step 281/4500, loss 4.7077``."""
     if "step" not in s:
         return "starting"
@@ -182,13 +183,13 @@ def short(s: dict[str, Any]) -> str:
     return f"step {s['step']}{total}{loss}"
 
 
-def _fraction(s: dict[str, Any]) -> float:
+def _fraction(s: JsonDict) -> float:
     if s["state"] != "running" or not s.get("max_steps"):
         return 0.0
     return min(s.get("step", 0) / s["max_steps"], 1.0)
 
 
-def _seconds_per_flop(statuses: list[tuple[Entry, dict[str, Any]]], now: float) -> float | None:
+def _seconds_per_flop(statuses: list[tuple[Entry, JsonDict]], now: float) -> float | None:
     """Wall seconds per planned FLOP over the pretraining jobs finished or under way (None before any step)."""
     flops = seconds = 0.0
     for e, s in statuses:
@@ -201,7 +202,7 @@ def _seconds_per_flop(statuses: list[tuple[Entry, dict[str, Any]]], now: float) 
     return seconds / flops if flops else None
 
 
-def _mean_time(done: list[dict[str, Any]]) -> float | None:
+def _mean_time(done: list[JsonDict]) -> float | None:
     times = [s["ended"] - s["started"] for s in done if "ended" in s and "started" in s]
     return sum(times) / len(times) if times else None
 

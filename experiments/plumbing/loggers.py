@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.compose import flatten
 from famlab.experiments.configuration.config import Config
@@ -14,8 +15,12 @@ from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_save
 from famlab.experiments.tracking.wandb_guard import wandb_mode
 from famlab.experiments.tracking.wandb_metrics import define_metrics, x_axis
 
+if TYPE_CHECKING:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import Logger
 
-def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config: dict[str, Any]) -> list[Any]:
+
+def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config: Mapping[str, object]) -> list[Logger]:
     """CSVLogger writing ``<run_dir>/metrics.csv`` and, unless disabled, a WandbLogger.
 
     The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
@@ -26,7 +31,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
     from famlab.experiments.plumbing.csv_logger import AppendingCSVLogger
 
     # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
-    loggers: list[Any] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
+    loggers: list[Logger] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
     mode = wandb_mode(cfg)
     if mode == "disabled":
         return loggers
@@ -41,10 +46,10 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
             a second, nested copy of keys already in the flat config (duplicate columns, wandb #5477).
             With ``wandb.log_model=all`` uploads each checkpoint as it is saved (famlab's own artifacts)."""
 
-            def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            def log_hyperparams(self, params: object, *args: object, **kwargs: object) -> None:
                 return None
 
-            def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+            def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
                 last = Path(checkpoint_callback.dirpath or "") / "last.ckpt"
                 if log_model == "all" and job_type == "pretrain" and last.is_file():
                     log_saved_checkpoint(self.experiment, last)

@@ -53,7 +53,7 @@ class NonFiniteCallback(pl.Callback):
                       f"({self.consecutive} in a row, trainer.max_bad_steps={self.max_bad_steps})", stacklevel=2)
         self._stop_at = step if self.consecutive >= self.max_bad_steps else None
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         pl_module.log("train/skipped_steps", float(self.skipped), on_step=True, on_epoch=False, sync_dist=False)
         if self._stop_at is not None and self._error is None:
             path = save_last(trainer, self.checkpoint_dir)
@@ -63,7 +63,7 @@ class NonFiniteCallback(pl.Callback):
             )
 
     # raised one hook later than the checkpoint, so the bad step's metrics reach the loggers
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         if self._error is not None:
             raise NonFiniteError(self._error)
 
@@ -71,7 +71,7 @@ class NonFiniteCallback(pl.Callback):
         if self._error is not None:
             raise NonFiniteError(self._error)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, int]:
         return {"skipped": self.skipped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

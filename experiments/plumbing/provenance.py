@@ -8,12 +8,11 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 PACKAGES = ("torch", "lightning", "tokenizers", "wandb", "omegaconf", "torchmetrics", "numpy", "transformers")
 
 
-def _git_commit() -> dict[str, Any]:
+def _git_commit() -> dict[str, str | bool | None]:
     root = Path(__file__).resolve().parents[2]  # the repository (experiments/plumbing/provenance.py)
     try:
         commit = subprocess.run(
@@ -28,7 +27,7 @@ def _git_commit() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def provenance(**hashes: str | None) -> dict[str, Any]:
+def provenance(**hashes: str | None) -> dict[str, object]:
     """Git commit, package versions, Python, hardware, plus the given hashes (tokenizer, data)."""
     import torch
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import yaml
@@ -74,7 +75,7 @@ def check_checkpoint_matches(path: str, module: PretrainModule | ClassifierModul
 RESUME_FREE_KEYS = ("resume", "run_dir", "provenance", "wandb", "trainer.progress_bar", "data.cache_dir")
 
 
-def check_resumed_config(run_dir: Path, config: dict[str, Any]) -> None:
+def check_resumed_config(run_dir: Path, config: Mapping[str, object]) -> None:
     """Refuse to resume ``run_dir`` under a config that differs from its stored ``config.yaml``.
 
     ``config`` is the resolved config as ``rundir.write_config`` would write it. Only the keys of

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def make_run_dir(cfg: Config, name: str) -> Path:
     return path
 
 
-def write_config(run_dir: Path, cfg: Config, prov: dict[str, Any]) -> dict[str, Any]:
+def write_config(run_dir: Path, cfg: Config, prov: dict[str, object]) -> dict[str, Any]:
     """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
     cfg = dataclasses.replace(cfg, provenance=prov)
     if env_rank() == 0:  # only rank 0 writes files
@@ -89,6 +90,6 @@ def write_config(run_dir: Path, cfg: Config, prov: dict[str, Any]) -> dict[str, 
     return to_plain(cfg)
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: Mapping[str, object]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
 

@@ -10,9 +10,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import lightning.pytorch as pl
 from famlab.experiments.plumbing.checkpoints import save_last
@@ -31,7 +31,7 @@ class Preempted(Exception):  # noqa: N818 - a control-flow signal, not an error
         # checkpoint None: stopped between a fine-tune's jobs before any of them trained in this process
         self.run_dir = run_dir if run_dir is not None else checkpoint.parent.parent if checkpoint else Path(".")
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[type[Preempted], tuple[int, Path | None, int | None, Path]]:
         # a comparison's worker process hands it back to the parent pickled; the default would call
         # Preempted(message) and fail to unpickle, breaking the pool instead of stopping it
         return (Preempted, (self.step, self.checkpoint, self.signum, self.run_dir))
@@ -40,6 +40,8 @@ class Preempted(Exception):  # noqa: N818 - a control-flow signal, not an error
 # Signals that checkpoint and stop: SIGTERM (preemption), SIGINT (Ctrl-C), and SIGUSR1, which SLURM sends
 # ahead of the time limit with `--signal=USR1@<seconds>` (the job then asks to be requeued).
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGUSR1") if hasattr(signal, name))
+# what signal.getsignal returns and signal.signal takes back
+SignalHandler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 class PreemptionCallback(pl.Callback):
@@ -56,7 +58,7 @@ class PreemptionCallback(pl.Callback):
         self.signal: int | None = None
         self.saved: tuple[int, Path] | None = None
         self._step_at_start = -1
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, SignalHandler] = {}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.signal is not None:
@@ -75,7 +77,7 @@ class PreemptionCallback(pl.Callback):
             signal.signal(sig, handler)
         self._previous = {}
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         # a batch that did not step is between accumulated micro-batches: their gradients are not checkpointed.
         # Every rank steps at the same batches, so all skip the collective below together.
         if trainer.global_step == self._step_at_start or self.saved is not None:
@@ -85,7 +87,7 @@ class PreemptionCallback(pl.Callback):
 
     # Raised one hook later than the save: this step's metrics are written to the loggers after
     # on_train_batch_end, and a run preempted at its last step has nothing left to stop.
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         if self.saved is not None:
             self._restore()
             # Flush metrics.csv now: under DDP the teardown that would write it races with the other ranks'
@@ -113,7 +115,7 @@ class SignalLatch:
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, SignalHandler] = {}
 
     def __enter__(self) -> SignalLatch:
         if threading.current_thread() is threading.main_thread():  # signals install only in the main thread
@@ -122,7 +124,7 @@ class SignalLatch:
                 signal.signal(sig, self._handler)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}

@@ -3,12 +3,22 @@ plugins; ``torch.compile`` of the network when ``trainer.compile``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.perf.allocator import keep_freed_memory
 from famlab.experiments.plumbing.console import heartbeat_seconds
+
+if TYPE_CHECKING:
+    from famlab.objectives import PretrainModule
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+    from lightning.pytorch import Callback, Trainer
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.plugins import CheckpointIO, LayerSync, Precision
+
+    TrainerPlugin = Precision | ClusterEnvironment | CheckpointIO | LayerSync  # what Trainer(plugins=[...]) takes
 
 
 def precision(cfg: Config) -> str:
@@ -24,7 +34,7 @@ def precision(cfg: Config) -> str:
 def make_trainer(
     cfg: Config,
     run_dir: Path,
-    loggers: list[Any],
+    loggers: Sequence[Logger],
     *,
     checkpoint_dir: Path,
     monitor: str,
@@ -33,7 +43,7 @@ def make_trainer(
     max_epochs: int = -1,
     val_check_interval: int | None = None,
     limit_val_batches: int | None = None,
-) -> Any:
+) -> Trainer:
     """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt (the previous one kept as
     last-prev.ckpt), the reliability callbacks, rich progress bar; glibc malloc tuned for training steps."""
     import lightning as L
@@ -47,7 +57,7 @@ def make_trainer(
     keep_freed_memory()  # training steps stop re-faulting their activations (experiments/perf/allocator.py)
     t = cfg.trainer
     # the test hook's faults go first, so each reliability callback sees them in the same step
-    callbacks: list[Any] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
+    callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
                             *reliability_callbacks(cfg, checkpoint_dir)]
     # no bar (a log file, CI, a comparison's worker): a line a minute instead
     callbacks.append(RichProgressBar(leave=True) if t.progress_bar else Heartbeat(run_dir.name, heartbeat_seconds()))
@@ -82,7 +92,7 @@ def make_trainer(
     return trainer
 
 
-def cluster_plugins() -> list[Any]:
+def cluster_plugins() -> list[TrainerPlugin]:
     """Under SLURM, Lightning's ``SLURMEnvironment`` supplies rank, world size and the main node, but famlab
     handles SIGUSR1 itself (checkpoint to ``last.ckpt`` as on SIGTERM, then requeue; see
     ``experiments/plumbing/signals.py``), so Lightning's own requeue (an ``hpc_ckpt`` file that ``resume=auto``
@@ -92,7 +102,7 @@ def cluster_plugins() -> list[Any]:
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
-def maybe_compile(cfg: Config, module: Any) -> Any:
+def maybe_compile(cfg: Config, module: PretrainModule) -> PretrainModule:
     """``torch.compile`` the network (inductor) when ``trainer.compile``; eager if compilation fails."""
     if cfg.trainer.compile:
         from famlab.families.compile import compile_network

@@ -19,9 +19,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from famlab.experiments.plumbing.signals import STOP_SIGNALS, Preempted, SignalLatch
+
+ContextT = TypeVar("ContextT")  # what every job of a pool shares, handed to its workers' ``init`` once
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def cores() -> int:
@@ -41,11 +45,11 @@ class Inline(cf.Executor):
     """Runs each job in this process when it is submitted: its exception stops the caller at once, as a plain call's
     would, so no later job starts after a failure."""
 
-    def __init__(self, init: Callable[[Any], None], context: Any) -> None:
+    def __init__(self, init: Callable[[ContextT], None], context: ContextT) -> None:
         init(context)
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
-        future: cf.Future = cf.Future()
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> cf.Future[T]:
+        future: cf.Future[T] = cf.Future()
         try:
             future.set_result(fn(*args, **kwargs))
         except Exception as e:  # noqa: BLE001 - handed to the caller through the future, as a pool's would be
@@ -65,7 +69,7 @@ def signalled() -> int | None:
     return _SIGNALLED[0] if _SIGNALLED else None
 
 
-def _start_worker(threads: int, init: Callable[[Any], None], context: Any) -> None:
+def _start_worker(threads: int, init: Callable[[ContextT], None], context: ContextT) -> None:
     import torch
 
     # a stop signal between fits is noted, not fatal: the worker ends its job at the next boundary (inside a fit the
@@ -76,7 +80,7 @@ def _start_worker(threads: int, init: Callable[[Any], None], context: Any) -> No
     init(context)
 
 
-def executor(workers: int, init: Callable[[Any], None], context: Any) -> cf.Executor:
+def executor(workers: int, init: Callable[[ContextT], None], context: ContextT) -> cf.Executor:
     """:class:`Inline` for one worker (``init(context)`` called in this process), else a pool of
     ``workers`` spawned processes (spawn: a forked copy of a process that already ran torch's thread pool can hang),
     each started with ``init(context)`` after setting its torch threads (:func:`threads_per_worker`)."""

@@ -205,3 +205,37 @@ def test_famlab_pretrain_toy_through_the_cli(toy, tmp_path, monkeypatch):
     results = json.loads((run_dir / "results.json").read_text())
     assert results["family"] == NAME and results["steps"] == 2
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["family"] == NAME
+
+
+@pytest.mark.slow
+def test_famlab_finetune_eval_and_compare_take_the_toy(toy, tmp_path, monkeypatch):
+    """The registered toy through the other commands, as a user would run them: ``famlab compare`` with the toy as
+    an arm beside GPT (its pretraining, fine-tunes, probe, zero-shot and report), then ``famlab finetune`` and
+    ``famlab eval`` from the toy's pretraining run."""
+    from famlab.experiments.commands import cli
+
+    from tests.experiments.test_compare import tiny_inputs
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
+    inputs = tiny_inputs(tmp_path)
+    assert cli.main(["compare", *inputs, f"compare.families=[gpt,{NAME}]", "compare.zero_shot_items=8",
+                     "run_dir=cmp"]) == 0
+    results = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    assert set(results["families"]) == {"gpt", NAME} and NAME in results["tables"]["gains"]
+    pretrained = tmp_path / "cmp" / f"{NAME}-pretrain-s0"
+    assert json.loads((pretrained / "results.json").read_text())["family"] == NAME
+    assert "zero_shot" in json.loads((pretrained / "eval.json").read_text())
+
+    task_keys = [k for k in inputs if k.startswith(("data.task", "data.text_column", "data.label_column"))]
+    assert cli.main(["finetune", f"init={pretrained}", *task_keys, "finetune.max_steps=4", "finetune.val_every=2",
+                     "finetune.seeds=[0]", "wandb.mode=disabled", "trainer.progress_bar=false",
+                     f"run_dir={tmp_path / 'ft'}"]) == 0
+    assert json.loads((tmp_path / "ft" / "results.json").read_text())["family"] == NAME
+
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps({"text": f"a dog and a ___ run {i}", "choices": ["cat", "red"],
+                                           "label": 0}) for i in range(6)) + "\n")
+    assert cli.main(["eval", str(pretrained), f"data.eval={items}", "wandb.mode=disabled", "bigram=false"]) == 0
+    scored = json.loads((pretrained / "eval" / "items" / "results.json").read_text())
+    assert scored["family"] == NAME and scored["num_items"] == 6

@@ -88,9 +88,11 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     run_cfg = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
     run_model = run_cfg["model"]
     size = run_cfg.get("size")
+    chosen = presets  # what the user named: the model settings in these must agree with the run's
     if not presets and size and (PRESET_DIR / f"{size}.yaml").is_file():
         presets = [size]  # the run's size preset brings its fine-tuning budget and batch size along
     composed = compose(presets, overrides, family=run_model["family"])
+    stated = composed if presets == chosen else compose(chosen, overrides, family=run_model["family"])
     if composed.cfg.model.family.value != run_model["family"]:  # a family preset / override names another family
         raise ConfigInputError(f"init={init_value} is a {run_model['family']} model; "
                                f"model.family={composed.cfg.model.family.value} contradicts it")
@@ -100,7 +102,7 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
         loaded = to_dataclass(merged)
     except ValueError as e:
         raise ConfigInputError(f"init={init_value}: config.yaml has a bad model section ({e})") from None
-    _check_contradictions(composed.explicit_model, loaded, str(init_value))
+    _check_contradictions(stated.explicit_model, loaded, str(init_value))
     if "dropout" in composed.explicit_model:  # model.dropout=... fine-tunes with that rate (finetune.dropout wins)
         loaded = dataclasses.replace(loaded, dropout=float(composed.explicit_model["dropout"]))
     cfg = composed.cfg

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from famlab.experiments.commands import cli
+from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.steps.init import compose_finetune
 from famlab.families import family_defaults
 
@@ -146,6 +147,27 @@ def test_finetune_contradicting_override_names_the_keys(pretrained, capsys):
     assert cli.main(["finetune", f"init={pretrained['gpt']}", "model.dim=128", "model.num_layers=2"]) == 2
     err = capsys.readouterr().err
     assert "model.dim=128" in err and "model.num_layers" not in err  # num_layers=2 agrees with the run
+
+
+
+def test_finetune_of_a_run_checks_only_the_model_settings_the_user_states(tmp_path):
+    """``famlab finetune init=<run>`` with no preset takes the run's size preset for its budget; that preset's model
+    settings are not the user's, so a run pretrained with ``model.dim=32`` on ``tiny`` (dim 64) fine-tunes as it is,
+    while ``tiny model.dim=64`` named on the command line still contradicts it."""
+    from famlab.experiments.configuration.compose import compose, to_plain
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / "tokenizer.json").write_text("{}")
+    saved = to_plain(compose(["gpt", "tiny"], ["model.dim=32", "model.vocab_size=2048"]).cfg)
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    cfg, init = compose_finetune([], [f"init={run}"])
+    tiny = compose(["gpt", "tiny"], []).cfg
+    assert init.kind == "run" and cfg.model.dim == 32 and cfg.finetune.max_steps == tiny.finetune.max_steps
+    for stated in (["tiny"], []), ([], ["model.dim=64"]):
+        with pytest.raises(ConfigInputError, match="model.dim=64 \\(the model has 32\\)"):
+            compose_finetune(stated[0], [*stated[1], f"init={run}"])
 
 
 def _save_tiny_hf(family: str, tokenizer_file: Path, out: Path) -> None:

@@ -202,6 +202,9 @@ def _task_note(task: compare_suite.SuiteTask | None) -> str:
 
 
 def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> FinetuneResult:
+    done = read_done(run_dir)  # finished before a stop: read back, as pretraining and probes are (the comparison's
+    if isinstance(done, FinetuneResult):  # settings were checked when it resumed; its paths may be another cwd's)
+        return done
     ft = copy.deepcopy(cfg)
     ft.init = init
     ft.run_dir = str(run_dir)

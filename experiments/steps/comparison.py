@@ -220,7 +220,9 @@ class PretrainedRun:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.result.run_dir)
+        """Where the run is now: its place in this comparison's directory. The ``run_dir`` its ``results.json``
+        recorded may be relative to the directory the comparison started in, which a resume need not share."""
+        return Path(self.cfg.run_dir).expanduser() if self.cfg.run_dir else Path(self.result.run_dir)
 
 
 @dataclasses.dataclass

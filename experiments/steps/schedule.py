@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import copy
 import dataclasses
 import os
+from concurrent.futures.process import BrokenProcessPool  # not loaded by `import concurrent.futures`
 
 from famlab.experiments.analysis.results import ArmBudget
 from famlab.experiments.configuration.compare_defaults import (
@@ -85,7 +86,7 @@ def run_jobs(c: Comparison) -> None:
                         continue
                     try:
                         done = future.result()
-                    except cf.process.BrokenProcessPool:
+                    except BrokenProcessPool:
                         raise
                     except Exception as e:  # noqa: BLE001 - the first failure stops the comparison, after the others
                         halt.fail(e)
@@ -96,7 +97,7 @@ def run_jobs(c: Comparison) -> None:
                         submit(follow)
                 if halt.requested:
                     halt.halt(pool, list(pending))
-    except cf.process.BrokenProcessPool as e:
+    except BrokenProcessPool as e:
         workers.stop(pool)
         raise RuntimeError(f"a compare worker process died (killed by the system, perhaps out of memory; its jobs' "
                            f"run directories keep what they wrote): rerun with fewer compare.workers (now "

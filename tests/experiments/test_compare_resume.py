@@ -139,6 +139,21 @@ def test_finished_jobs_are_read_back_not_rerun(root, reference):
     assert tables(comp_dir) == reference
 
 
+
+@pytest.mark.slow
+def test_a_comparison_resumes_from_another_working_directory(root, reference):
+    """Started with ``run_dir=ref`` (its runs record paths relative to where it started), resumed from another
+    directory with the comparison's absolute path: the finished jobs are found and read back, not rerun."""
+    comp_dir, elsewhere = root / "ref", root / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    stamps = {p: p.stat().st_mtime_ns for p in comp_dir.glob("*/results.json")}
+    done = subprocess.run(famlab(root, f"run_dir={comp_dir}", "resume=auto"), cwd=elsewhere, env=famlab_env(root),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert stamps and {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert tables(comp_dir) == reference
+
+
 def test_resume_refuses_other_settings_naming_the_key(tmp_path, monkeypatch, capsys):
     """A stored comparison resumed with another trainer.max_steps: exit 2, one line naming the key, nothing run."""
     monkeypatch.chdir(tmp_path)

@@ -364,7 +364,7 @@ def wall_split(dirs: list[Path]) -> WallSplit | None:
         if path.is_file():
             info = json.loads(path.read_text(encoding="utf-8"))
             phases = info.get("phases")
-            if not phases:
+            if not phases or not sum(phases.values()):  # none, or a resume that only read finished jobs back
                 return None
             total, workers = info["wall_s"], info.get("workers") or 1
             if workers == 1:

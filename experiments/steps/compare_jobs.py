@@ -126,6 +126,9 @@ def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) 
             zero_shot_scores, run.run_dir, limit=c.base.compare.zero_shot_items, say=log)
         evaluated["zero_shot"] = {t: r.to_json() for t, r in tasks.items()} if tasks is not None else None
     evaluated = {k: v for k, v in evaluated.items() if v is not None}
+    for step, key in steps.items():  # a step whose result is kept (an earlier try of it failed) failed no longer
+        if key in evaluated:
+            failures.clear(c.comp_dir, StepFailure(step=step, arm=arm, seed=seed))
     write_json(path, evaluated)
     if "byte_score" in evaluated:
         log(f"{arm} seed {seed}: {evaluated['byte_score']['measure']} {evaluated['byte_score']['value']:.4f}")

@@ -272,3 +272,7 @@ def test_wall_split_states_worker_time_when_jobs_ran_side_by_side(tmp_path):
     assert wall.line.startswith("Wall time 500 s, with 2 worker processes running jobs side by side (1 torch "
                                 "thread each")
     assert "of the 800 s they ran jobs: pretraining 600 s (75%), evaluation 40 s (5%)" in wall.line
+    # a resume that only read finished jobs back ran none: no split to state (it divided by zero)
+    (tmp_path / "compare.json").write_text(json.dumps({"wall_s": 8.0, "phases": dict.fromkeys(phases, 0.0),
+                                                      "workers": 2, "threads": 1}))
+    assert transfer.wall_split([tmp_path]) is None

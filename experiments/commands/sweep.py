@@ -48,6 +48,7 @@ from urllib.parse import urlparse
 import yaml
 from famlab.experiments.analysis.results import JsonDict
 from famlab.experiments.analysis.sweep_report import SWEEP_FILE, metric_warning, write_report
+from famlab.experiments.configuration.compare_defaults import visible_gpus
 from famlab.experiments.configuration.compose import (
     compose,
     flatten,
@@ -153,15 +154,6 @@ def expand_random(params: dict[str, JsonDict], count: int, seed: int) -> list[di
     """``count`` trials as W&B's engine draws them after ``random.seed(seed)`` (parameters in sorted order)."""
     rng = random.Random(seed)
     return [_keep_ints({n: sample(n, params[n], rng) for n in sorted(params)}) for _ in range(count)]
-
-
-def gpu_ids() -> list[str]:
-    """The CUDA devices this process may use (``CUDA_VISIBLE_DEVICES`` if set, else all of them)."""
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return (visible or [str(i) for i in range(count)])[:count]
 
 
 def device_slots(parallel: int, gpus: list[str]) -> list[str | None]:
@@ -437,7 +429,7 @@ def run_trials(
     the others append to their logs.
     """
     slots: queue.Queue[str | None] = queue.Queue()
-    for devices in device_slots(parallel, gpu_ids()):
+    for devices in device_slots(parallel, visible_gpus("auto")):  # each trial picks its own accelerator
         slots.put(devices)
 
     def go(i: int) -> int:

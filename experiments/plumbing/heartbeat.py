@@ -30,14 +30,17 @@ class Heartbeat(pl.Callback):
         now = time.time()
         if not trainer.is_global_zero:
             return
-        if os.environ.get(PROGRESS_ENV) and now - self._reported >= STATUS_EVERY_S:
+        status = os.environ.get(PROGRESS_ENV) and now - self._reported >= STATUS_EVERY_S
+        line = now - self._last >= self.every_s and os.environ.get(BOARD_ENV) != "1"  # a comparison's board shows it
+        if not (status or line):
+            return
+        step, total, loss, rate = self._state(trainer, now)
+        if status:
             self._reported = now
-            step, total, loss, rate = self._state(trainer, now)
             report_progress(fit=self.name, step=step, max_steps=total, loss=loss, rate=rate)
-        if now - self._last < self.every_s or os.environ.get(BOARD_ENV) == "1":  # a comparison's board shows it
+        if not line:
             return
         self._last = now
-        step, total, loss, rate = self._state(trainer, now)
         left = f", about {_duration((total - step) / rate)} left" if total and rate > 0 else ""
         say(f"{self.name}: step {step}{f'/{total}' if total else ''}"
             f"{f', train/loss {loss:.4f}' if loss is not None else ''}, {rate:.1f} steps/s{left}")

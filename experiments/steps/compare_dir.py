@@ -32,7 +32,10 @@ def log(message: str) -> None:
 
 
 def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
-    """The comparison directory and whether it resumes one: ``run_dir`` (or a new ``runs/compare-...``).
+    """The comparison directory, absolute, and whether it resumes one: ``run_dir`` (or a new ``runs/compare-...``).
+
+    Absolute, so every path its jobs record (``run_dir``, a fine-tune's ``init``) is the same when the comparison is
+    resumed from another working directory.
 
     Raises:
         ConfigInputError: ``resume`` other than never / auto; ``resume=auto`` without ``run_dir``; a non-empty
@@ -57,14 +60,14 @@ def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
                                    "resume=auto resumes a directory that famlab compare made")
         check_settings(path / SETTINGS_FILE, cfgs)
         log(f"{path}: resuming (finished jobs are read back, interrupted runs continue from their last.ckpt)")
-        return path, True
+        return path.absolute(), True
     path.mkdir(parents=True, exist_ok=True)
     log(f"{path}: arms {', '.join(cfgs)}, budget matched on {base.compare.match.value}, scale {base.size or 'custom'}")
-    return path, False
+    return path.absolute(), False
 
 
 def make_compare_dir(base: Config, cfgs: dict[str, Config]) -> Path:
-    """``runs/compare-<name>-<timestamp>/``, created (a second comparison in the same second gets an ``x``)."""
+    """Absolute ``runs/compare-<name>-<timestamp>/``, created (a second comparison in the same second gets an ``x``)."""
     cmp = base.compare
     size = base.size or "custom"
     families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
@@ -75,7 +78,7 @@ def make_compare_dir(base: Config, cfgs: dict[str, Config]) -> Path:
     comp_dir.mkdir(parents=True)
     what = "arms" if cmp.objectives else "families"
     log(f"{comp_dir}: {what} {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size}")
-    return comp_dir
+    return comp_dir.absolute()
 
 
 def settings(cfgs: dict[str, Config]) -> dict[str, dict[str, object]]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from famlab.experiments.commands import cli
 from famlab.experiments.steps import compare_jobs, comparison
 from famlab.experiments.steps.compare_dir import write_settings
@@ -142,15 +143,20 @@ def test_finished_jobs_are_read_back_not_rerun(root, reference):
 
 @pytest.mark.slow
 def test_a_comparison_resumes_from_another_working_directory(root, reference):
-    """Started with ``run_dir=ref`` (its runs record paths relative to where it started), resumed from another
-    directory with the comparison's absolute path: the finished jobs are found and read back, not rerun."""
+    """Started with ``run_dir=ref`` (relative), resumed from another directory with the comparison's absolute path:
+    the finished jobs are found and read back, not rerun, and a fine-tune left without its ``results.json`` (as a
+    stop leaves it) continues: the paths its stored config records (``init``, the pretrained run) are absolute."""
     comp_dir, elsewhere = root / "ref", root / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
+    unfinished = comp_dir / "gpt-ft-s0" / "results.json"
+    unfinished.unlink()
+    assert Path(yaml.safe_load((unfinished.parent / "config.yaml").read_text())["init"]).is_absolute()
     stamps = {p: p.stat().st_mtime_ns for p in comp_dir.glob("*/results.json")}
     done = subprocess.run(famlab(root, f"run_dir={comp_dir}", "resume=auto"), cwd=elsewhere, env=famlab_env(root),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert stamps and {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert unfinished.is_file()
     assert tables(comp_dir) == reference
 
 
@@ -269,3 +275,27 @@ def test_a_key_famlab_added_since_reads_as_its_default(tmp_path, monkeypatch):
                                           "compare.finetune_lr_points=3"])
     with pytest.raises(ConfigInputError, match="compare.finetune_lr_points=3 \\(stored 2\\)"):
         check_settings(path, other)
+
+
+def test_a_retried_evaluation_clears_the_failure_of_a_step_whose_result_is_kept(tmp_path, monkeypatch):
+    """A resumed comparison retries a failed zero-shot step; the byte score kept in ``eval.json`` from a later try of
+    the evaluation step had left that step's older failure record behind: both records go, so the report lists
+    neither step as failed, and ``eval.json`` keeps the byte score and gains the zero-shot results."""
+    from types import SimpleNamespace
+
+    from famlab.experiments.analysis.results import StepFailure, read_failures
+    from famlab.experiments.plumbing import failures
+
+    run_dir = tmp_path / "gpt-pretrain-s0"
+    run_dir.mkdir()
+    kept = {"byte_score": {"measure": "bits_per_byte", "value": 1.5}}
+    (run_dir / "eval.json").write_text(json.dumps(kept))
+    for step in ("evaluation", "zero-shot"):
+        failures.record(tmp_path, StepFailure(step=step, arm="gpt", seed=0, reason="RuntimeError"), RuntimeError())
+    monkeypatch.setattr(compare_jobs, "zero_shot_scores", lambda run_dir, limit=None: {})
+    c = SimpleNamespace(comp_dir=tmp_path, base=SimpleNamespace(compare=SimpleNamespace(zero_shot_items=4)),
+                        clock=SimpleNamespace(timed=lambda name, fn, *a, **k: fn(*a, **k)))
+    run = SimpleNamespace(run_dir=run_dir, result=SimpleNamespace(byte_score=None), cfg=None)
+    compare_jobs.evaluate_pretrained(c, "gpt", 0, run)
+    assert read_failures(tmp_path) == []
+    assert json.loads((run_dir / "eval.json").read_text()) == {**kept, "zero_shot": {}}

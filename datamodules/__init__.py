@@ -9,7 +9,7 @@ importing Lightning (seconds of CPU on a small machine, per DDP worker process; 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 _EXPORTS = {
     "ClassificationDataModule": "classification", "tokenize_examples": "classification",
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'datamodules' has no attribute '{name}'")
     value = getattr(importlib.import_module(f"famlab.datamodules.{_EXPORTS[name]}"), name)

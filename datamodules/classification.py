@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict
 
 import lightning.pytorch as pl
 import torch
@@ -13,7 +13,15 @@ from famlab.datamodules.tokenizer import TokenizerBundle
 from torch.utils.data import DataLoader
 
 
-def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[dict[str, Any]]:
+class ClassificationItem(TypedDict):
+    """One tokenized example, as the family collator receives it (raw token ids, no special tokens)."""
+
+    input_ids: list[int]
+    pair_ids: list[int] | None  # the second text of a pair task
+    label: int
+
+
+def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[ClassificationItem]:
     """Items ``{"input_ids", "pair_ids", "label"}`` with the raw token ids (no special tokens)."""
     tok = bundle.tokenizer
     ids = [e.ids for e in tok.encode_batch([ex.text for ex in examples], add_special_tokens=False)]
@@ -26,7 +34,7 @@ def tokenize_examples(examples: list[Example], bundle: TokenizerBundle) -> list[
     return [{"input_ids": a, "pair_ids": b, "label": ex.label} for a, b, ex in zip(ids, pairs, examples, strict=True)]
 
 
-class ClassificationDataModule(SamplerStateMixin[dict[str, Any]], pl.LightningDataModule):
+class ClassificationDataModule(SamplerStateMixin[ClassificationItem], pl.LightningDataModule):
     """Train / val / test loaders of a ``Task``.
 
     Training order comes from a ``ResumableSampler`` (shuffled per epoch from ``seed``, position
@@ -47,7 +55,7 @@ class ClassificationDataModule(SamplerStateMixin[dict[str, Any]], pl.LightningDa
         bundle: TokenizerBundle,
         *,
         batch_size: int,
-        collate_fn: Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]],
+        collate_fn: Callable[[list[ClassificationItem]], dict[str, torch.Tensor]],
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
@@ -55,7 +63,7 @@ class ClassificationDataModule(SamplerStateMixin[dict[str, Any]], pl.LightningDa
         self.task, self.bundle = task, bundle
         self.batch_size, self.collate_fn = batch_size, collate_fn
         self.seed, self.num_workers = seed, num_workers
-        self.items: dict[str, list[dict[str, Any]]] | None = None
+        self.items: dict[str, list[ClassificationItem]] | None = None
         self._train_sampler: ResumableSampler | None = None
         self._pending_state: dict[str, int] | None = None  # see SamplerStateMixin
 

@@ -7,9 +7,12 @@ file or glob instead of a config (``hf:json:data/train.jsonl``), which loads off
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from famlab.datamodules.errors import DataError
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict, IterableDatasetDict
 
 FILE_BUILDERS = {"json", "csv", "text", "parquet"}
 
@@ -23,7 +26,7 @@ def parse_hf_spec(spec: str) -> tuple[str, str | None]:
     return name, (config or None)
 
 
-def load_hf(spec: str, *, streaming: bool = False) -> Any:
+def load_hf(spec: str, *, streaming: bool = False) -> DatasetDict | IterableDatasetDict:
     """Load ``spec`` as a ``datasets.DatasetDict`` (``streaming``: an ``IterableDatasetDict`` read as iterated);
     any failure becomes one-line ``DataError``."""
     name, config = parse_hf_spec(spec)

@@ -38,12 +38,15 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 from famlab.datamodules.bundled import WORDNET_CORPUS
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.hf import load_hf
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +171,7 @@ class CountingReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         n = self.f.readinto(buffer)
         if self.counter is not None and n:
             self.counter(n)

@@ -14,14 +14,19 @@ torch has no public hook for that guard, so this module is where famlab touches 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from torch import nn
 
+if TYPE_CHECKING:
+    from famlab.families.network import Network
+
 log = logging.getLogger("famlab.compile")
 
+_Net = TypeVar("_Net", bound="nn.Module | Network")  # a famlab network is an nn.Module
 
-def compile_network(net: nn.Module, *, backend: str = "inductor", **options: Any) -> nn.Module:
+
+def compile_network(net: _Net, *, backend: str = "inductor", **options: Any) -> _Net:
     """Compile ``net``'s forward in place; returns ``net`` (compiled, or eager after a logged fallback).
 
     Args:
@@ -29,24 +34,25 @@ def compile_network(net: nn.Module, *, backend: str = "inductor", **options: Any
         backend: ``torch.compile`` backend (``inductor``; ``aot_eager`` / ``eager`` for debugging).
         **options: Passed to ``torch.compile`` (e.g. ``dynamic=False``, ``mode="max-autotune"``).
     """
+    module = cast(nn.Module, net)  # every famlab network is an nn.Module
     try:
-        net.compile(backend=backend, **options)
+        module.compile(backend=backend, **options)
     except Exception as e:  # noqa: BLE001 - any failure means "run eager" (a failing optional speed-up never stops a run)
         log.warning("torch.compile unavailable (%s: %s); running eager", type(e).__name__, e)
         return net
-    compiled = net._compiled_call_impl
+    compiled = module._compiled_call_impl
 
     def first_call(*args: Any, **kwargs: Any) -> Any:
         try:
             out = compiled(*args, **kwargs)
         except Exception as e:  # noqa: BLE001
             log.warning("torch.compile failed on the first call (%s: %s); running eager", type(e).__name__, e)
-            net._compiled_call_impl = None
-            return net._call_impl(*args, **kwargs)
-        net._compiled_call_impl = compiled  # compiled and working: drop this guard
+            module._compiled_call_impl = None
+            return module._call_impl(*args, **kwargs)
+        module._compiled_call_impl = compiled  # compiled and working: drop this guard
         return out
 
-    net._compiled_call_impl = first_call
+    module._compiled_call_impl = first_call
     return net
 
 

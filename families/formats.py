@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol, cast
 
 import torch
 from famlab.families import heads
-from famlab.families.network import Network
+from famlab.families.network import EncoderDecoder, Network
 from torch import Tensor
 
 
@@ -254,7 +254,7 @@ class EncoderDecoderFormat(InputFormat):
         return extra | {"decoder_input_ids": torch.full((token_types.shape[0], 1), ids.pad, dtype=torch.long)}
 
     def pooled(self, net: Network, batch: Mapping[str, Tensor], pooling: str) -> Tensor:
-        model: Any = net  # an EncoderDecoder (famlab.families.network)
+        model = cast(EncoderDecoder, net)  # this format's networks are encoder-decoders
         mask = batch["attention_mask"]
         encoded = model.encode(batch["input_ids"], attention_mask=mask)  # (B, T, C)
         if pooling != "decoder":

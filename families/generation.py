@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import torch
 from famlab.families import registry
 from famlab.families.formats import Arch
-from famlab.families.network import Network
+from famlab.families.network import CausalDecoder, EncoderDecoder, Network
 from torch import Tensor
 
 
@@ -76,7 +76,6 @@ def generate(
         ``(B, N)`` generated ids, N <= ``max_new_tokens`` (generation stops once every row has emitted EOS);
         positions after a row's EOS hold ``net.config.pad_token_id``.
     """
-    model: Any = net  # a famlab network: family, config, encode/decode, decoder.new_cache, project
     family = getattr(net, "family", None)
     arch = registry.family(family).arch if family in registry.family_names() else None
     if arch not in (Arch.DECODER, Arch.ENCODER_DECODER):
@@ -85,39 +84,41 @@ def generate(
     was_training = net.training
     net.eval()
     B = input_ids.shape[0]
-    pad = model.config.pad_token_id
+    pad = net.config.pad_token_id
     mask: Tensor | None = None
     positions: Tensor | None = None
     done = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
     out: list[Tensor] = []
     if arch is Arch.ENCODER_DECODER:
-        encoder_hidden = model.encode(input_ids, attention_mask)
+        encdec = cast(EncoderDecoder, net)  # the encoder-decoder architecture's network
+        encoder_hidden = encdec.encode(input_ids, attention_mask)
         start = pad if decoder_start_id is None else decoder_start_id
         seq = torch.full((B, 1), start, dtype=torch.long, device=input_ids.device)
-        cache = model.decoder.new_cache() if use_cache else None
+        cache = encdec.decoder.new_cache() if use_cache else None
 
         def step(new: Tensor) -> Tensor:
             tokens = new if use_cache else seq
-            return model.decode(tokens, encoder_hidden, attention_mask, cache=cache)[:, -1]
+            return encdec.decode(tokens, encoder_hidden, attention_mask, cache=cache)[:, -1]
 
         hidden = step(seq)
     else:
         seq = input_ids
         mask = attention_mask
         positions = None if mask is None else (mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding
-        cache = model.decoder.new_cache() if use_cache else None
+        causal = cast(CausalDecoder, net)  # the causal decoder architecture's network
+        cache = causal.decoder.new_cache() if use_cache else None
 
         def step(new: Tensor) -> Tensor:
             if use_cache:
                 pos = None if positions is None else positions[:, -new.shape[1] :]
-                result = model(new, attention_mask=mask, position_ids=pos, compute_logits=False, cache=cache)
+                result = causal(new, attention_mask=mask, position_ids=pos, compute_logits=False, cache=cache)
                 return result.hidden[:, -1]
-            return model(seq, attention_mask=mask, position_ids=positions, compute_logits=False).hidden[:, -1]
+            return causal(seq, attention_mask=mask, position_ids=positions, compute_logits=False).hidden[:, -1]
 
         hidden = step(seq)
     for _ in range(max_new_tokens):
         next_id = sample_next(
-            model.project(hidden), temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
+            net.project(hidden), temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
         )
         next_id = torch.where(done, torch.full_like(next_id, pad), next_id)
         out.append(next_id)

@@ -9,7 +9,7 @@ weights, so they are transposed.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from famlab.families.build import build_network
@@ -17,6 +17,9 @@ from famlab.families.config import ModelConfig
 from famlab.families.hf_settings import HFConversionError, config_from_hf, config_to_hf, hf_adapter
 from famlab.families.network import Network
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "HFConversionError", "bert_head_weight_map", "bert_lm_weight_map", "bert_weight_map", "config_from_hf",
@@ -147,7 +150,7 @@ def _weight_map(cfg: ModelConfig, hf_class: str) -> list[tuple[str, list[str], s
     return hf_adapter(cfg.family.value).weight_map(cfg, hf_class)
 
 
-def from_hf(model: Any) -> Network:
+def from_hf(model: PreTrainedModel) -> Network:
     """Our network carrying the weights of a Hugging Face ``BertForMaskedLM`` (also ``BertForPreTraining`` /
     ``BertModel``, whose MLM head is then left at its init), ``GPT2LMHeadModel`` or ``T5ForConditionalGeneration``
     (v1.0 ReLU or v1.1 gated-GELU; tied or untied head)."""
@@ -166,7 +169,7 @@ def from_hf(model: Any) -> Network:
     return net.train(model.training)
 
 
-def hf_pooler_state(model: Any) -> dict[str, Tensor] | None:
+def hf_pooler_state(model: PreTrainedModel) -> dict[str, Tensor] | None:
     """State dict for :class:`famlab.families.heads.Pooler` from a ``BertModel`` / ``BertForPreTraining`` checkpoint,
     or None when the model has no pooler (``BertForMaskedLM``, GPT-2, T5)."""
     base = getattr(model, "bert", model)
@@ -176,10 +179,10 @@ def hf_pooler_state(model: Any) -> dict[str, Tensor] | None:
     return {"dense.weight": pooler.dense.weight.detach().clone(), "dense.bias": pooler.dense.bias.detach().clone()}
 
 
-def to_hf(net: Network) -> Any:
+def to_hf(net: Network) -> PreTrainedModel:
     """Build the Hugging Face model equivalent to ``net``; raises HFConversionError (a ValueError) naming the first
     ``model.*`` setting HF cannot express."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    transformers = importlib.import_module("transformers")  # optional extra: imported lazily
 
     cfg = net.config
     hf_cfg = config_to_hf(cfg)  # refuses what HF cannot express, before anything is built
@@ -194,7 +197,7 @@ def to_hf(net: Network) -> Any:
     return model.train(net.training)
 
 
-def copy_weights(model: Any, ours: dict[str, Tensor], weight_map: list[tuple[str, list[str], str]]) -> None:
+def copy_weights(model: nn.Module, ours: dict[str, Tensor], weight_map: list[tuple[str, list[str], str]]) -> None:
     """Copy the famlab state dict ``ours`` into the Hugging Face ``model`` along ``weight_map`` (a ``cat`` key is
     split into its targets' row counts, a ``t`` key transposed); a tied HF parameter is found under any of its names."""
     state = model.state_dict()

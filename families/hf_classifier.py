@@ -18,7 +18,7 @@ exact when the K x C classifier has full row rank, checked).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from famlab.families import registry
@@ -27,6 +27,9 @@ from famlab.families.hf import to_hf
 from famlab.families.hf_settings import HFConversionError
 from famlab.families.network import Network
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def check_classifier_expressible(family: str, pooling: str) -> None:
@@ -56,7 +59,7 @@ def folded_classifier(head: ClassificationHead) -> tuple[Tensor, Tensor]:
     return weight, bias
 
 
-def classifier_to_hf(net: Network, head: ClassificationHead, pooling: str, labels: list[str]) -> Any:
+def classifier_to_hf(net: Network, head: ClassificationHead, pooling: str, labels: list[str]) -> PreTrainedModel:
     """``BertForSequenceClassification`` / ``GPT2ForSequenceClassification`` equivalent to ``head(pool(net(x)))``
     in evaluation mode, with ``id2label`` from ``labels``; raises HFConversionError for what HF cannot express."""
     family = str(getattr(net, "family", ""))
@@ -78,9 +81,10 @@ def classifier_to_hf(net: Network, head: ClassificationHead, pooling: str, label
     return model.eval()
 
 
-def bert_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Pooler | None) -> tuple[Any, dict[str, Tensor]]:
+def bert_classifier(lm: PreTrainedModel, weight: Tensor, bias: Tensor, pooler: Pooler | None
+                    ) -> tuple[PreTrainedModel, dict[str, Tensor]]:
     """``BertForSequenceClassification`` (``cls`` pooling through the head's pooler) and its state dict."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     model = transformers.BertForSequenceClassification(lm.config)
     state = {k: v for k, v in lm.state_dict().items() if k.startswith("bert.")}
     assert pooler is not None
@@ -90,9 +94,10 @@ def bert_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Pooler | None
     return model, state
 
 
-def gpt2_classifier(lm: Any, weight: Tensor, bias: Tensor, pooler: Pooler | None) -> tuple[Any, dict[str, Tensor]]:
+def gpt2_classifier(lm: PreTrainedModel, weight: Tensor, bias: Tensor, pooler: Pooler | None
+                    ) -> tuple[PreTrainedModel, dict[str, Tensor]]:
     """``GPT2ForSequenceClassification`` (``last`` pooling; the bias moved into the final LayerNorm) and its state."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     model = transformers.GPT2ForSequenceClassification(lm.config)
     state = {k: v for k, v in lm.state_dict().items() if k.startswith("transformer.")}
     beta = state["transformer.ln_f.bias"].double()

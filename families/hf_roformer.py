@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from famlab.families.config import ModelConfig
@@ -33,6 +33,9 @@ from famlab.families.hf_settings import HFConversionError, check_expressible, co
 from famlab.families.network import Network
 from famlab.families.registry import family, family_names
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 ROFORMER_BASE = 10000.0  # RoFormerSinusoidalPositionalEmbedding.create_weight: pos / 10000^(2i/D)
 # BertConfig keys RoFormerConfig reads with the same meaning
@@ -79,10 +82,10 @@ def interleave_rows(x: Tensor, num_heads: int) -> Tensor:
     return x.unflatten(0, (num_heads, D))[:, order].flatten(0, 1)  # (H, D, ...) -> (H*D, ...)
 
 
-def roformer_to_hf(net: Network) -> Any:
+def roformer_to_hf(net: Network) -> PreTrainedModel:
     """``RoFormerForMaskedLM`` with the logits of the rotary BERT ``net``; raises HFConversionError (before anything
     is built) naming the first ``model.*`` setting RoFormer cannot express."""
-    transformers: Any = importlib.import_module("transformers")  # optional extra: imported lazily
+    transformers = importlib.import_module("transformers")  # optional extra: imported lazily
 
     cfg = net.config
     check_roformer_expressible(cfg)

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
 from famlab.families.registry import HFAdapter, family, family_names
+
+if TYPE_CHECKING:
+    from transformers import BertConfig, GPT2Config, PretrainedConfig, PreTrainedModel, T5Config
 
 # HF activation names (transformers.activations.ACT2FN) that are, numerically, one of famlab's activations.
 # gelu_fast / gelu_accurate / gelu_python_tanh are the tanh approximation written out by hand (same formula,
@@ -86,7 +89,7 @@ def _tied(model: torch.nn.Module, head: str, embed: str) -> bool:
     return bool(head_w.data_ptr() == embed_w.data_ptr())
 
 
-def bert_config(model: Any, family: str) -> ModelConfig:
+def bert_config(model: PreTrainedModel, family: str) -> ModelConfig:
     """:class:`ModelConfig` of a ``BertForMaskedLM`` / ``BertForPreTraining`` / ``BertModel`` as ``family``."""
     c = model.config
     _require_false(c, "is_decoder", "add_cross_attention")
@@ -112,7 +115,7 @@ def bert_config(model: Any, family: str) -> ModelConfig:
     )
 
 
-def gpt_config(model: Any, family: str) -> ModelConfig:
+def gpt_config(model: PreTrainedModel, family: str) -> ModelConfig:
     """:class:`ModelConfig` of a ``GPT2LMHeadModel`` / ``GPT2Model`` as ``family``."""
     c = model.config
     # scale_attn_by_inverse_layer_idx divides layer i's logits by i + 1: famlab has one qk_scale per model
@@ -137,7 +140,7 @@ def gpt_config(model: Any, family: str) -> ModelConfig:
     )
 
 
-def t5_config(model: Any, family: str) -> ModelConfig:
+def t5_config(model: PreTrainedModel, family: str) -> ModelConfig:
     """:class:`ModelConfig` of a ``T5ForConditionalGeneration`` as ``family``."""
     c = model.config
     _require_false(c, "is_decoder")
@@ -178,7 +181,7 @@ def hf_adapter(name: str, what: str = "to_hf") -> HFAdapter:
     return adapter
 
 
-def config_from_hf(model: torch.nn.Module) -> ModelConfig:
+def config_from_hf(model: PreTrainedModel) -> ModelConfig:
     """The :class:`ModelConfig` equivalent to a Hugging Face model; raises HFConversionError for a setting famlab
     does not model (the message names the HF setting and its value). The family is the one whose adapter reads the
     model's class."""
@@ -249,7 +252,7 @@ def check_t5(cfg: ModelConfig) -> None:
         raise _refuse_to(cfg, "head_scale", f"is not expressible (needs 1.0 or dim^-0.5={cfg.dim**-0.5:.6g})")
 
 
-def config_to_hf(cfg: ModelConfig) -> Any:
+def config_to_hf(cfg: ModelConfig) -> PretrainedConfig:
     """The family's Hugging Face config equivalent to ``cfg`` (``BertConfig`` / ``GPT2Config`` / ``T5Config``; checked
     with :func:`check_expressible` first)."""
     check_expressible(cfg)
@@ -260,7 +263,7 @@ def _common(cfg: ModelConfig) -> dict[str, object]:
     return dict(vocab_size=cfg.vocab_size, pad_token_id=cfg.pad_token_id, tie_word_embeddings=cfg.tie_embeddings)
 
 
-def bert_config_to_hf(cfg: ModelConfig) -> Any:
+def bert_config_to_hf(cfg: ModelConfig) -> BertConfig:
     """The ``BertConfig`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
     transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     return transformers.BertConfig(
@@ -279,7 +282,7 @@ def bert_config_to_hf(cfg: ModelConfig) -> Any:
     )
 
 
-def gpt2_config_to_hf(cfg: ModelConfig) -> Any:
+def gpt2_config_to_hf(cfg: ModelConfig) -> GPT2Config:
     """The ``GPT2Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
     transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     return transformers.GPT2Config(
@@ -301,7 +304,7 @@ def gpt2_config_to_hf(cfg: ModelConfig) -> Any:
     )
 
 
-def t5_config_to_hf(cfg: ModelConfig) -> Any:
+def t5_config_to_hf(cfg: ModelConfig) -> T5Config:
     """The ``T5Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
     transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     act = cfg.activation.value

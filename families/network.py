@@ -4,9 +4,9 @@ config-to-stack wiring and faithful initialisation."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 from famlab.families.blocks.attention import Attention
@@ -34,6 +34,9 @@ class NetworkOutput:
     encoder_hidden: Tensor | None = None
 
 
+_N = TypeVar("_N", bound="Network")  # the network itself (what nn.Module's train / to / eval return)
+
+
 @runtime_checkable
 class Network(Protocol):
     """What a famlab network is to its callers (the LightningModules, the objectives, evaluation, zero-shot scoring,
@@ -49,7 +52,10 @@ class Network(Protocol):
     config: ModelConfig
     training: bool
 
-    def __call__(self, input_ids: Tensor, *args: Any, **kwargs: Any) -> NetworkOutput: ...
+    def __call__(self, input_ids: Tensor, **kwargs: Tensor | bool | list[LayerCache] | None) -> NetworkOutput:
+        """The forward: ``input_ids`` and the family's keyword inputs (``attention_mask``, ``position_ids``,
+        ``token_type_ids``, ``decoder_input_ids``, ``compute_logits``, ``cache``, ...)."""
+        ...
 
     def project(self, hidden: Tensor) -> Tensor:
         """The output head on any ``(..., C)`` tensor, giving ``(..., V)``."""
@@ -62,15 +68,19 @@ class Network(Protocol):
 
     def modules(self) -> Iterator[nn.Module]: ...
 
-    def train(self, mode: bool = True) -> Any: ...
+    def train(self: _N, mode: bool = True) -> _N: ...
 
-    def to(self, *args: Any, **kwargs: Any) -> Any: ...
+    def to(self: _N, device: torch.device | str | int | None = None, dtype: torch.dtype | None = None,
+           non_blocking: bool = False) -> _N: ...
 
-    def eval(self) -> Any: ...
+    def eval(self: _N) -> _N: ...
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+    def state_dict(self, *, prefix: str = "", keep_vars: bool = False) -> dict[str, Tensor]: ...
 
-    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any: ...
+    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True, assign: bool = False
+                        ) -> tuple[list[str], list[str]]:
+        """``(missing keys, unexpected keys)`` (``nn.Module``'s ``_IncompatibleKeys``)."""
+        ...
 
 
 class CausalDecoder(Network, Protocol):

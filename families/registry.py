@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from famlab.families.config import (
     BUILTIN_FAMILIES,
@@ -31,6 +31,9 @@ from famlab.families.formats import Arch, InputFormat
 from famlab.families.heads import Pooler
 from famlab.families.network import Network
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,16 @@ class HFAdapter:
     classes: tuple[str, ...]
     model_type: str
     pretrained_class: str
-    config_from_hf: Callable[[Any, str], ModelConfig]
+    config_from_hf: Callable[[PreTrainedModel, str], ModelConfig]
     check: Callable[[ModelConfig], None]
-    config_to_hf: Callable[[ModelConfig], Any]
+    config_to_hf: Callable[[ModelConfig], PretrainedConfig]
     weight_map: Callable[[ModelConfig, str], list[tuple[str, list[str], str]]]
     bodies: tuple[str, ...] = ()
     always_tied: bool = False
     # (the HF LM, head weight, head bias, the head's pooler) -> (the HF sequence classifier, its state dict)
-    classifier: Callable[[Any, Tensor, Tensor, Pooler | None], tuple[Any, dict[str, Tensor]]] | None = None
+    classifier: (
+        Callable[[PreTrainedModel, Tensor, Tensor, Pooler | None], tuple[PreTrainedModel, dict[str, Tensor]]] | None
+    ) = None
     classifier_pooling: str | None = None
     body_pooler: bool = False
     encoder_class: str | None = None

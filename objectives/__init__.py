@@ -4,7 +4,7 @@ Imports `families` only for types, heads and the family defaults; never `datamod
 objective registry (`objectives/registry.py`) is the one family x objective table. Layers: `docs/architecture.md`.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from famlab.objectives.collator import ClassificationCollator
 from famlab.objectives.corruption import clm_shift, mlm_mask, random_spans_noise_mask, span_corrupt, t5_lengths
@@ -13,6 +13,9 @@ from famlab.objectives.objective import LossOutput, Objective
 from famlab.objectives.optim import OptimSettings, configure_optimizer, decay_groups, lr_factor
 from famlab.objectives.registry import REGISTRY, check_pair, default_objective, make_objective, objectives_table
 from famlab.objectives.tokens import TokenIds
+
+if TYPE_CHECKING:  # imported lazily by __getattr__ below
+    from famlab.objectives.modules import ClassifierModule, PretrainModule
 
 # {family: [objective, ...]}, the family's default first (docs/interfaces.md); read from the registry.
 OBJECTIVES = objectives_table()
@@ -42,7 +45,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "type[PretrainModule] | type[ClassifierModule]":
     """Import the LightningModules on first use, so `import objectives` stays light (no lightning import)."""
     if name in ("PretrainModule", "ClassifierModule"):
         from famlab.objectives import modules

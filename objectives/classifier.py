@@ -12,7 +12,6 @@ Legend: B batch, T sequence length, C model dim, K classes.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 import lightning as L
 import torch
@@ -22,6 +21,7 @@ from famlab.families.network import Network
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch
 from famlab.objectives.optim import OptimSettings, attached_trainer, configure_optimizer, decay_groups
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
 
@@ -148,7 +148,7 @@ class ClassifierModule(L.LightningModule):
         self._evaluate(batch, self.test_metrics)
         self.log_dict(self.test_metrics, on_step=False, on_epoch=True)
 
-    def configure_optimizers(self) -> Any:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         groups = decay_groups(self.net, self.optim.weight_decay)
         groups += decay_groups(self.head, self.optim.weight_decay, lr=self.head_lr)
         return configure_optimizer(groups, self.optim)

@@ -7,7 +7,7 @@ of the batch, on the right (default) or the left, with an attention mask.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -50,7 +50,7 @@ class ClassificationCollator:
         """One example's `(token ids, token type ids)`, truncated to `max_len`."""
         return self.input_format.classification(a, b, self.ids, self.max_len)
 
-    def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         rows = [self.format(item["input_ids"], item.get("pair_ids")) for item in items]
         width = max(len(tokens) for tokens, _ in rows)
         batch = len(rows)

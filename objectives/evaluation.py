@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -52,8 +52,11 @@ from famlab.objectives.corruption import span_counts
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Objective
 from famlab.objectives.prefix import prefix_lm_mask
-from famlab.objectives.registry import SETTINGS, entry, make_objective
+from famlab.objectives.registry import SETTINGS, ObjectiveSettings, entry, make_objective
 from famlab.objectives.tokens import TokenIds
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Encode = Callable[[str], Sequence[int]]
 LN2 = math.log(2.0)
@@ -353,7 +356,7 @@ def _settings_at(objective: str, family: str, build: Build, train_seq_len: int, 
 
 
 def _builder(objective: str, ids: TokenIds, family: str, seed: int) -> Build:
-    def build(seq_len: int, **settings: Any) -> Objective:
+    def build(seq_len: int, **settings: Unpack[ObjectiveSettings]) -> Objective:
         # A fresh seeded generator per build: the same masks on every call, the shape probe included.
         generator = torch.Generator().manual_seed(seed)
         return make_objective(objective, ids, seq_len=seq_len, family=family, generator=generator, **settings)

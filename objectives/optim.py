@@ -21,6 +21,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     import lightning as L
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
 OPTIMIZERS = ("adamw", "adafactor")
 
@@ -100,7 +101,7 @@ def lr_factor(step: int, settings: OptimSettings) -> float:
     return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
 
 
-def configure_optimizer(groups: Iterable[dict[str, Any]], settings: OptimSettings) -> dict[str, Any]:
+def configure_optimizer(groups: Iterable[dict[str, Any]], settings: OptimSettings) -> OptimizerLRSchedulerConfig:
     """AdamW or Adafactor + LambdaLR stepped every optimiser step, in the form `configure_optimizers` returns."""
     groups = list(groups)
     optimizer: torch.optim.Optimizer

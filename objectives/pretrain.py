@@ -17,6 +17,7 @@ from famlab.families.network import Network
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.objective import Batch, Objective
 from famlab.objectives.optim import OptimSettings, attached_trainer, configure_optimizer, decay_groups
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torchmetrics import SumMetric
 
 
@@ -145,7 +146,7 @@ class PretrainModule(L.LightningModule):
 
     # -- optimiser and checkpoint -----------------------------------------------------------------------------
 
-    def configure_optimizers(self) -> Any:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         return configure_optimizer(decay_groups(self.net, self.optim.weight_decay), self.optim)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from famlab.families.formats import Arch
@@ -26,8 +26,26 @@ from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import CausalLM, MaskedLM, Objective, SpanCorruption
 from famlab.objectives.tokens import TokenIds
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class ObjectiveSettings(TypedDict, total=False):
+    """``objective.*`` settings by name (:data:`SETTINGS` holds every one, with its default)."""
+
+    mask_rate: float
+    noise_density: float
+    mean_span: float
+    prefix_fraction: float | None
+    ul2_rates: tuple[float, ...]
+    ul2_x_density: float
+    ul2_x_mean_span: float
+    span_p: float
+    max_span: int
+
+
 # Every ``objective.*`` setting and its default (experiments' ``ObjectiveConfig`` takes its defaults from here).
-SETTINGS: Mapping[str, Any] = MappingProxyType({
+_DEFAULTS: ObjectiveSettings = {
     "mask_rate": 0.15,  # MLM / span-MLM masking rate
     "noise_density": 0.15,  # span corruption (also UL2's R denoiser)
     "mean_span": 3.0,
@@ -37,9 +55,11 @@ SETTINGS: Mapping[str, Any] = MappingProxyType({
     "ul2_x_mean_span": 8.0,
     "span_p": 0.2,  # SpanBERT's geometric span-length parameter
     "max_span": 10,  # and its cap
-})
+}
+SETTINGS: Mapping[str, Any] = MappingProxyType(_DEFAULTS)  # read-only; per-key types: ObjectiveSettings
 
-Builder = Callable[[TokenIds, int, "torch.Generator | None", Mapping[str, Any]], Objective]
+# (the tokenizer's special ids, seq_len, generator, every objective.* setting) -> the objective
+Builder = Callable[[TokenIds, int, "torch.Generator | None", ObjectiveSettings], Objective]
 
 
 @dataclass(frozen=True)
@@ -56,7 +76,7 @@ class Entry:
 
 
 def _ul2(decoder_only: bool) -> Builder:
-    def build(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s: Mapping[str, Any]) -> Objective:
+    def build(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s: ObjectiveSettings) -> Objective:
         t5_lengths(seq_len, s["noise_density"], s["mean_span"])
         if not 0.0 < s["ul2_x_density"] <= 0.5 or s["ul2_x_mean_span"] < 1:
             raise ObjectiveError(
@@ -70,7 +90,7 @@ def _ul2(decoder_only: bool) -> Builder:
     return build
 
 
-def _gpt_span(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s: Mapping[str, Any]) -> Objective:
+def _gpt_span(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s: ObjectiveSettings) -> Objective:
     t5_lengths(seq_len, s["noise_density"], s["mean_span"])  # same setting checks as T5's
     return GPTSpan(ids, seq_len, s["noise_density"], s["mean_span"], generator)
 
@@ -176,7 +196,7 @@ def make_objective(
     seq_len: int,
     generator: torch.Generator | None = None,
     family: str | None = None,
-    **settings: Any,
+    **settings: Unpack[ObjectiveSettings],
 ) -> Objective:
     """Build the objective `name` for `family` and sequences of `seq_len` tokens.
 
@@ -196,7 +216,7 @@ def make_objective(
         raise ObjectiveError(f"objective.{unknown[0]} is not an objective setting (known: {', '.join(SETTINGS)})")
     if seq_len < 4:
         raise ObjectiveError(f"sequence length {seq_len} is too short to train on (need at least 4)")
-    values = {**SETTINGS, **settings}
+    values: ObjectiveSettings = {**_DEFAULTS, **settings}
     if values["prefix_fraction"] is not None and not 0.0 < values["prefix_fraction"] < 1.0:
         raise ObjectiveError(f"objective.prefix_fraction={values['prefix_fraction']} must be in (0, 1) or None")
     return entry(name, family).build(ids, seq_len, generator, values)

@@ -29,6 +29,8 @@ def _imports(path: Path, top_level_only: bool) -> set[str]:
         while stack:
             node = stack.pop()
             nodes.append(node)
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                continue  # annotation-only imports: nothing is imported at run time
             if isinstance(node, (ast.If, ast.Try)):
                 stack.extend(ast.iter_child_nodes(node))
     names = set()

@@ -16,9 +16,14 @@ from __future__ import annotations
 import collections
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from famlab.datamodules.tasks import Example, Task
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+    from scipy.sparse import csr_matrix
 
 WORD = re.compile(r"\w+")
 
@@ -41,7 +46,8 @@ def majority(task: Task) -> dict[str, float]:
     return scores([e.label for e in task.test], [label] * len(task.test), task.num_classes)
 
 
-def _fit_score(task: Task, x_train: Any, x_test: Any, c: float) -> dict[str, float]:
+def _fit_score(task: Task, x_train: csr_matrix | NDArray[np.float64], x_test: csr_matrix | NDArray[np.float64],
+               c: float) -> dict[str, float]:
     from sklearn.linear_model import LogisticRegression
 
     clf = LogisticRegression(max_iter=1000, C=c).fit(x_train, [e.label for e in task.train])
@@ -65,7 +71,7 @@ def tfidf(task: Task, *, second_only: bool = False) -> dict[str, float]:
                           vec.transform([e.text for e in task.test]), c=10.0)
     vec.fit([e.text for e in task.train] + [e.text_pair or "" for e in task.train])
 
-    def features(examples: list[Example]) -> Any:
+    def features(examples: list[Example]) -> csr_matrix:
         b = vec.transform([e.text_pair or "" for e in examples])
         if second_only:
             return b

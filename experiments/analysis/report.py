@@ -20,8 +20,9 @@ import itertools
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import yaml
 from famlab.datamodules.tasks import Example
@@ -31,6 +32,7 @@ from famlab.experiments.analysis.results import (
     ArmRow,
     EvalRecord,
     FinetuneResult,
+    JsonDict,
     Plan,
     PretrainResult,
     PretrainRow,
@@ -42,16 +44,55 @@ from famlab.experiments.analysis.results import (
     read_result,
 )
 from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES
-from famlab.experiments.analysis.suite_table import read_tasks
+from famlab.experiments.analysis.suite_table import SuiteResults, read_tasks
 from famlab.experiments.analysis.yardsticks import read_metrics
-from famlab.experiments.analysis.zeroshot_table import zero_shot_rows, zero_shot_section, zero_shot_summary
+from famlab.experiments.analysis.zeroshot_table import Row, zero_shot_rows, zero_shot_section, zero_shot_summary
 from famlab.experiments.configuration.compose import family_settings, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.configuration.task import load_configured_task
 
+if TYPE_CHECKING:
+    from typing_extensions import NotRequired, Required  # typing's own from Python 3.11
+
 METRICS = ("test/acc", "test/f1", "test/mcc")
 TIME_COLUMNS = ("tokens/s", "wall s")  # the only columns a rerun with the same seeds may change
 Reference = dict[str, Any]  # a reference row's test/acc, test/f1, test/mcc (and the majority class's label ...)
+
+
+class Significance(TypedDict, total=False):
+    """Two arms' fine-tune scores tested two-sided (:func:`pair_test`; ``results.json``'s ``significance``)."""
+
+    pair: Required[str]  # "<arm> vs <arm>"
+    diff: float
+    ci: list[float]
+    p: Required[float | None]  # None: too few seeds for a test
+    test: Required[str | None]  # stats.RUN_MEANS or stats.SEED_VALUES
+    variance: list[str]  # the seed variances the test covers
+    pretrain_seeds: Required[list[int]]
+    units: list[int]  # values per arm the test ran on
+    df: float | None
+    p_holm: float
+    verdict: str  # set by :func:`significance` where tested
+
+
+class ReportResults(TypedDict):
+    """A comparison's ``results.json`` (:func:`build_report`)."""
+
+    scale: str
+    plan: JsonDict | None
+    families: dict[str, JsonDict]  # arm -> ArmRow.to_json()
+    reference: dict[str, Reference | None]
+    significance: list[Significance]
+    runs: list[str]
+    tables: dict[str, str]
+    gains: list[dict[str, object]]  # transfer.Gain as a dict
+    probe_gains: list[dict[str, object]]
+    protocol: list[str]
+    wall: dict[str, object] | None  # transfer.WallSplit as a dict
+    zero_shot: dict[str, Row]
+    wandb_summary: dict[str, float]
+    failed: list[JsonDict]
+    suite: NotRequired[SuiteResults]
 
 
 def _load(run_dir: Path) -> RunRecord | None:
@@ -314,14 +355,14 @@ def suite_tasks(
     return out
 
 
-def significance(families: dict[str, ArmRow], metric: str = "test/acc") -> list[dict[str, Any]]:
+def significance(families: dict[str, ArmRow], metric: str = "test/acc") -> list[Significance]:
     """A two-sided test of fine-tune scores for every pair of arms (:func:`pair_test`), Holm-corrected across pairs."""
     from famlab.experiments.analysis.stats import holm
 
     out = [pair_test(f"{a} vs {b}", _runs_of(families[a], metric), _runs_of(families[b], metric))
            for a, b in itertools.combinations(families, 2)]
-    tested = [s for s in out if s["p"] is not None]
-    for s, p in zip(tested, holm([s["p"] for s in tested]), strict=True):
+    tested = [(s, p) for s in out if (p := s["p"]) is not None]
+    for (s, _), p in zip(tested, holm([p for _, p in tested]), strict=True):
         s["p_holm"] = p
         s["verdict"] = ("exceeds seed variation (Holm p < 0.05)" if p < 0.05
                         else "within seed variation (Holm p >= 0.05)")
@@ -337,7 +378,7 @@ def _runs_of(row: ArmRow, metric: str) -> list[list[float]]:
     return [list(flat)] if flat else []
 
 
-def pair_test(pair: str, a: list[list[float]], b: list[list[float]]) -> dict[str, Any]:
+def pair_test(pair: str, a: list[list[float]], b: list[list[float]]) -> Significance:
     """Two arms' scores (one list per pretraining run) tested two-sided, the test chosen by the pretraining runs.
 
     Both arms with 2 or more pretraining runs: Welch on the per-run means (:func:`stats.nested_welch`), whose unit
@@ -523,7 +564,7 @@ def plot_finetune(families: dict[str, ArmRow], majority: Reference | None, tfidf
     return path
 
 
-def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
+def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
     """Write ``report.md``, ``pretrain_curves.png``, ``finetune_scores.png`` and ``results.json`` to ``out_dir``."""
     runs, plan = collect(dirs)
     probes = [r for r in runs if r.job == "probe"]
@@ -564,7 +605,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> dict[str, Any]:
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     clean = {f: r.to_json() for f, r in families.items()}
-    results = {
+    results: ReportResults = {
         "scale": scale, "plan": plan.to_json() if plan is not None else None, "families": clean,
         "reference": {"majority": majority, "tfidf": tfidf},
         "significance": sig, "runs": [str(r.path) for r in [*runs, *probes]],
@@ -619,7 +660,7 @@ def _seed_task(f: StepFailure) -> str:
     return f" (seed {f.seed}{f', {f.task}' if f.task else ''})"
 
 
-def _plot(failed: list[StepFailure], out_dir: Path, fn: Any, *args: Any) -> Path | None:
+def _plot(failed: list[StepFailure], out_dir: Path, fn: Callable[..., Path], *args: object) -> Path | None:
     """A plot, or None with its failure recorded in ``failed`` (a plot is optional: the tables are the report)."""
     import traceback
 
@@ -706,12 +747,12 @@ def pretraining_section(pre_table: str, crossed: bool) -> list[str]:
                             else ""), ""]
 
 
-def finetune_section(ft_table: str, between: str, sig: list[dict[str, Any]] | None = None) -> list[str]:
+def finetune_section(ft_table: str, between: str, sig: list[Significance] | None = None) -> list[str]:
     return ["## Fine-tuning (test split)", "", ft_table, "",
             f"## Do {between} differ by more than seed variation?", "", significance_note(sig or []), ""]
 
 
-def significance_note(sig: list[dict[str, Any]]) -> str:
+def significance_note(sig: list[Significance]) -> str:
     """Which test the family-vs-family lines ran and which seed variance it covers (from each line's ``test``)."""
     tests = {s.get("test") for s in sig}
     flat = ("Welch's t-test (unequal variances) on fine-tuned test accuracy over the fine-tuning seeds of one "
@@ -731,7 +772,7 @@ def significance_note(sig: list[dict[str, Any]]) -> str:
     return " ".join(parts) + " Holm-corrected across pairs; Holm p < 0.05 counts as exceeding seed variation."
 
 
-def significance_line(s: dict[str, Any]) -> str:
+def significance_line(s: Significance) -> str:
     p = "-" if s["p"] is None else f"{s['p']:.3g}" + (f", Holm {s['p_holm']:.3g}" if "p_holm" in s else "")
     diff = f", mean difference {s['diff']:+.3f}" if "diff" in s else ""
     if s.get("test") == RUN_MEANS:

@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from famlab.datamodules.suite import TaskSpec
 from famlab.experiments.analysis import transfer
@@ -33,6 +33,9 @@ from famlab.experiments.analysis.suite_score import (
     suite_seeds,
     task_interval,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import NotRequired  # typing's own from Python 3.11
 
 CAPTION = ("Per task: test score (the task's headline metric) of each pretrained arm, its family's scratch baseline "
            "(same grid, seeds and validation selection) and the linear probe of the pretrained body and of "
@@ -169,6 +172,60 @@ def _protocol(tasks: list[TaskRuns]) -> list[str]:
     return lines
 
 
+class SuiteTaskEntry(TypedDict):
+    """A task of the suite in ``results.json``."""
+
+    name: str
+    task: str
+    metric: str
+
+
+class SuiteScoreEntry(TypedDict):
+    """A row's suite score: mean and 95 % CI over its seeds."""
+
+    mean: float
+    low: float
+    high: float
+    seeds: int
+
+
+class TaskScoreEntry(TypedDict):
+    """A row's headline score on one task: per seed, and the mean and 95 % CI over them."""
+
+    seeds: dict[str, float]
+    mean: float
+    low: float
+    high: float
+
+
+class SuiteRowEntry(TypedDict):
+    """One row (an arm, pretrained or scratch, or a probe) of the suite."""
+
+    suite: SuiteScoreEntry
+    tasks: dict[str, TaskScoreEntry]
+
+
+class SuiteGainEntry(TypedDict):
+    """An arm's suite score minus its family's scratch baseline (a :class:`transfer.Gain`)."""
+
+    arm: str
+    diff: float
+    ci: list[float]
+    p: float
+    p_holm: float
+    test: str | None
+    pretrain_seeds: int | None
+
+
+class SuiteResults(TypedDict):
+    """``results.json``'s ``suite``: the tasks, each row's scores, the references' and the gains."""
+
+    tasks: list[SuiteTaskEntry]
+    rows: dict[str, SuiteRowEntry]
+    references: dict[str, dict[str, float | None]]  # reference -> task -> headline test score
+    gains: NotRequired[list[SuiteGainEntry]]  # set last
+
+
 @dataclass
 class SuiteSection:
     """The report's suite section.
@@ -185,7 +242,7 @@ class SuiteSection:
     markdown: list[str]
     gains_markdown: list[str]
     tables: dict[str, str]
-    results: dict[str, Any]
+    results: SuiteResults
     summary: dict[str, float]
 
 
@@ -203,8 +260,8 @@ def section(tasks: list[TaskRuns], arms: dict[str, str], smoke: bool = False) ->
                   for name in ("majority class", "TF-IDF + LR")}
     md = ["## Task suite (test split)", "", f"Tasks: {', '.join(f'{t.spec.name} ({t.spec.task})' for t in tasks)}.", ""]
     tables: dict[str, str] = {}
-    results: dict[str, Any] = {"tasks": [{"name": t.spec.name, "task": t.spec.task, "metric": t.spec.metric}
-                                         for t in tasks], "rows": {}, "references": references}
+    results: SuiteResults = {"tasks": [{"name": t.spec.name, "task": t.spec.task, "metric": t.spec.metric}
+                                       for t in tasks], "rows": {}, "references": references}
     if rows:
         tables["suite"] = render_suite_table(rows, references).split("\n\n")[0]
         md += [tables["suite"], "", CAPTION, ""]

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -20,17 +25,17 @@ class Point:
     """One cell of the sweep: its series, its value of the plotted parameter, and per-seed values per panel."""
 
     series: str
-    x: Any
+    x: object  # a swept parameter's value as the sweep file gives it (a number, string, list ...)
     values: dict[str, list[float]]  # panel name -> per-seed values
     floor: list[float] = field(default_factory=list)  # per-seed unigram floors (drawn on the first panel)
 
 
-def is_numeric(values: list[Any]) -> bool:
+def is_numeric(values: Sequence[object]) -> bool:
     """All values are numbers (``bool`` is not: ``true``/``false`` settings are categories)."""
     return bool(values) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
-def _label(v: Any) -> str:
+def _label(v: object) -> str:
     return json.dumps(v) if isinstance(v, list | dict) else str(v)
 
 
@@ -50,7 +55,7 @@ def plot_parameter(points: list[Point], path: Path, *, param: str, panels: list[
 
 
 def figure(points: list[Point], *, param: str, panels: list[tuple[str, str]], title: str, log_x: bool = False,
-           connect: bool = True) -> Any:
+           connect: bool = True) -> Figure:
     """One matplotlib figure: a panel per ``(name, y label)`` in ``panels``, ``param`` on the x axis.
 
     Args:
@@ -86,14 +91,19 @@ def figure(points: list[Point], *, param: str, panels: list[tuple[str, str]], ti
     return fig
 
 
-def _lines(ax: Any, points: list[Point], series: list[str], panel: str, floors: bool, connect: bool) -> None:
+def _number(p: Point) -> float:
+    """``p.x`` of a point :func:`_lines` draws: :func:`figure` draws lines only when every ``x`` is a number."""
+    return cast(float, p.x)
+
+
+def _lines(ax: Axes, points: list[Point], series: list[str], panel: str, floors: bool, connect: bool) -> None:
     floor_shown = False
     for i, s in enumerate(series):
-        mine = sorted((p for p in points if p.series == s), key=lambda p: p.x)
+        mine = sorted((p for p in points if p.series == s), key=_number)
         if not mine:
             continue
         stats = [_mean_std(p.values[panel]) for p in mine]
-        xs = [p.x for p in mine]
+        xs = [_number(p) for p in mine]
         ax.errorbar(xs, [m for m, _ in stats], yerr=[sd for _, sd in stats], fmt="o-" if connect else "o",
                     color=f"C{i}", capsize=4, ms=5, label=s)
         if floors and all(p.floor for p in mine):
@@ -102,7 +112,7 @@ def _lines(ax: Any, points: list[Point], series: list[str], panel: str, floors: 
             floor_shown = True
 
 
-def _bars(ax: Any, points: list[Point], series: list[str], panel: str, floors: bool, connect: bool) -> None:
+def _bars(ax: Axes, points: list[Point], series: list[str], panel: str, floors: bool, connect: bool) -> None:
     xs = list(dict.fromkeys(_label(p.x) for p in points))
     present = [s for s in series if any(p.series == s for p in points)]
     width = 0.8 / max(1, len(present))
@@ -117,6 +127,6 @@ def _bars(ax: Any, points: list[Point], series: list[str], panel: str, floors: b
                    label=s if first else None)
             if floors and p.floor:
                 ax.hlines(statistics.fmean(p.floor), x - width / 2, x + width / 2, colors="black", lw=2,
-                          label=None if floor_shown else "unigram floor (black bar)")
+                          label="" if floor_shown else "unigram floor (black bar)")
                 floor_shown = True
     ax.set_xticks(range(len(xs)), xs, rotation=20 if any(len(x) > 8 for x in xs) else 0)

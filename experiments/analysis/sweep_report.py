@@ -21,7 +21,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import yaml
 from famlab.experiments.analysis.stats import holm, welch
@@ -30,6 +30,9 @@ from famlab.experiments.analysis.yardsticks import YARDSTICKS, Yardstick, dig, r
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.families.config import Family
 
+if TYPE_CHECKING:
+    from typing_extensions import Required  # typing's own from Python 3.11
+
 SWEEP_FILE = "sweep.yaml"  # written by `famlab sweep` into its directory: marks a sweep directory
 FLOOR = "val/unigram_loss"
 ALPHA = 0.05
@@ -37,12 +40,47 @@ FAMILIES = {f.value for f in Family}
 GROUP_KEYS = ("model.family", "objective.name")  # what the groups are made of: never plotted as a series
 
 
+class SweepMetric(TypedDict, total=False):
+    """The sweep file's ``metric``: what the trials are ranked on."""
+
+    name: str  # default val/loss
+    goal: str  # minimize (default) | maximize
+
+
+class SweepSpec(TypedDict, total=False):
+    """The sweep file (``sweep.yaml``, W&B's sweep format): the keys the report reads."""
+
+    method: str  # grid | random
+    metric: SweepMetric
+    parameters: dict[str, dict[str, object]]  # swept key -> its values or distribution
+
+
+class SweepRecord(TypedDict, total=False):
+    """One trial of a sweep (``results.json``'s ``trials``)."""
+
+    name: Required[str]  # its run directory under the sweep directory
+    params: Required[dict[str, object]]  # swept key -> value (``seed`` included when replicated)
+    run_dir: str
+    status: str  # ok | failed (<exit status>) | ...
+
+
+class FigureArgs(TypedDict):
+    """Keyword arguments of :func:`famlab.experiments.analysis.sweep_plots.figure` for one swept parameter."""
+
+    points: list[Point]
+    param: str
+    panels: list[tuple[str, str]]
+    title: str
+    log_x: bool
+    connect: bool
+
+
 @dataclass
 class Trial:
     """One trial's numbers, read from its run directory."""
 
     name: str
-    params: dict[str, Any]
+    params: dict[str, object]
     status: str
     run_dir: Path
     family: str | None = None
@@ -63,7 +101,7 @@ class Trial:
 class Cell:
     """One swept configuration; its trials differ only in ``seed``."""
 
-    params: dict[str, Any]
+    params: dict[str, object]
     trials: list[Trial]
     group: str = ""
 
@@ -109,7 +147,7 @@ class Summary:
     warnings: list[str]
 
 
-def load_trial(sweep_dir: Path, record: dict[str, Any], metric: str) -> Trial:
+def load_trial(sweep_dir: Path, record: SweepRecord, metric: str) -> Trial:
     """The trial of a sweep record (``name``, ``params``, ``status``) with the numbers its run directory holds."""
     run_dir = sweep_dir / record["name"]
     if not run_dir.is_dir() and Path(record.get("run_dir", "")).is_dir():  # a file that set run_dir itself
@@ -140,9 +178,9 @@ def load_trial(sweep_dir: Path, record: dict[str, Any], metric: str) -> Trial:
     return t
 
 
-def discover_records(sweep_dir: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
+def discover_records(sweep_dir: Path, spec: SweepSpec) -> list[SweepRecord]:
     """Sweep records rebuilt from ``trial-*`` run directories, for a sweep stopped before it wrote results.json."""
-    records = []
+    records: list[SweepRecord] = []
     for d in sorted(p for p in sweep_dir.glob("trial-*") if p.is_dir()):
         cfg_path = d / "config.yaml"
         cfg = (yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}) if cfg_path.is_file() else {}
@@ -153,7 +191,7 @@ def discover_records(sweep_dir: Path, spec: dict[str, Any]) -> list[dict[str, An
     return records
 
 
-def _key(value: Any) -> str:
+def _key(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
@@ -173,7 +211,7 @@ def make_cells(trials: list[Trial]) -> list[Cell]:
     return list(cells.values())
 
 
-def summarize(trials: list[Trial], spec: dict[str, Any]) -> Summary:
+def summarize(trials: list[Trial], spec: SweepSpec) -> Summary:
     """Group, rank within groups, test against seed variation, and pick a cross-group yardstick."""
     metric_spec = spec.get("metric") or {}
     metric, goal = metric_spec.get("name", "val/loss"), metric_spec.get("goal", "minimize")
@@ -231,7 +269,7 @@ def summarize(trials: list[Trial], spec: dict[str, Any]) -> Summary:
                    comparable, warnings)
 
 
-def metric_warning(spec: dict[str, Any], commands: list[list[str]]) -> str | None:
+def metric_warning(spec: SweepSpec, commands: list[list[str]]) -> str | None:
     """Before any trial runs: a warning when the sweep ranks pretraining runs of several families or objectives on
     its ``metric`` (their losses predict different targets), else ``None``.
 
@@ -301,7 +339,7 @@ def table(s: Summary) -> tuple[list[str], list[list[str]]]:
     return cols, rows
 
 
-def _cell_value(v: Any) -> str:
+def _cell_value(v: object) -> str:
     return json.dumps(v) if isinstance(v, list | dict) else str(v)
 
 
@@ -357,7 +395,7 @@ def swept(s: Summary) -> list[str]:
     return s.shown or [k for k in GROUP_KEYS if len({_key(c.params.get(k)) for c in s.cells}) > 1]
 
 
-def figure_args(s: Summary, spec: dict[str, Any], name: str) -> dict[str, Any]:
+def figure_args(s: Summary, spec: SweepSpec, name: str) -> FigureArgs:
     """Keyword arguments of :func:`famlab.experiments.analysis.sweep_plots.figure` for swept parameter ``name``.
 
     One series per group and setting of the other swept categorical parameters (other numeric ones would make
@@ -381,13 +419,13 @@ def figure_args(s: Summary, spec: dict[str, Any], name: str) -> dict[str, Any]:
             + note, "log_x": "log" in dist, "connect": spec.get("method") == "grid"}
 
 
-def plots(s: Summary, spec: dict[str, Any], out_dir: Path) -> list[Path]:
+def plots(s: Summary, spec: SweepSpec, out_dir: Path) -> list[Path]:
     """One PNG per swept parameter in ``out_dir``: ``sweep_<parameter with _ for .>.png``."""
     return [plot_parameter(path=out_dir / f"sweep_{name.replace('.', '_')}.png", **figure_args(s, spec, name))
             for name in swept(s)]
 
 
-def write_report(sweep_dir: Path, spec: dict[str, Any], records: list[dict[str, Any]], *, name: str, group: str,
+def write_report(sweep_dir: Path, spec: SweepSpec, records: list[SweepRecord], *, name: str, group: str,
                  out_dir: Path | None = None) -> str:
     """Write ``report.md``, ``results.json`` and the plots to ``out_dir`` (default: the sweep directory).
 
@@ -438,7 +476,7 @@ def rebuild(sweep_dir: Path, out_dir: Path | None = None) -> str:
     The trial list (names, parameters, exit statuses) comes from the sweep's ``results.json``; a sweep stopped
     before writing it is rebuilt from its ``trial-*`` directories.
     """
-    spec = yaml.safe_load((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
+    spec: SweepSpec = yaml.safe_load((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
     if not isinstance(spec, dict):
         raise ConfigInputError(f"famlab report: {sweep_dir / SWEEP_FILE} is not a sweep file")
     saved = read_json(sweep_dir / "results.json")

@@ -30,7 +30,7 @@ def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def dig(data: Any, dotted: str) -> Any:
+def dig(data: object, dotted: str) -> object:
     """``data["a"]["b"]`` for ``"a.b"``; ``None`` where a key is missing."""
     for part in dotted.split("."):
         if not isinstance(data, dict) or part not in data:
@@ -51,7 +51,7 @@ class Yardstick:
     file: str
     key: str
     goal: str  # minimize | maximize
-    require: tuple[str, Any] | None = None
+    require: tuple[str, object] | None = None
 
     def read(self, run_dir: Path) -> float | None:
         """The trial's value, or ``None`` when its run did not measure this yardstick."""

@@ -30,13 +30,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import yaml
 from famlab.experiments.configuration.config import Config, WandbMode
 from famlab.experiments.steps.evaluate import EvalInputError, evaluate_run, read_items, task_paths
 from famlab.experiments.tracking.wandb_guard import start_wandb, wandb_mode
 from famlab.objectives.zeroshot import NORMS
+
+# famlab eval's options (:func:`_options`), by their command-line keys
+EvalOptions = TypedDict("EvalOptions", {
+    "data.eval": str, "rule": str, "limit": int | None, "headline": str | None, "bigram": bool, "wandb.mode": str,
+    "wandb.project": str,
+})
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
@@ -92,9 +98,9 @@ def _log_wandb(run_dir: Path, out_dir: Path, result: dict[str, Any], mode: str, 
     exp.finish()
 
 
-def _options(overrides: list[str]) -> dict[str, Any]:
-    opts: dict[str, Any] = {"data.eval": None, "rule": "full", "limit": None, "headline": None, "bigram": True,
-                            "wandb.mode": "auto", "wandb.project": "famlab"}
+def _options(overrides: list[str]) -> EvalOptions:
+    opts: dict[str, str | int | bool | None] = {"data.eval": None, "rule": "full", "limit": None, "headline": None,
+                                                "bigram": True, "wandb.mode": "auto", "wandb.project": "famlab"}
     for token in overrides:
         key, _, value = (token[2:] if token.startswith("--") else token).partition("=")
         if key not in opts:
@@ -117,7 +123,7 @@ def _options(overrides: list[str]) -> dict[str, Any]:
         raise EvalInputError(f"rule={opts['rule']} must be full or span")
     if opts["wandb.mode"] not in ("auto", "online", "offline", "disabled"):
         raise EvalInputError(f"wandb.mode={opts['wandb.mode']} must be auto, online, offline or disabled")
-    return opts
+    return cast(EvalOptions, opts)  # each key holds its type: parsed as such above, data.eval checked set
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:

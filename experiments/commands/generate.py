@@ -19,10 +19,10 @@ Options (``key=value``): ``prompt`` / ``text``, ``max_new_tokens`` (32), ``tempe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from famlab.experiments.configuration.config import ConfigInputError
-from famlab.experiments.steps.generate import fill_text, generate_text, load_run
+from famlab.experiments.steps.generate import DecodeOptions, fill_text, generate_text, load_run
 
 OPTIONS = {
     "prompt": str,
@@ -35,11 +35,20 @@ OPTIONS = {
 }
 
 
-def parse_options(presets: list[str], overrides: list[str], required: str) -> tuple[str, dict[str, Any]]:
+class Options(DecodeOptions, total=False):
+    """The parsed command line: decoding options plus the text (``prompt`` or ``text``, whichever is required)."""
+
+    prompt: str
+    text: str
+
+
+def parse_options(presets: list[str], overrides: list[str], required: str) -> tuple[str, Options]:
     """``(run_dir, options)`` from the command line; unknown or malformed keys fail naming the key."""
     if len(presets) != 1:
         raise ConfigInputError(f"expected exactly one run directory before the options, got {presets or 'none'}")
-    options: dict[str, Any] = {"max_new_tokens": 32, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+    options: dict[str, str | int | float] = {
+        "max_new_tokens": 32, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0
+    }
     for token in overrides:
         key, _, value = (token[2:] if token.startswith("--") else token).partition("=")
         if key not in OPTIONS or key in ({"prompt", "text"} - {required}):
@@ -51,7 +60,7 @@ def parse_options(presets: list[str], overrides: list[str], required: str) -> tu
             raise ConfigInputError(f"{key}={value} is not a valid {OPTIONS[key].__name__}") from None
     if required not in options:
         raise ConfigInputError(f'{required}= is required (e.g. {required}="The cat")')
-    return presets[0], options
+    return presets[0], cast(Options, options)  # OPTIONS' types, the defaults above, required checked
 
 
 def generate_main(presets: list[str], overrides: list[str], flags: list[str]) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from famlab.experiments.configuration.config import Config, ConfigInputError
@@ -106,9 +106,9 @@ def count_params(model: ModelConfig) -> tuple[int, int]:
     return total, non_embedding_params(net)
 
 
-def _with(model: ModelConfig, **changes: Any) -> ModelConfig:
+def _with(model: ModelConfig, *, dim: int, ffn_dim: int) -> ModelConfig:
     # derived fields are recomputed by __post_init__ when reset to None
-    return dataclasses.replace(model, head_dim=None, **changes)
+    return dataclasses.replace(model, head_dim=None, dim=dim, ffn_dim=ffn_dim)
 
 
 def solve_params(model: ModelConfig, target: int, *, ffn_ratio: float = 4.0) -> tuple[ModelConfig, int]:

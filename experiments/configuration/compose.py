@@ -28,7 +28,7 @@ from famlab.experiments.libraries.internals import config_child
 from famlab.families import registry
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults, family_model_settings
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, Node, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"  # experiments/configs
@@ -210,7 +210,7 @@ def _check_nesting(keys: DictConfig, token: str, key: str, value: str) -> None:
 
     Unknown keys are left to OmegaConf's own message, which suggests the nearest key.
     """
-    node: Any = keys
+    node: Node | None = keys
     parts = key.split(".")
     for i, part in enumerate(parts):
         node = config_child(node, part)

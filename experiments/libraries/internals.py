@@ -11,12 +11,23 @@ in ``families/compile.py`` and ``enum``'s member tables in ``families/config.py`
 from __future__ import annotations
 
 import typing
-from typing import Any
+from typing import TYPE_CHECKING
 
 # the base class of a dispatch mode: torch has no public path for it (used by experiments/perf/breakdown.py)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["TorchDispatchMode"]
+
+if TYPE_CHECKING:
+    from lightning.fabric.loggers.csv_logs import _ExperimentWriter
+    from omegaconf import Node
+
+    # the aten op a dispatch mode's ``__torch_dispatch__`` is handed: no public path either (a type, for
+    # experiments/perf/breakdown.py)
+    from torch._ops import OpOverload as OpOverload
+    from transformers import PretrainedConfig
+    from wandb import Artifact
+    from wandb.sdk.wandb_run import Run
 
 # (library, attribute) pairs used below, for the tripwire tests and the docs
 CSV_WRITER_KEYS = ("lightning", "lightning.fabric.loggers.csv_logs._ExperimentWriter.metrics_keys")
@@ -28,7 +39,7 @@ TORCH_DISPATCH_MODE = ("torch", "torch.utils._python_dispatch.TorchDispatchMode"
 HF_ATTN_IMPLEMENTATION = ("transformers", "transformers.PretrainedConfig._attn_implementation")
 
 
-def continue_csv_header(writer: Any, header: list[str]) -> None:
+def continue_csv_header(writer: _ExperimentWriter, header: list[str]) -> None:
     """Make a just-created ``CSVLogger`` writer append under ``header`` (the columns of the file it continues).
 
     Lightning's writer keeps the file's columns in its ``metrics_keys`` list (sorted) and starts it empty, as for a
@@ -38,7 +49,7 @@ def continue_csv_header(writer: Any, header: list[str]) -> None:
     writer.metrics_keys = sorted(header)
 
 
-def stop_console_copy(run: Any) -> None:
+def stop_console_copy(run: Run) -> None:
     """Stop a W&B run from copying stdout / stderr into its console log (``Run._console_stop``, what
     ``finish`` calls; calling it twice is harmless); wandb has no public call for it. Skipped if it is gone."""
     stop = getattr(run, "_console_stop", None)
@@ -46,7 +57,7 @@ def stop_console_copy(run: Any) -> None:
         stop()
 
 
-def log_used_artifact(run: Any, artifact: Any) -> None:
+def log_used_artifact(run: Run, artifact: Artifact) -> None:
     """Record that an offline W&B ``run`` uses the draft ``artifact``: ``Run._log_artifact(...,
     use_after_commit=True)``, the private method ``Run.use_artifact`` itself calls for a draft (and refuses
     offline, although the record it writes syncs like any other)."""
@@ -61,7 +72,7 @@ def lightning_precisions() -> tuple[str, ...]:
     return typing.get_args(connector._PRECISION_INPUT_STR) + typing.get_args(connector._PRECISION_INPUT_STR_ALIAS)
 
 
-def config_child(node: Any, key: str) -> Any:
+def config_child(node: object, key: str) -> Node | None:
     """The OmegaConf node under ``key`` of section ``node`` as stored (not resolved: ``DictConfig._get_node``), or
     None when ``node`` is not a section, is a None section (``DictConfig._is_none``) or has no ``key``."""
     from omegaconf import DictConfig
@@ -71,7 +82,7 @@ def config_child(node: Any, key: str) -> Any:
     return node._get_node(key)
 
 
-def hf_attention_implementation(config: Any) -> Any:
+def hf_attention_implementation(config: PretrainedConfig) -> str | None:
     """The attention implementation a Hugging Face model runs (``PretrainedConfig._attn_implementation``:
     ``eager``, ``sdpa``, ...); ``"?"`` when the config has none."""
     return getattr(config, "_attn_implementation", "?")

@@ -22,19 +22,22 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from famlab.experiments.libraries.internals import hf_attention_implementation
 from famlab.experiments.perf.breakdown import ROUNDS, TrainStep, breakdown, format_breakdown
 from famlab.experiments.perf.hardware import peak_flops
-from famlab.families import ModelConfig, build_network, family_model_settings, registry, to_hf
+from famlab.families import ModelConfig, Network, build_network, family_model_settings, registry, to_hf
 from famlab.families.flops import batch_shape, train_flops
 from famlab.families.formats import Arch
 from famlab.objectives import Objective, TokenIds, make_objective
 from famlab.objectives.optim import decay_groups
 from famlab.objectives.registry import default_objective
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TARGETS = {"bert": 1.4, "gpt": 1.05, "t5": 1.10}  # minimum median ratio famlab / HF (docs/scale.md)
 
@@ -158,7 +161,7 @@ def _sync(device: torch.device) -> None:
 
 
 def make_step(
-    model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device, lr: float = 1e-4
+    model: nn.Module | Network, loss_fn: Callable[[], torch.Tensor], device: torch.device, lr: float = 1e-4
 ) -> TrainStep:
     """A train step (forward + loss, backward, AdamW with famlab's weight-decay groups) that returns the loss."""
     # fused AdamW on both sides (torch has a fused CPU kernel too): the same, fastest implementation for both
@@ -166,7 +169,22 @@ def make_step(
     return TrainStep(loss_fn, opt, device)
 
 
-def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Side, Side, dict[str, Any]]:
+class SideInfo(TypedDict):
+    """What the report needs of a family's two sides (:func:`build_sides`), and what keeps them alive."""
+
+    tokens: int  # tokens per step (the objective's count)
+    flops: int  # training matmul FLOPs per step
+    shape: str
+    hf_attn: str | None  # the attention implementation HF runs
+    params: int
+    net: Network
+    ref: PreTrainedModel
+    objective: Objective
+    batch: dict[str, torch.Tensor]
+    ref_batch: dict[str, torch.Tensor]
+
+
+def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Side, Side, SideInfo]:
     """famlab and HF train steps for ``family`` on one shared batch, plus what the report needs."""
     torch.manual_seed(s.seed)
     cfg = model_config(family, s)
@@ -176,7 +194,7 @@ def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Si
         ref.set_attn_implementation("sdpa")
     except (ValueError, AttributeError):
         pass  # the report prints what HF runs
-    ref = ref.to(device).train()
+    ref = ref.to(device).train()  # type: ignore[arg-type]  # transformers' @wraps(nn.Module.to) hides the bound self
     objective = make_objective(default_objective(family), token_ids(s.vocab), seq_len=s.seq, family=family,
                                generator=torch.Generator().manual_seed(s.seed))
     batch = {k: v.to(device) for k, v in make_batch(objective, s, torch.Generator().manual_seed(s.seed)).items()}
@@ -184,7 +202,7 @@ def build_sides(family: str, s: BenchSettings, device: torch.device) -> tuple[Si
     ours = Side("famlab", make_step(net, lambda: objective.loss(net, batch).loss, device))
     theirs = Side("hf", make_step(ref, lambda: ref(**ref_batch).loss, device))
     _, dec_len, labels = batch_shape(cfg, batch)
-    info = {
+    info: SideInfo = {
         "tokens": objective.tokens_in(batch),
         "flops": train_flops(cfg, batch_size=s.batch, seq_len=batch["input_ids"].shape[1], dec_len=dec_len,
                              num_label_tokens=labels),

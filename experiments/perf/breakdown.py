@@ -19,12 +19,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from famlab.experiments.libraries.internals import TorchDispatchMode
+
+if TYPE_CHECKING:
+    from famlab.experiments.libraries.internals import OpOverload
+    from torch.autograd.graph import Node
 
 # aten ops and autograd nodes that are matrix multiplications (the "matmul" share of a step)
 MATMUL_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_"})
@@ -78,7 +82,8 @@ class _OpTimer(TorchDispatchMode):
         super().__init__()
         self.store = store
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(self, func: OpOverload, types: Sequence[type], args: tuple[object, ...] = (),
+                           kwargs: dict[str, object] | None = None) -> object:
         start = time.perf_counter()
         out = func(*args, **(kwargs or {}))
         self.store[func.overloadpacket.__name__] += time.perf_counter() - start
@@ -88,17 +93,18 @@ class _OpTimer(TorchDispatchMode):
 def _backward_timed(loss: torch.Tensor, store: dict[str, float]) -> None:
     """``loss.backward()`` with each graph node's time added to ``store[node name]``; the hooks are removed after."""
     handles, seen, todo = [], set(), [loss.grad_fn]
-    starts: dict[Any, float] = {}
+    starts: dict[Node, float] = {}
     while todo:
         node = todo.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
 
-        def pre(grad_outputs: Any, node: Any = node) -> None:
+        def pre(grad_outputs: tuple[torch.Tensor | None, ...], node: Node = node) -> None:
             starts[node] = time.perf_counter()
 
-        def post(grad_inputs: Any, grad_outputs: Any, node: Any = node, name: str = node.name()) -> None:
+        def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...],
+                 node: Node = node, name: str = node.name()) -> None:
             store[name] += time.perf_counter() - starts[node]
 
         # AccumulateGrad nodes outlive the step (one per parameter), so their hooks must not stay behind

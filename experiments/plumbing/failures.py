@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from famlab.experiments.analysis.results import StepFailure
 from famlab.experiments.plumbing.signals import Preempted
@@ -60,8 +60,8 @@ def clear(comp_dir: Path, failure: StepFailure) -> None:
 
 
 def optional(
-    comp_dir: Path, failure: StepFailure, fn: Callable[..., T], *args: Any,
-    say: Callable[[str], None] | None = None, **kwargs: Any,
+    comp_dir: Path, failure: StepFailure, fn: Callable[..., T], *args: object,
+    say: Callable[[str], None] | None = None, **kwargs: object,
 ) -> T | None:
     """``fn(*args, **kwargs)``, or None after recording its failure as ``failure`` (its reason filled in) and
     saying so on one line through ``say``."""

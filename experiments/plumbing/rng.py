@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import warnings
-from typing import Any
+from typing import Any, TypedDict
 
 import lightning.pytorch as pl
 import numpy as np
@@ -19,11 +19,31 @@ from famlab.experiments.plumbing.collective import dist_info
 RNG_KEY = "famlab_rng"  # checkpoint key of the per-rank RNG states
 
 
-def rng_state() -> dict[str, Any]:
+class _GlobalStates(TypedDict):
+    torch: torch.Tensor
+    numpy: list[Any]  # np.random.get_state() with the key array as a tensor: kind, keys, pos, has_gauss, gauss
+    python: list[Any]  # random.getstate(): version, internal state (a list), gauss_next
+
+
+class GlobalStates(_GlobalStates, total=False):
+    """One process's global RNG states (:func:`rng_state`); ``cuda`` when CUDA is initialised."""
+
+    cuda: list[torch.Tensor]
+
+
+# One rank's entry under RNG_KEY; older checkpoints also hold the rank's collation stream state as "collate".
+_RankStates = TypedDict("_RankStates", {"global": GlobalStates})
+
+
+class RankStates(_RankStates, total=False):
+    collate: torch.Tensor | None
+
+
+def rng_state() -> GlobalStates:
     """torch / numpy / python RNG states as tensors and lists (``torch.load(weights_only=True)`` safe)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     version, internal, gauss_next = random.getstate()
-    state: dict[str, Any] = {
+    state: GlobalStates = {
         "torch": torch.get_rng_state(),
         "numpy": [str(kind), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
         "python": [int(version), list(internal), gauss_next],
@@ -33,7 +53,7 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: GlobalStates) -> None:
     """Inverse of ``rng_state``."""
     torch.set_rng_state(state["torch"])
     kind, keys, pos, has_gauss, gauss = state["numpy"]
@@ -54,7 +74,7 @@ class RNGStateCallback(pl.Callback):
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
-        self._loaded: list[dict[str, Any]] | None = None
+        self._loaded: list[RankStates | None] | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         use = getattr(trainer.datamodule, "use_collation_stream", None)
@@ -73,9 +93,9 @@ class RNGStateCallback(pl.Callback):
             set_rng_state(mine["global"])
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        state = {"global": rng_state()}
+        state: RankStates = {"global": rng_state()}
         ok, _, world = dist_info()
-        states: list[Any] = [None] * world
+        states: list[RankStates | None] = [None] * world
         if ok and world > 1:
             torch.distributed.all_gather_object(states, state)  # every rank calls save_checkpoint
         else:

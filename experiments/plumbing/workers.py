@@ -136,7 +136,8 @@ class Halt:
         if isinstance(pool, cf.ProcessPoolExecutor) and time.time() - self._sent > self.RESEND_S:
             self._sent = time.time()
             for child in mp.active_children():
-                os.kill(child.pid, signal.SIGTERM)
+                if child.pid is not None:  # started children have one
+                    os.kill(child.pid, signal.SIGTERM)
 
     def outcome(self, run_dir: Path) -> None:
         """Raise what stopped the scheduler: the failure, else ``Preempted`` naming ``run_dir``; nothing if neither."""

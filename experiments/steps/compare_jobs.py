@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.report import build_report
@@ -55,7 +55,7 @@ def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: TokenizerB
 
 def _pretrain_one(
     cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
-    evaluate: Any = None,
+    evaluate: Callable[[Path, Config], ByteScore | None] | None = None,
 ) -> PretrainedRun:
     run = copy.deepcopy(cfg)
     run.seed = seed

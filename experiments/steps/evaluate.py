@@ -7,6 +7,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ def summarise(items: list[Item], scores: list[ChoiceScores], *, seed: int = 0) -
     return result
 
 
-def load_bigram(run: Run, saved: dict[str, Any], run_dir: Path) -> BigramLM:
+def load_bigram(run: Run, saved: Mapping[str, object], run_dir: Path) -> BigramLM:
     """An add-k bigram on the run's pretraining corpus (train documents) with the run's tokenizer; k is chosen
     by validation NLL among :data:`BIGRAM_KS`. The counts come from the prepared corpus's training stream, chunk by
     chunk (a corpus of any size, no raw text read when it is prepared); the validation texts are its first 2,000."""

@@ -30,7 +30,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import lightning as L
 from famlab.datamodules import ClassificationDataModule, load_corpus
@@ -74,7 +74,19 @@ METRICS = ("test/acc", "test/f1", "test/mcc")
 JOB_FILE = "job.json"  # a finished job's outcome, beside its metrics.csv; a resumed fine-tune skips the job
 
 
-def majority_baseline(task: Task) -> dict[str, Any]:
+class JobRecord(TypedDict):
+    """One finished job's outcome (its ``job.json``)."""
+
+    lr: float
+    head_lr: float
+    seed: int
+    val: float  # the best validation score (``finetune.monitor``); nan if never validated
+    best: str  # its checkpoint
+    steps: int
+    test: dict[str, float] | None  # test/acc, test/f1, test/mcc; None until tested after selection
+
+
+def majority_baseline(task: Task) -> dict[str, str | float]:
     """Predict the training split's most frequent label for every test example."""
     from sklearn.metrics import f1_score, matthews_corrcoef
 
@@ -184,10 +196,11 @@ def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> TokenizerBundle:
     return bundle
 
 
-def _finish_wandb(loggers: list[Logger], **selection: Any) -> None:
+def _finish_wandb(loggers: list[Logger], *, selected: bool, point: str, test: dict[str, float] | None = None,
+                  step: int | None = None) -> None:
     """Record a job's selection outcome in its W&B run and close the run."""
     try:
-        record_selection(loggers, **selection)
+        record_selection(loggers, selected=selected, point=point, test=test, step=step)
     finally:
         close_wandb(loggers)
 
@@ -320,16 +333,16 @@ def _seed_dir(run_dir: Path, point: GridPoint | None, seed: int | None) -> Path:
     return path
 
 
-def _read_job(seed_dir: Path) -> dict[str, Any] | None:
+def _read_job(seed_dir: Path) -> JobRecord | None:
     """The outcome a finished job recorded in ``job.json``, or None (not started, interrupted, or unreadable)."""
     try:
-        record = json.loads((seed_dir / JOB_FILE).read_text(encoding="utf-8"))
+        record: JobRecord = json.loads((seed_dir / JOB_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and {"val", "best", "steps", "test"} <= set(record) else None
 
 
-def _write_job(seed_dir: Path, record: dict[str, Any]) -> None:
+def _write_job(seed_dir: Path, record: JobRecord) -> None:
     """Write ``job.json`` whole or not at all (a stop mid-write must not leave a record a resume would trust)."""
     tmp = seed_dir / f"{JOB_FILE}.tmp"
     write_json(tmp, record)
@@ -378,7 +391,7 @@ class _Job:
 
     def fit(
         self, point: GridPoint, seed: int, seed_dir: Path, name: str, test_now: bool, latch: SignalLatch
-    ) -> tuple[dict[str, Any], list[Logger]]:
+    ) -> tuple[JobRecord, list[Logger]]:
         """Train one (grid point, seed), or continue it from its ``last.ckpt`` under ``resume=auto``; record its
         outcome (best validation score, its checkpoint, the steps, the test scores if ``test_now``) and return it
         with the job's loggers, whose W&B run is left open for :func:`finetune` to finish."""
@@ -407,7 +420,7 @@ class _Job:
                 # its job.json is written resumes without training again
                 save_last(trainer, seed_dir / "checkpoints")
             callback = trainer.checkpoint_callback
-            record: dict[str, Any] = {
+            record: JobRecord = {
                 "lr": point.lr, "head_lr": point.head_lr, "seed": seed,
                 "val": float(callback.best_model_score) if callback.best_model_score is not None else math.nan,
                 "best": str(callback.best_model_path), "steps": int(trainer.global_step), "test": None,

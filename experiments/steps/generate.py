@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import torch
 import yaml
@@ -24,6 +24,16 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 MASK = "[MASK]"
+
+
+class DecodeOptions(TypedDict):
+    """How to decode: ``famlab generate`` / ``famlab fill`` options other than the text."""
+
+    max_new_tokens: int
+    temperature: float  # 0 = greedy
+    top_k: int  # 0 = off
+    top_p: float  # 1.0 = off
+    seed: int
 
 
 @dataclass
@@ -67,13 +77,13 @@ def load_run(run_dir: str) -> Run:
     return Run(net.eval(), bundle.tokenizer, token_ids(bundle), family, objective)
 
 
-def _sample(run: Run, logits: torch.Tensor, opts: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
+def _sample(run: Run, logits: torch.Tensor, opts: DecodeOptions, generator: torch.Generator) -> torch.Tensor:
     return sample_next(
         logits, temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"], generator=generator
     )
 
 
-def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator: torch.Generator) -> list[int]:
+def _prefix_decode(run: Run, prefix: list[int], opts: DecodeOptions, generator: torch.Generator) -> list[int]:
     """GPT with a bidirectional prefix (prefix_lm / span / ul2 training): recompute each step under
     ``prefix_lm_mask`` (families.generation's KV cache assumes plain causal attention)."""
     seq = torch.tensor([prefix])
@@ -93,7 +103,7 @@ def _prefix_decode(run: Run, prefix: list[int], opts: dict[str, Any], generator:
     return out
 
 
-def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: torch.Generator) -> list[int]:
+def _t5_decode(run: Run, encoder: list[int], opts: DecodeOptions, generator: torch.Generator) -> list[int]:
     ids = generate(
         run.net,
         torch.tensor([encoder]),
@@ -108,7 +118,7 @@ def _t5_decode(run: Run, encoder: list[int], opts: dict[str, Any], generator: to
     return out[: out.index(run.ids.eos)] if run.ids.eos in out else out
 
 
-def generate_text(run: Run, prompt: str, opts: dict[str, Any]) -> str:
+def generate_text(run: Run, prompt: str, opts: DecodeOptions) -> str:
     """The continuation of ``prompt`` (without the prompt)."""
     generator = torch.Generator().manual_seed(opts["seed"])
     tokens, ids = run.encode(prompt), run.ids
@@ -147,7 +157,7 @@ def _spans(tokens: list[int], sentinels: list[int], count: int) -> list[list[int
     return spans
 
 
-def fill_text(run: Run, text: str, opts: dict[str, Any]) -> str:
+def fill_text(run: Run, text: str, opts: DecodeOptions) -> str:
     """``text`` with every ``[MASK]`` filled, each fill in brackets (see the module docstring for each pair)."""
     pieces = text.split(MASK)
     if len(pieces) == 1:
@@ -169,7 +179,7 @@ def fill_text(run: Run, text: str, opts: dict[str, Any]) -> str:
     return filled
 
 
-def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
+def infill(run: Run, pieces: list[str], opts: DecodeOptions) -> list[str]:
     """The decoded text of each gap between ``pieces`` (BERT: one token each; span / ul2: sentinel spans)."""
     ids, count = run.ids, len(pieces) - 1
     encoded = [run.encode(p) for p in pieces]
@@ -195,4 +205,4 @@ def infill(run: Run, pieces: list[str], opts: dict[str, Any]) -> list[str]:
     return [run.decode(span) for span in _spans(out, list(ids.sentinel_ids), count)]
 
 
-__all__ = ["Run", "fill_text", "generate_text", "infill", "load_run"]
+__all__ = ["DecodeOptions", "Run", "fill_text", "generate_text", "infill", "load_run"]

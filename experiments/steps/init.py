@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import yaml
@@ -63,7 +64,7 @@ def parse_init(init: str | None) -> Init:
     return Init("run", run_dir=run_dir, checkpoint=ckpt)
 
 
-def _check_contradictions(explicit: dict[str, Any], loaded: ModelConfig, source: str) -> None:
+def _check_contradictions(explicit: Mapping[str, object], loaded: ModelConfig, source: str) -> None:
     plain = {f.name: getattr(loaded, f.name) for f in dataclasses.fields(loaded)}
     bad = []
     for key, value in explicit.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import lightning as L
 import numpy as np
@@ -35,6 +35,14 @@ from famlab.objectives import Objective, OptimSettings, PretrainModule, TokenIds
 from famlab.objectives.evaluation import length_extrapolation
 from famlab.objectives.registry import SETTINGS
 from lightning.pytorch.loggers import Logger
+
+
+class LengthRecord(TypedDict):
+    """One length of ``results.json``'s ``length_extrapolation`` (:func:`length_points`)."""
+
+    seq_len: int
+    loss: float | None  # None where the length cannot be scored
+    reason: str | None  # why not
 
 
 def optim_settings(cfg: Config, max_steps: int) -> OptimSettings:
@@ -68,7 +76,7 @@ def objective_settings(cfg: Config) -> dict[str, Any]:
 
 
 def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Config, settings: dict[str, Any]
-                  ) -> dict[str, Any]:
+                  ) -> dict[str, LengthRecord]:
     """Validation loss at 1x, 2x and 4x the training length, for the report and sweep summaries.
 
     `None` with a reason where the position scheme cannot reach that length (learned / sinusoidal positions

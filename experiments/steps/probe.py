@@ -17,8 +17,9 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import torch
@@ -34,6 +35,10 @@ from famlab.experiments.steps.init import Init, default_pooling, hf_bundle, load
 from famlab.families import Network, build_network
 from famlab.objectives import ClassificationCollator
 
+if TYPE_CHECKING:
+    from famlab.datamodules.classification import ClassificationItem
+    from sklearn.linear_model import LogisticRegression
+
 METRICS = ("test/acc", "test/f1", "test/mcc")
 
 
@@ -48,7 +53,7 @@ class ProbeScores(TypedDict):
     gain: ProbeGain | None
 
 
-def features(net: Network, family: str, items: list[dict[str, Any]], collate: ClassificationCollator, pooling: str,
+def features(net: Network, family: str, items: list[ClassificationItem], collate: ClassificationCollator, pooling: str,
              batch_size: int = 256) -> np.ndarray:
     """``(N, C)`` pooled features of tokenized examples under ``torch.no_grad`` with the network in eval mode."""
     from famlab.objectives.classifier import pooled_features  # imports Lightning
@@ -85,7 +90,7 @@ def fit_probe(
         raise ConfigInputError("probe: the validation and test splits must not be empty")
     scaler = StandardScaler().fit(x_tr)
     x_tr, x_va, x_te = scaler.transform(x_tr), scaler.transform(x_va), scaler.transform(x_te)
-    best: tuple[float, float, Any] | None = None
+    best: tuple[float, float, LogisticRegression] | None = None
     for c in c_grid:
         # Newton-CG: the same L2 optimum as the default L-BFGS in far fewer iterations (docs/results.md, probe solver)
         clf = LogisticRegression(C=c, max_iter=1000, solver="newton-cg").fit(x_tr, y_tr)
@@ -182,7 +187,8 @@ def probe_scores(pretrained: ProbeScore, random: dict[str, ProbeScore]) -> Probe
     }
 
 
-def log_wandb(cfg: Config, init: Init, run_dir: Path, written: dict[str, Any], results: ProbeResult) -> None:
+def log_wandb(cfg: Config, init: Init, run_dir: Path, written: Mapping[str, object], results: ProbeResult
+             ) -> None:
     """The probe as a W&B run (``job_type=probe``, the config's group): it declares the pretraining run's tokenizer
     and checkpoint as inputs (lineage pretraining -> probe, as a fine-tune does), its summary holds the scores
     (``pretrained/test/acc``, ``random_mean/test/acc``, ``gain/diff`` ...) and ``bodies`` is a table of every

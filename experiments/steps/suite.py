@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import yaml
 from famlab.datamodules.suite import SUITE_FORM, TaskSpec, is_suite, load_suite_task, parse_suite, suite_specs
@@ -44,6 +44,7 @@ from famlab.experiments.analysis.suite_score import (
     suite_score,
     task_interval,
 )
+from famlab.experiments.analysis.suite_table import SuiteScoreEntry
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
@@ -54,6 +55,39 @@ from famlab.experiments.steps.init import Init
 
 log = logging.getLogger("famlab")
 TABLE = "suite_table.md"
+
+
+class SuiteTaskRow(TypedDict):
+    """One task of a suite's ``results.json``: its fine-tune's headline scores and the references."""
+
+    name: str
+    task: str
+    metric: str  # the headline metric: acc | f1 | mcc
+    run_dir: str
+    num_classes: int
+    sizes: dict[str, int]
+    seeds: dict[str, float]  # seed -> headline test score
+    mean: float
+    low: float
+    high: float
+    majority: float
+    tfidf: float
+
+
+class _FinetuneSuiteResults(TypedDict):
+    job: str
+    family: str
+    init: str | None
+    tasks: list[SuiteTaskRow]
+    suite: SuiteScoreEntry
+    references: dict[str, float | None]  # reference name -> its suite value
+    wall_s: float
+
+
+class FinetuneSuiteResults(_FinetuneSuiteResults, total=False):
+    """A suite's ``results.json`` (:func:`finetune_suite`), plus the rendered ``table`` (not written there)."""
+
+    table: str
 
 
 def read_suite(value: str) -> list[TaskSpec] | None:
@@ -81,7 +115,8 @@ def read_suite(value: str) -> list[TaskSpec] | None:
     unknown = sorted(str(k) for k in set(data) - {"tasks", "name"})
     if unknown:
         raise ConfigInputError(f"{path}: unknown key '{unknown[0]}' (keys: tasks, name)")
-    tasks_node = next((v for k, v in node.value if getattr(k, "value", None) == "tasks"), None)
+    tasks_node = (next((v for k, v in node.value if getattr(k, "value", None) == "tasks"), None)
+                  if node is not None else None)  # None: an empty file, refused above
     lines = _entry_lines(tasks_node, path)
     entries = data["tasks"]
     # a YAML merge key (<<) makes the nodes differ from the parsed entries: then messages count tasks instead
@@ -89,7 +124,7 @@ def read_suite(value: str) -> list[TaskSpec] | None:
     return parse_suite(entries, str(path), base_dir=path.parent, lines=lines if lines_fit else None)
 
 
-def _load_yaml(path: Path) -> tuple[Any, Any]:
+def _load_yaml(path: Path) -> tuple[object, yaml.Node | None]:
     """The parsed YAML of a suite file and its node tree (for line numbers)."""
     raw = path.read_bytes()
     try:
@@ -111,7 +146,7 @@ def _load_yaml(path: Path) -> tuple[Any, Any]:
         raise ConfigInputError(f"{path}: not a suite file (YAML nested too deeply)") from None
 
 
-def _entry_lines(tasks_node: Any, path: Path) -> list[int]:
+def _entry_lines(tasks_node: object, path: Path) -> list[int]:
     """The 1-based line of each entry under ``tasks:`` (a mapping entry's key); a name used twice fails, since
     YAML would silently keep only the last."""
     if isinstance(tasks_node, yaml.SequenceNode):
@@ -154,7 +189,7 @@ def tfidf_reference(cfg: Config, spec: TaskSpec, task: Task) -> dict[str, float]
     return scores
 
 
-def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, Any]:
+def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSuiteResults:
     """Fine-tune every task of ``specs`` in turn; returns the suite results written to ``results.json``."""
     started = time.time()
     d = cfg.data
@@ -163,7 +198,8 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, 
     tasks = {spec.name: load_suite_task(spec, **split) for spec in specs}  # fail before any training
     suite_name = "suite" if cfg.data.task == "suite" else Path(cfg.data.task).stem.replace(",", "+")
     suite_dir = make_run_dir(cfg, run_name(cfg, "finetune", suite_name))
-    rows, results = [], []
+    rows: list[SuiteTaskRow] = []
+    results: list[TaskResult] = []
     for spec in specs:
         log.info("suite task %s (%s)", spec.name, spec.task)
         try:  # resume=auto: finished tasks return their results.json, an interrupted one continues its jobs
@@ -186,7 +222,7 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> dict[str, 
     references = {"majority class": {r["name"]: r["majority"] for r in rows},
                   "TF-IDF + LR": {r["name"]: r["tfidf"] for r in rows}}
     table = render_suite_table({f"{family} ({cfg.init})": results}, references)
-    out = {
+    out: FinetuneSuiteResults = {
         "job": "finetune-suite", "family": family, "init": cfg.init, "tasks": rows,
         "suite": {"mean": score.mean, "low": score.low, "high": score.high, "seeds": score.n},
         "references": {name: reference_suite(v, [s.name for s in specs]) for name, v in references.items()},

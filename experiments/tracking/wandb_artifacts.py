@@ -20,16 +20,32 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.libraries.internals import log_used_artifact
+
+if TYPE_CHECKING:
+    from wandb import Artifact
+    from wandb.sdk.wandb_run import Run
 
 LOG_MODEL = ("false", "final", "all")
 ARTIFACTS_FILE = "wandb-artifacts.json"
 
 
-def log_model_mode(value: Any) -> str:
+class ArtifactEntry(TypedDict):
+    """One artifact a pretraining run logged (an entry of ``wandb-artifacts.json``)."""
+
+    role: str  # tokenizer | model
+    name: str
+    type: str
+    file: str  # relative to the run directory
+    upload: bool
+    digest: str
+    aliases: list[str]
+
+
+def log_model_mode(value: str | bool) -> str:
     """``wandb.log_model`` as one of :data:`LOG_MODEL` (``false`` also from a YAML boolean)."""
     mode = str(value).lower()
     if mode not in LOG_MODEL:
@@ -37,7 +53,7 @@ def log_model_mode(value: Any) -> str:
     return mode
 
 
-def tokenizer_artifact(path: Path) -> Any:
+def tokenizer_artifact(path: Path) -> Artifact:
     """The tokenizer as an artifact named by its sha256 (the hash famlab records; same file, same name)."""
     import wandb
 
@@ -47,7 +63,7 @@ def tokenizer_artifact(path: Path) -> Any:
     return art
 
 
-def model_artifact(run_id: str, ckpt: Path, *, upload: bool) -> Any:
+def model_artifact(run_id: str, ckpt: Path, *, upload: bool) -> Artifact:
     """``model-<run_id>`` holding ``model.ckpt``: the file itself (``upload``) or a reference to it."""
     import wandb
 
@@ -59,7 +75,7 @@ def model_artifact(run_id: str, ckpt: Path, *, upload: bool) -> Any:
     return art
 
 
-def _record(run_dir: Path, entry: dict[str, Any]) -> None:
+def _record(run_dir: Path, entry: ArtifactEntry) -> None:
     path = run_dir / ARTIFACTS_FILE
     entries = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     entries.append(entry)
@@ -74,7 +90,7 @@ def _best_step(ckpt_dir: Path) -> tuple[Path | None, int | None]:
     return None, None
 
 
-def log_pretrain_artifacts(run: Any, run_dir: Path, *, mode: str, final_step: int) -> list[dict[str, Any]]:
+def log_pretrain_artifacts(run: Run, run_dir: Path, *, mode: str, final_step: int) -> list[ArtifactEntry]:
     """Declare the tokenizer and log the final / best checkpoints of a finished pretraining run.
 
     Args:
@@ -86,7 +102,7 @@ def log_pretrain_artifacts(run: Any, run_dir: Path, *, mode: str, final_step: in
     Returns:
         The entries written to ``wandb-artifacts.json``.
     """
-    entries: list[dict[str, Any]] = []
+    entries: list[ArtifactEntry] = []
     tok = run_dir / "tokenizer.json"
     if tok.is_file():
         art = tokenizer_artifact(tok)
@@ -113,7 +129,7 @@ def log_pretrain_artifacts(run: Any, run_dir: Path, *, mode: str, final_step: in
     return entries
 
 
-def log_saved_checkpoint(run: Any, ckpt: Path) -> None:
+def log_saved_checkpoint(run: Run, ckpt: Path) -> None:
     """``wandb.log_model=all``: upload a checkpoint as it is saved (copied: the file is rotated later)."""
     import wandb
 
@@ -122,7 +138,7 @@ def log_saved_checkpoint(run: Any, ckpt: Path) -> None:
     run.log_artifact(art, aliases=["latest"])
 
 
-def use_run_artifacts(run: Any, source_dir: Path, ckpt: Path | None = None, seen: set[str] | None = None) -> list[str]:
+def use_run_artifacts(run: Run, source_dir: Path, ckpt: Path | None = None, seen: set[str] | None = None) -> list[str]:
     """Declare the tokenizer and the checkpoint of pretraining run ``source_dir`` as inputs of ``run``.
 
     Each recorded artifact is rebuilt from its file; one whose file changed since (digest differs), whose
@@ -153,7 +169,7 @@ def use_run_artifacts(run: Any, source_dir: Path, ckpt: Path | None = None, seen
     return declared
 
 
-def declare_use(run: Any, artifact: Any) -> None:
+def declare_use(run: Run, artifact: Artifact) -> None:
     """``run`` uses ``artifact`` (a draft built from local files), online or offline.
 
     Online this is W&B's public ``run.use_artifact(draft)``: it logs the draft and marks it used once

@@ -15,15 +15,28 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from famlab.experiments.configuration.config import Config
+
+if TYPE_CHECKING:
+    from lightning.pytorch.loggers import WandbLogger
+    from wandb import Settings
 
 RUN_FILE = "wandb-run.json"  # id, mode and group of the run directory's latest W&B run
 INIT_TIMEOUT_S = 30.0  # online start gives up after this (env WANDB_INIT_TIMEOUT overrides)
 
 
-def previous_run(run_dir: Path) -> dict[str, Any] | None:
+class RunFile(TypedDict):
+    """``wandb-run.json``: the run directory's latest W&B run."""
+
+    id: str
+    mode: str  # online | offline
+    group: str | None
+    resumed_from: str | None  # the run an offline resumed segment continues
+
+
+def previous_run(run_dir: Path) -> RunFile | None:
     """The W&B run recorded in ``run_dir`` by an earlier segment, if any."""
     try:
         return json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
@@ -32,8 +45,8 @@ def previous_run(run_dir: Path) -> dict[str, Any] | None:
 
 
 def start_wandb(
-    logger_class: Any, run_dir: Path, mode: str, *, resuming: bool, kwargs: dict[str, Any]
-) -> tuple[Any | None, str | None]:
+    logger_class: type[WandbLogger], run_dir: Path, mode: str, *, resuming: bool, kwargs: dict[str, Any]
+) -> tuple[WandbLogger | None, str | None]:
     """Start a W&B logger (``logger_class(**kwargs)``); returns ``(logger or None, warning or None)``.
 
     ``kwargs`` are WandbLogger's (project, name, group, tags, config, save_dir, ...); ``mode`` is
@@ -70,12 +83,13 @@ def start_wandb(
         note = (f"W&B online start failed ({reason}); logging offline instead. Upload later with: "
                 f"wandb sync {kwargs.get('save_dir') or run_dir}/wandb/offline-run-*")
     run = logger.experiment
-    record = {"id": run.id, "mode": mode, "group": kwargs.get("group"), "resumed_from": (prev or {}).get("id")}
+    record: RunFile = {"id": run.id, "mode": mode, "group": kwargs.get("group"),
+                       "resumed_from": None if prev is None else prev["id"]}
     (run_dir / RUN_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
     return logger, note
 
 
-def _start(logger_class: Any, mode: str, kwargs: dict[str, Any], settings: Any) -> Any:
+def _start(logger_class: type[WandbLogger], mode: str, kwargs: dict[str, Any], settings: Settings) -> WandbLogger:
     logger = logger_class(mode=mode, settings=settings, **kwargs)
     _ = logger.experiment  # start the run now, so a failure surfaces here and not mid-training
     return logger

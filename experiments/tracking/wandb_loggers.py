@@ -7,22 +7,26 @@ trouble never stops a run.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.libraries.internals import stop_console_copy
 from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_pretrain_artifacts, use_run_artifacts
 
+if TYPE_CHECKING:
+    from lightning.pytorch.loggers import Logger, WandbLogger
 
-def wandb_loggers(loggers: list[Any]) -> list[Any]:
+
+def wandb_loggers(loggers: Sequence[Logger]) -> list[WandbLogger]:
     """The WandbLoggers among ``loggers`` (none when W&B is disabled or failed to start)."""
     from lightning.pytorch.loggers import WandbLogger
 
     return [logger for logger in loggers if isinstance(logger, WandbLogger)]
 
 
-def wandb_pretrain_results(cfg: Config, loggers: list[Any], run_dir: Path, results: dict[str, Any]) -> None:
+def wandb_pretrain_results(cfg: Config, loggers: Sequence[Logger], run_dir: Path, results: dict[str, Any]) -> None:
     """Evaluation results into the run's W&B summary, tokenizer + checkpoint artifacts; never raises."""
     from famlab.experiments.tracking.wandb_metrics import pretrain_summary, record_summary
 
@@ -35,7 +39,7 @@ def wandb_pretrain_results(cfg: Config, loggers: list[Any], run_dir: Path, resul
             warnings.warn(f"W&B artifacts not logged ({type(e).__name__}: {e})", stacklevel=2)
 
 
-def wandb_use_pretrained(loggers: list[Any], source_dir: Path | None, ckpt: Path | None) -> None:
+def wandb_use_pretrained(loggers: Sequence[Logger], source_dir: Path | None, ckpt: Path | None) -> None:
     """Declare the pretraining run a fine-tune or probe starts from (W&B lineage); never raises."""
     if source_dir is None:
         return
@@ -46,7 +50,7 @@ def wandb_use_pretrained(loggers: list[Any], source_dir: Path | None, ckpt: Path
             warnings.warn(f"W&B lineage not recorded ({type(e).__name__}: {e})", stacklevel=2)
 
 
-def close_wandb(loggers: list[Any]) -> None:
+def close_wandb(loggers: Sequence[Logger]) -> None:
     """Finish the W&B run so the offline files are complete before the next run starts."""
     from lightning.pytorch.loggers import WandbLogger
 
@@ -58,7 +62,7 @@ def close_wandb(loggers: list[Any]) -> None:
                 pass
 
 
-def stop_console_capture(loggers: list[Any]) -> None:
+def stop_console_capture(loggers: Sequence[Logger]) -> None:
     """Stop copying the console into W&B runs that stay open while other runs train (a fine-tuning grid).
 
     wandb copies every write to stdout / stderr into each open run's console log; a run kept open for its

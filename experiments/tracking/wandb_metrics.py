@@ -12,7 +12,12 @@ W&B's last-value summary (``define_metric``: W&B's docs, "Customize log axes").
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning.pytorch.loggers import Logger
+    from wandb.sdk.wandb_run import Run
 
 BUDGET = ("budget/tokens", "budget/flops")
 PRETRAIN_METRICS = (
@@ -43,7 +48,7 @@ def x_axis(match: str) -> str:
     return "budget/tokens" if match == "tokens" else "budget/flops"
 
 
-def define_metrics(run: Any, job_type: str, step_metric: str) -> dict[str, tuple[str, str]]:
+def define_metrics(run: Run, job_type: str, step_metric: str) -> dict[str, tuple[str, str]]:
     """Declare axes and summaries on a started W&B run; returns ``{metric: (step metric, summary)}``.
 
     Must run after Lightning's ``WandbLogger`` has started the run: it defines ``*`` against
@@ -56,6 +61,7 @@ def define_metrics(run: Any, job_type: str, step_metric: str) -> dict[str, tuple
         step_metric: the pretraining x-axis, ``budget/flops`` or ``budget/tokens`` (:func:`x_axis`).
     """
     defined: dict[str, tuple[str, str]] = {}
+    names: tuple[str, ...]
     if job_type not in ("pretrain", "finetune"):  # a probe has no curve: its results are its summary
         return defined
     if job_type == "pretrain":
@@ -75,7 +81,7 @@ def define_metrics(run: Any, job_type: str, step_metric: str) -> dict[str, tuple
     return defined
 
 
-def record_summary(loggers: list[Any], values: dict[str, Any], prefix: str = "") -> None:
+def record_summary(loggers: Sequence[Logger], values: Mapping[str, object], prefix: str = "") -> None:
     """Write final results (evaluation scores, test metrics) into the W&B run's summary; never raises.
 
     Nested dicts become ``/``-joined keys; ``None`` and non-numeric leaves other than strings are skipped.
@@ -91,7 +97,7 @@ def record_summary(loggers: list[Any], values: dict[str, Any], prefix: str = "")
                 pass
 
 
-def record_selection(loggers: list[Any], *, selected: bool, point: str, test: dict[str, float] | None = None,
+def record_selection(loggers: Sequence[Logger], *, selected: bool, point: str, test: dict[str, float] | None = None,
                      step: int | None = None) -> None:
     """A fine-tune's place in its grid, in its own W&B run (still open); never raises.
 
@@ -115,7 +121,7 @@ def record_selection(loggers: list[Any], *, selected: bool, point: str, test: di
 Scalar = bool | int | float | str  # a W&B summary value
 
 
-def _flatten(values: dict[str, Any], prefix: str) -> dict[str, Scalar]:
+def _flatten(values: Mapping[str, object], prefix: str) -> dict[str, Scalar]:
     out: dict[str, Scalar] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"

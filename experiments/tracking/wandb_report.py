@@ -19,7 +19,6 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.tracking.wandb_artifacts import ARTIFACTS_FILE, use_run_artifacts
@@ -133,7 +132,7 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
             run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=group, job_type="report",
                              name=name, dir=str(out_dir), mode="offline", tags=[*cfg.wandb.tags, "report"],
                              settings=settings, reinit="create_new")
-        logged: dict[str, Any] = {}
+        logged: dict[str, wandb.Table | wandb.Image] = {}
         for title, header, rows in markdown_tables(md):
             logged[f"tables/{_slug(title)}"] = wandb.Table(columns=header, data=rows, allow_mixed_types=True)
         images = report_images(out_dir, md)

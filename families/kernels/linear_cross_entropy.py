@@ -7,7 +7,7 @@ materialised (``famlab.families.heads.LMHead``; ``famlab.objectives.objective.de
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +117,14 @@ def _mm_into(out: Tensor, a: Tensor, b: Tensor, *, accumulate: bool) -> None:
         torch.mm(a, b, out=out)
 
 
+class _Context(Protocol):
+    """The autograd context (``torch.autograd.function.FunctionCtx``) as the two methods use it: ``grads`` is set
+    by ``forward``."""
+
+    needs_input_grad: tuple[bool, ...]
+    grads: tuple[Tensor | None, ...] | None  # (grad of hidden, grad of weight) until backward hands them over
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """Forward computes the loss and both gradients chunk by chunk; backward scales them by ``grad_output`` in
     place (not at all when it is 1, as for ``loss.backward()`` of a mean) and hands them over, so it can run once.
@@ -124,7 +132,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
+        ctx: _Context,
         hidden: Tensor,
         weight: Tensor,
         labels: Tensor,
@@ -159,7 +167,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: _Context, grad_output: Tensor) -> tuple[Tensor | None, ...]:
         if ctx.grads is None:
             raise RuntimeError("the fused LM cross-entropy was already backpropagated (retain_graph is unsupported)")
         grads, ctx.grads = ctx.grads, None

@@ -7,7 +7,7 @@ table this gives, a live view over the registered families. ``make_objective``, 
 (``OBJECTIVES``, ``check_pair``), the CLI's ``famlab presets`` listing, ``famlab compare``'s objective arms and the
 config checks all read it; each family's default objective is its spec's (``famlab.families.faithful`` for the
 built-in ones). Adding an objective is one module (its ``Objective`` subclass), one line per architecture below and
-its tests (docs/architecture.md).
+its tests (docs/architecture.md); code outside famlab adds one with :func:`register_objective` instead of the line.
 """
 
 from __future__ import annotations
@@ -99,27 +99,58 @@ _UL2 = ("noise_density", "mean_span", "prefix_fraction", "ul2_rates", "ul2_x_den
 
 # The registry. Order within an architecture is the listing order (`famlab presets`); a family's default comes first
 # in OBJECTIVES whatever its place here. The pairs beyond each family's own objective: objectives/denoisers.py.
-BY_ARCH: Mapping[Arch, Mapping[str, Entry]] = MappingProxyType({
-    Arch.ENCODER: MappingProxyType({
+# :func:`register_objective` adds one from outside famlab; BY_ARCH is a read-only view of these tables.
+_TABLES: dict[Arch, dict[str, Entry]] = {
+    Arch.ENCODER: {
         "mlm": Entry(MaskedLM, ("mask_rate",), lambda ids, n, g, s: MaskedLM(ids, n, s["mask_rate"], g)),
         "span_mlm": Entry(SpanMaskedLM, ("mask_rate", "span_p", "max_span"),
                           lambda ids, n, g, s: SpanMaskedLM(ids, n, s["mask_rate"], s["span_p"], s["max_span"], g)),
-    }),
-    Arch.DECODER: MappingProxyType({
+    },
+    Arch.DECODER: {
         "clm": Entry(CausalLM, (), lambda ids, n, g, s: CausalLM(ids, n, g)),
         "prefix_lm": Entry(GPTPrefixLM, ("prefix_fraction",),
                            lambda ids, n, g, s: GPTPrefixLM(ids, n, s["prefix_fraction"], g)),
         "span": Entry(GPTSpan, ("noise_density", "mean_span"), _gpt_span),
         "ul2": Entry(UL2, _UL2, _ul2(decoder_only=True)),
-    }),
-    Arch.ENCODER_DECODER: MappingProxyType({
+    },
+    Arch.ENCODER_DECODER: {
         "span": Entry(SpanCorruption, ("noise_density", "mean_span"),
                       lambda ids, n, g, s: SpanCorruption(ids, n, s["noise_density"], s["mean_span"], g)),
         "prefix_lm": Entry(T5PrefixLM, ("prefix_fraction",),
                            lambda ids, n, g, s: T5PrefixLM(ids, n, s["prefix_fraction"], g)),
         "ul2": Entry(UL2, _UL2, _ul2(decoder_only=False)),
-    }),
-})
+    },
+}
+BUILTIN = frozenset((arch, name) for arch, entries in _TABLES.items() for name in entries)
+BY_ARCH: Mapping[Arch, Mapping[str, Entry]] = MappingProxyType(
+    {arch: MappingProxyType(entries) for arch, entries in _TABLES.items()})
+
+
+def register_objective(arch: Arch, name: str, entry: Entry) -> Entry:
+    """Add objective ``name`` for every family of architecture ``arch`` (``objective.name=<name>``,
+    ``compare.objectives``); returns ``entry``. The objective class's ``name`` must be ``name``, and the settings it
+    reads must be ``objective.*`` settings (:data:`SETTINGS`).
+
+    Raises:
+        ValueError: ``name`` is registered already for ``arch``, or ``entry`` does not fit it.
+    """
+    if name in _TABLES[arch]:
+        raise ValueError(f"objective {name} is registered already for the {arch.value} architecture")
+    if entry.cls.name != name:
+        raise ValueError(f"objective {name}: its class {entry.cls.__name__} is named {entry.cls.name!r}")
+    unknown = sorted(set(entry.settings) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"objective {name} reads {unknown}, not objective settings (known: {', '.join(SETTINGS)})")
+    _TABLES[arch][name] = entry
+    return entry
+
+
+def unregister_objective(arch: Arch, name: str) -> None:
+    """Remove an objective :func:`register_objective` added (a built-in one cannot be removed)."""
+    if (arch, name) in BUILTIN:
+        raise ValueError(f"objective {name} is built in; only a registered objective can be removed")
+    if _TABLES[arch].pop(name, None) is None:
+        raise ValueError(f"objective {name} is not registered for the {arch.value} architecture")
 
 
 class FamilyTable(Mapping[str, Mapping[str, Entry]]):

@@ -151,7 +151,7 @@ def config_command(presets: list[str], overrides: list[str], flags: list[str]) -
 
 def presets_command(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """``famlab presets``: presets and sweep files with their one-line descriptions, then family x objective."""
-    from famlab.objectives import OBJECTIVES
+    from famlab.objectives.registry import objectives_table
 
     if presets or overrides:
         raise UsageError(f"famlab presets takes no arguments (got {(presets + overrides)[0]!r})")
@@ -164,7 +164,7 @@ def presets_command(presets: list[str], overrides: list[str], flags: list[str]) 
             print(f"  {name:<{width}}  {preset_description(path_of(name))}")
         print()
     print("family x objective (the first is the family's default):")
-    for family, objectives in OBJECTIVES.items():
+    for family, objectives in objectives_table().items():  # registered families and objectives included
         print(f"  {family:<5} {', '.join(objectives)}")
     return 0
 

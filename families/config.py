@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar, cast
 
 
 class ConfigError(ValueError):
@@ -55,7 +56,8 @@ def add_family(name: str, traits: FamilyTraits | None = None) -> Family:
     value).
 
     ``enum`` has no public way to add a member, so this writes its member tables (``_value2member_map_``,
-    ``_member_map_``, ``_member_names_``): famlab's one use of them, checked by ``tests/experiments/test_internals.py``.
+    ``_member_map_``, ``_member_names_``) in :func:`_add_member`, famlab's one use of them (position schemes use it
+    too), checked by ``tests/experiments/test_internals.py``.
     """
     traits = traits or FamilyTraits()
     if name in Family._value2member_map_:
@@ -63,14 +65,29 @@ def add_family(name: str, traits: FamilyTraits | None = None) -> Family:
         return Family(name)
     if not (name.isidentifier() and name == name.lower()):
         raise ConfigError(f"model.family={name!r}: a family name is a lower-case identifier")
-    member = str.__new__(Family, name)
-    member._name_, member._value_ = name.upper(), name
-    member._sort_order_ = len(Family._member_names_)  # type: ignore[attr-defined]
-    Family._value2member_map_[name] = member
-    Family._member_map_[member._name_] = member
-    Family._member_names_.append(member._name_)
+    member = _add_member(Family, name)
     _TRAITS[name] = traits
     return member
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def _add_member(cls: type[E], value: str) -> E:
+    """A new member ``value`` (named ``VALUE``) of the ``str`` enum ``cls``, written into its member tables."""
+    member = cast(E, str.__new__(cast("type[str]", cls), value))  # a str enum's member is a str
+    member._name_, member._value_ = value.upper(), value
+    member._sort_order_ = len(cls._member_names_)  # type: ignore[attr-defined]
+    cls._value2member_map_[value] = member
+    cls._member_map_[member._name_] = member
+    cls._member_names_.append(member._name_)
+    return member
+
+
+def _remove_member(cls: type[Enum], value: str) -> None:
+    member = cls._value2member_map_.pop(value)
+    cls._member_map_.pop(member._name_, None)
+    cls._member_names_.remove(member._name_)
 
 
 def remove_family(name: str) -> None:
@@ -78,9 +95,7 @@ def remove_family(name: str) -> None:
     if name in BUILTIN_FAMILIES or name not in Family._value2member_map_:
         return
     _TRAITS.pop(name, None)
-    member = Family._value2member_map_.pop(name)
-    Family._member_map_.pop(member._name_, None)
-    Family._member_names_.remove(member._name_)
+    _remove_member(Family, name)
 
 
 class PosScheme(str, Enum):
@@ -97,8 +112,33 @@ class PosScheme(str, Enum):
     def length_bounded(self) -> bool:
         """Whether the scheme holds a table of ``model.max_seq_len`` positions, so no input may be longer (the one
         place this is declared: the stack, validation at other lengths, zero-shot scoring and generation read it).
-        Relative schemes and ``none`` run at any length."""
-        return self in (PosScheme.LEARNED, PosScheme.SINUSOIDAL)
+        Relative schemes and ``none`` run at any length; a registered scheme says which it is."""
+        return self.value in _LENGTH_BOUNDED
+
+
+_LENGTH_BOUNDED = {PosScheme.LEARNED.value, PosScheme.SINUSOIDAL.value}
+BUILTIN_POS_SCHEMES = frozenset(p.value for p in PosScheme)
+
+
+def add_pos_scheme(value: str, *, length_bounded: bool) -> PosScheme:
+    """Make ``value`` a :class:`PosScheme` (``model.pos=<value>``), length-bounded or not
+    (``famlab.families.blocks.positions.register_positions`` calls this; the enum tables as :func:`add_family`)."""
+    if value in PosScheme._value2member_map_:
+        raise ConfigError(f"model.pos={value} exists already")
+    if not (value.isidentifier() and value == value.lower()):
+        raise ConfigError(f"model.pos={value!r}: a position scheme's name is a lower-case identifier")
+    member = _add_member(PosScheme, value)
+    if length_bounded:
+        _LENGTH_BOUNDED.add(value)
+    return member
+
+
+def remove_pos_scheme(value: str) -> None:
+    """Undo :func:`add_pos_scheme` (the built-in schemes stay)."""
+    if value in BUILTIN_POS_SCHEMES or value not in PosScheme._value2member_map_:
+        return
+    _LENGTH_BOUNDED.discard(value)
+    _remove_member(PosScheme, value)
 
 
 class Norm(str, Enum):

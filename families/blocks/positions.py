@@ -8,16 +8,17 @@ Every scheme implements three hooks; each returns ``None`` when the scheme does 
 
 ``position_ids`` / ``q_pos`` / ``k_pos`` are ``(T,)`` or ``(B, T)`` long tensors. Adding a scheme means one
 class here (its ``scheme``), one ``PosScheme`` member (whether it is length bounded is
-``PosScheme.length_bounded``) and one entry in :func:`make_positions`.
+``PosScheme.length_bounded``) and one entry in :func:`make_positions`; code outside famlab registers one with
+:func:`register_positions` instead.
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
-from famlab.families.config import PosScheme
+from famlab.families.config import PosScheme, add_pos_scheme, remove_pos_scheme
 from torch import Tensor, nn
 
 
@@ -207,4 +208,38 @@ def make_positions(
         return T5RelativeBias(num_heads, bidirectional=not causal, num_buckets=num_buckets, max_distance=max_distance)
     if kind == "none":
         return Positions()
+    if kind in _REGISTERED:
+        positions = _REGISTERED[kind](dim=dim, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
+        if positions.scheme.value != kind:  # the stack reads its length bound off the scheme
+            raise ValueError(f"model.pos={kind}: its class {type(positions).__name__} has scheme "
+                             f"{positions.scheme.value!r}; set its scheme to the member register_positions returned")
+        return positions
     raise ValueError(f"unknown position scheme {kind!r}")
+
+
+class PositionsFactory(Protocol):
+    """Builds a registered scheme from the stack's shape (``max_len``: ``model.max_seq_len``)."""
+
+    def __call__(self, *, dim: int, num_heads: int, head_dim: int, max_len: int, causal: bool) -> Positions: ...
+
+
+_REGISTERED: dict[str, PositionsFactory] = {}
+
+
+def register_positions(name: str, factory: PositionsFactory, *, length_bounded: bool) -> PosScheme:
+    """Add position scheme ``name`` (``model.pos=<name>``) built by ``factory``; ``length_bounded``: it holds a table
+    of ``model.max_seq_len`` positions, so no input may be longer. Returns its :class:`PosScheme` member, which the
+    class the factory builds takes as its ``scheme``.
+
+    Raises:
+        famlab.families.config.ConfigError: ``name`` is a scheme already, or not a lower-case identifier.
+    """
+    scheme = add_pos_scheme(name, length_bounded=length_bounded)
+    _REGISTERED[name] = factory
+    return scheme
+
+
+def unregister_positions(name: str) -> None:
+    """Remove a scheme :func:`register_positions` added."""
+    _REGISTERED.pop(name, None)
+    remove_pos_scheme(name)

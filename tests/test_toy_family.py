@@ -215,6 +215,7 @@ def test_famlab_finetune_eval_and_compare_take_the_toy(toy, tmp_path, monkeypatc
     from famlab.experiments.commands import cli
 
     from tests.experiments.test_compare import tiny_inputs
+    from tests.toy_walk import finetune_and_eval
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
@@ -227,15 +228,5 @@ def test_famlab_finetune_eval_and_compare_take_the_toy(toy, tmp_path, monkeypatc
     assert json.loads((pretrained / "results.json").read_text())["family"] == NAME
     assert "zero_shot" in json.loads((pretrained / "eval.json").read_text())
 
-    task_keys = [k for k in inputs if k.startswith(("data.task", "data.text_column", "data.label_column"))]
-    assert cli.main(["finetune", f"init={pretrained}", *task_keys, "finetune.max_steps=4", "finetune.val_every=2",
-                     "finetune.seeds=[0]", "wandb.mode=disabled", "trainer.progress_bar=false",
-                     f"run_dir={tmp_path / 'ft'}"]) == 0
-    assert json.loads((tmp_path / "ft" / "results.json").read_text())["family"] == NAME
-
-    items = tmp_path / "items.jsonl"
-    items.write_text("\n".join(json.dumps({"text": f"a dog and a ___ run {i}", "choices": ["cat", "red"],
-                                           "label": 0}) for i in range(6)) + "\n")
-    assert cli.main(["eval", str(pretrained), f"data.eval={items}", "wandb.mode=disabled", "bigram=false"]) == 0
-    scored = json.loads((pretrained / "eval" / "items" / "results.json").read_text())
-    assert scored["family"] == NAME and scored["num_items"] == 6
+    tuned, scored = finetune_and_eval(pretrained, inputs, tmp_path)
+    assert tuned["family"] == NAME and scored["family"] == NAME and scored["num_items"] == 6

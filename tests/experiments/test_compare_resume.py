@@ -119,7 +119,7 @@ def test_killed_comparison_resumes_to_the_uninterrupted_report(root, reference, 
         assert proc.returncode == 3, err[-3000:]
         last = err.strip().splitlines()[-1]
         assert last.startswith("famlab: resume with: famlab compare "), last
-        assert f"run_dir={name}" in last and last.endswith("resume=auto")
+        assert f"run_dir={comp_dir} " in last and last.endswith("resume=auto")  # absolute: resumes from anywhere
         command = [sys.executable, "-m", *shlex.split(last.removeprefix("famlab: resume with: "))]
     assert not (comp_dir / "report.md").exists()
     resumed = subprocess.run(command, cwd=root, env=famlab_env(root), capture_output=True, text=True, timeout=900)
@@ -245,7 +245,8 @@ def test_a_failed_required_step_stops_with_the_resume_command(tmp_path, monkeypa
     args = [*tiny_inputs(tmp_path), *settings, "compare.families=[gpt]", "trainer.max_steps=30", "run_dir=cmp"]
     assert cli.main(["compare", *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("famlab: resume with: famlab compare ") and err[-1].endswith("run_dir=cmp resume=auto")
+    assert err[-1].startswith("famlab: resume with: famlab compare ")
+    assert err[-1].endswith(f"run_dir={tmp_path / 'cmp'} resume=auto")
     assert not any(line.startswith("Traceback") for line in err)
     ckpt = tmp_path / "cmp" / "gpt-pretrain-s0" / "results.json"
     assert ckpt.is_file() and "injected fine-tuning failure" in (tmp_path / "cmp" / "compare.log").read_text()

@@ -143,6 +143,13 @@ def say(message: str) -> None:
     print(f"[famlab {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def progress_bar(wanted: bool) -> bool:
+    """Whether a fit draws a progress bar: ``trainer.progress_bar`` (``wanted``) and stdout a terminal. Off a terminal
+    (a log file, CI, a pipe) a bar's redraws and box characters only clutter the log; the heartbeat's line a minute
+    replaces it (``heartbeat.Heartbeat``)."""
+    return bool(wanted) and sys.stdout.isatty()
+
+
 def heartbeat_seconds() -> float:
     """``FAMLAB_HEARTBEAT_S`` (a test's short interval), else 60."""
     try:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.perf.allocator import keep_freed_memory
-from famlab.experiments.plumbing.console import heartbeat_seconds
+from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
 
 if TYPE_CHECKING:
     from famlab.objectives import PretrainModule
@@ -59,8 +59,9 @@ def make_trainer(
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
                             *reliability_callbacks(cfg, checkpoint_dir)]
-    # no bar (a log file, CI, a comparison's worker): a line a minute instead
-    callbacks.append(RichProgressBar(leave=True) if t.progress_bar else Heartbeat(run_dir.name, heartbeat_seconds()))
+    # a bar only on a terminal; else (a log file, CI, a comparison's worker) a line a minute
+    bar = progress_bar(t.progress_bar)
+    callbacks.append(RichProgressBar(leave=True) if bar else Heartbeat(run_dir.name, heartbeat_seconds()))
     trainer = L.Trainer(
         default_root_dir=str(run_dir),
         max_steps=max_steps,
@@ -79,7 +80,7 @@ def make_trainer(
         deterministic=t.deterministic,
         logger=loggers,
         callbacks=callbacks,
-        enable_progress_bar=t.progress_bar,
+        enable_progress_bar=bar,
         enable_model_summary=False,
         num_sanity_val_steps=0,
         use_distributed_sampler=False,  # datamodules.ResumableSampler owns order and position

@@ -597,6 +597,8 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
         md += finetune_section(ft_table, _between(families), sig)
     md += [significance_line(s) for s in sig]
     bought = transfer.section(runs, probes, families, out_dir, dirs, smoke)
+    if suite is None:  # one task: a reference that beats every arm opens the verdict
+        bought.markdown = with_reference_verdict(bought.markdown, families, majority, tfidf)
     md += ["", *with_failed_rows(bought.markdown, failed, "probe")]
     if suite is not None:  # the suite score's gains open "What pretraining bought"
         at = md.index("## What pretraining bought") + 2
@@ -623,6 +625,52 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
         results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite.summary}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return results
+
+
+# what a reference that beats every arm means, and what to change to measure what pretraining teaches
+REFERENCE_MEANING = {
+    "majority class": (
+        "every arm scores below always answering the most frequent label, so fine-tuning did not learn the task at "
+        "this budget",
+        "give fine-tuning more (`finetune.max_steps`, a bigger budget or preset) before reading any family's gain"),
+    "TF-IDF + logistic regression": (
+        "at this scale the task is solved better by word identity (which words a text holds) than by any family's "
+        "pretraining",
+        "to measure what pretraining teaches, give it more (a bigger budget or preset: `famlab compare cpu` on a CPU, "
+        "`famlab compare small` on a GPU) or use a task that needs more than word identity (word order, negation, "
+        "sentence pairs)"),
+}
+
+
+def reference_verdict(families: dict[str, ArmRow], references: dict[str, Reference | None],
+                      metric: str = "test/acc") -> str | None:
+    """The verdict's reference line when a reference (``references``: name -> its row, named as in
+    :data:`REFERENCE_MEANING`) beats every pretrained arm's mean ``metric``: the reference, its score against the best
+    arm's, what that means and what to change. The majority class is named first (the stronger statement). None when
+    an arm reaches every reference, or no arm was fine-tuned."""
+    arms = {arm: row.finetune[metric][0] for arm, row in families.items()
+            if row.finetune is not None and row.finetune[metric][2] > 0}
+    if not arms:
+        return None
+    best = max(arms, key=lambda arm: arms[arm])
+    for name, (meaning, change) in REFERENCE_MEANING.items():
+        ref = references.get(name)
+        if ref and ref.get(metric) is not None and ref[metric] > arms[best]:
+            label = metric.removeprefix("test/")
+            return (f"**The {name} reference beats every arm**: test {label} {ref[metric]:.3f} against the best arm's "
+                    f"mean {arms[best]:.3f} ({best}): {meaning}; {change}.")
+    return None
+
+
+def with_reference_verdict(bought: list[str], families: dict[str, ArmRow], majority: Reference | None,
+                           tfidf: Reference | None) -> list[str]:
+    """The "What pretraining bought" section (``bought``, markdown lines) opening with :func:`reference_verdict`'s
+    line where a reference beats every arm (``famlab compare`` prints this section as its verdict)."""
+    line = reference_verdict(families, {"majority class": majority, "TF-IDF + logistic regression": tfidf})
+    if line is None:
+        return bought
+    at = bought.index("## What pretraining bought") + 2
+    return [*bought[:at], line, "", *bought[at:]]
 
 
 def failed_section(failed: list[StepFailure]) -> list[str]:

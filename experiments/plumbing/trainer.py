@@ -27,8 +27,26 @@ def precision(cfg: Config) -> str:
         return cfg.trainer.precision
     import torch
 
-    cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
-    return "bf16-mixed" if cuda and torch.cuda.is_bf16_supported() else "32-true"
+    return "bf16-mixed" if trains_on_cuda(cfg) and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def trains_on_cuda(cfg: Config) -> bool:
+    """Whether this run's training device is a CUDA GPU (one is visible and ``trainer.accelerator`` allows it)."""
+    import torch
+
+    return torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+
+
+def fp32_matmul_precision(cfg: Config) -> str:
+    """On a CUDA run, let fp32 matmuls use TF32 (``torch.set_float32_matmul_precision("high")``; torch's default
+    ``highest`` leaves Ampere and later GPUs' tensor cores idle for them); elsewhere leave torch's setting.
+    Returns the setting now in force. bf16-mixed runs most matmuls in bf16 anyway; this covers the ones autocast
+    keeps in fp32 and 32-true runs."""
+    import torch
+
+    if trains_on_cuda(cfg):
+        torch.set_float32_matmul_precision("high")
+    return torch.get_float32_matmul_precision()
 
 
 def make_trainer(
@@ -55,6 +73,7 @@ def make_trainer(
     from lightning.pytorch.callbacks import RichProgressBar
 
     keep_freed_memory()  # training steps stop re-faulting their activations (experiments/perf/allocator.py)
+    fp32_matmul_precision(cfg)  # TF32 on a CUDA run
     t = cfg.trainer
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),

@@ -94,3 +94,21 @@ def test_torch_module_compile_internals_are_what_compile_network_swaps():
     assert net(torch.zeros(1, 2)) == "routed", "torch: nn.Module.__call__ no longer calls _compiled_call_impl"
     net._compiled_call_impl = None
     torch.testing.assert_close(net(torch.ones(1, 2)), net._call_impl(torch.ones(1, 2)))
+
+
+@pytest.mark.parametrize(("cuda", "accelerator", "expected"),
+                         [(True, "auto", "high"), (True, "cpu", "highest"), (False, "auto", "highest")])
+def test_tf32_matmuls_exactly_when_the_run_trains_on_cuda(monkeypatch, cuda, accelerator, expected):
+    """make_trainer's fp32_matmul_precision: TF32 ("high") for fp32 matmuls on a CUDA run, torch's default elsewhere
+    (a visible GPU is stood in for by torch.cuda.is_available)."""
+    from famlab.experiments.configuration.compose import compose
+    from famlab.experiments.plumbing.trainer import fp32_matmul_precision
+
+    cfg = compose(["gpt", "tiny"], [f"trainer.accelerator={accelerator}"]).cfg
+    before = torch.get_float32_matmul_precision()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert fp32_matmul_precision(cfg) == expected == torch.get_float32_matmul_precision()
+    finally:
+        torch.set_float32_matmul_precision(before)

@@ -8,8 +8,8 @@ one per architecture (:class:`Arch`), and owns:
   ``[CLS] $A [SEP] $B:1 [SEP]:1``, GPT and T5 ``$A [EOS]`` / ``$A [SEP] $B [EOS]``). The fine-tuning collator
   (:meth:`InputFormat.classification`) and an exported tokenizer's post-processor (:meth:`InputFormat.template`) read
   the same template, so they cannot drift apart;
-- how the network reads a classification batch (:meth:`InputFormat.extra_inputs`, :meth:`InputFormat.pooled`) and
-  the poolings it offers;
+- how the network reads a classification batch (:meth:`InputFormat.extra_inputs`, :meth:`InputFormat.pooled`), the
+  poolings it offers and the part of the network each one reads (:meth:`InputFormat.body`: what a classifier holds);
 - the zero-shot scoring input: the measure (``bits_per_byte`` or BERT's ``pll_bits_per_byte``), the tokens a scored
   text is conditioned on (:meth:`InputFormat.byte_context`), the cloze rule (:meth:`InputFormat.cloze_rule`) and the
   pseudo-log-likelihood row (:meth:`InputFormat.wrap`); the scorers themselves are in ``famlab.objectives``.
@@ -30,7 +30,7 @@ from typing import ClassVar, Protocol, cast
 import torch
 from famlab.families import heads
 from famlab.families.network import EncoderDecoder, Network
-from torch import Tensor
+from torch import Tensor, nn
 
 
 class Arch(str, Enum):
@@ -189,6 +189,36 @@ class InputFormat:
         """``(B, C)`` pooled hidden states of ``net`` for a classification batch."""
         raise NotImplementedError
 
+    def unused(self, pooling: str) -> tuple[str, ...]:
+        """The network's submodules (attribute names) that :meth:`pooled` never reads with ``pooling``: its output
+        head ``head`` (an LM or MLM head; a tied one only borrows the token embedding ``embed``, which stays), and
+        for an encoder-decoder pooling its encoder, the ``decoder``. A fine-tune drops them (:meth:`body`): DDP
+        requires every parameter a module holds to get a gradient in every step."""
+        return ("head",)
+
+    def body(self, net: Network, pooling: str) -> Network:
+        """``net`` without the submodules :meth:`unused` names, in place (each set to None; a network that lacks
+        one is left as it is): what a classifier pooling with ``pooling`` holds. ``net`` can no longer
+        ``project`` (nor decode, where the decoder went)."""
+        for name in self.unused(pooling):
+            if isinstance(getattr(net, name, None), nn.Module):
+                setattr(net, name, None)
+        return net
+
+    def load_body(self, net: Network, state: Mapping[str, Tensor], pooling: str) -> None:
+        """Load a classifier's network weights ``state`` (what :meth:`body` kept) into the whole network ``net``; the
+        modules it dropped keep ``net``'s values (a freshly built network's initialisation).
+
+        Raises:
+            ValueError: ``state`` lacks a tensor of the body, or has one the network does not.
+        """
+        dropped = tuple(f"{name}." for name in self.unused(pooling))
+        missing, unexpected = net.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.startswith(dropped)]
+        if missing or unexpected:
+            raise ValueError(f"the classifier's network weights do not fit the model: missing {missing[:3]}, "
+                             f"unexpected {list(unexpected)[:3]}")
+
     def byte_context(self, objective: str, ids: SpecialIds) -> tuple[list[int], list[int]]:
         """``(encoder, given)``: what a text scored for bits per byte is conditioned on (``objectives/evaluation.py``
         ``bits_per_byte``)."""
@@ -261,6 +291,9 @@ class EncoderDecoderFormat(InputFormat):
             return heads.pool(encoded, mask, pooling)
         decoded = model.decode(batch["decoder_input_ids"], encoded, encoder_attention_mask=mask)
         return decoded[:, 0]  # (B, C): the decoder state at the first step
+
+    def unused(self, pooling: str) -> tuple[str, ...]:
+        return ("head",) if pooling == "decoder" else ("decoder", "head")
 
     def byte_context(self, objective: str, ids: SpecialIds) -> tuple[list[int], list[int]]:
         if objective == "span":  # the whole text is one masked span

@@ -54,7 +54,9 @@ class ClassifierModule(L.LightningModule):
     """Fine-tune `net` (BERT / GPT / T5) on a `num_classes`-way classification task.
 
     Args:
-        net: a `families` network (any registered family); only its hidden states are used (no LM head).
+        net: a `families` network (any registered family); the module keeps only the body its pooling reads
+            (`famlab.families.formats.InputFormat.body`: the LM head, and T5's decoder unless it pools, are removed
+            from `net` in place), so its checkpoints hold only that body.
         num_classes: K.
         optim: AdamW and schedule settings for the network.
         pooling: `cls` | `last` | `mean` | `decoder` (one of the family's input format's `poolings`: `decoder` needs
@@ -100,7 +102,9 @@ class ClassifierModule(L.LightningModule):
                 "optim": asdict(optim),
             }
         )
-        self.net = net
+        # the body its pooling reads, nothing else (no LM head; no decoder where the encoder pools): DDP needs every
+        # parameter to get a gradient, and finding the unused ones each step would cost a graph traversal
+        self.net = registry.family_of(net).input_format.body(net, pooling)
         self.family = family
         self.pooling = pooling
         self.optim = optim

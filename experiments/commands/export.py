@@ -164,7 +164,11 @@ def build_hf_model(plan: ExportPlan) -> tuple[PreTrainedModel, Network | tuple[N
     state = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
     state = {k.replace("_orig_mod.", ""): v for k, v in state.items()}
     net = build_network(plan.model)
-    net.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("net.")})
+    weights = {k[4:]: v for k, v in state.items() if k.startswith("net.")}
+    if plan.classifier is None:
+        net.load_state_dict(weights)
+    else:  # a classifier holds only the body its pooling reads (no LM head; T5's decoder only if it pools)
+        plan.spec.input_format.load_body(net, weights, plan.classifier["pooling"])
     net.eval()
     if plan.classifier is None:
         return (roformer_to_hf(net) if is_roformer(plan.model) else to_hf(net)).eval(), net

@@ -3,11 +3,14 @@
 import lightning as L
 import pytest
 import torch
-from famlab.families import heads
+import torch.nn.functional as F
+from famlab.families import heads, registry
 from famlab.objectives import ClassificationCollator, ClassifierModule, ObjectiveError, OptimSettings
+from famlab.objectives.classifier import pooled_features
 from torch.utils.data import DataLoader
 
 CASES = [("bert", "cls"), ("gpt", "last"), ("t5", "mean"), ("t5", "decoder"), ("bert", "mean"), ("gpt", "mean")]
+EVERY_POOLING = [(f, p) for f in ("bert", "gpt", "t5") for p in registry.family(f).input_format.poolings]
 
 
 def _items(n: int, seed: int = 0, classes: int = 3) -> list[dict]:
@@ -71,6 +74,49 @@ def test_pooler_state_and_head_learning_rate(tiny_net):
         in_head = {id(p) in head_ids for p in group["params"]}
         assert len(in_head) == 1
         assert group["lr"] == pytest.approx(1e-2 if in_head.pop() else 1e-4)
+
+
+def _pair_batch(family: str, ids) -> dict[str, torch.Tensor]:
+    """Text pairs of different lengths (token types 0 and 1 both occur where the family reads them)."""
+    items = [dict(item, pair_ids=[300 + i, 301 + i]) for i, item in enumerate(_items(6))]
+    return ClassificationCollator(family, ids, max_len=16)(items)
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("family,pooling", EVERY_POOLING)
+def test_every_parameter_the_module_holds_gets_a_gradient(ids, tiny_net, family, pooling, tied):
+    """DDP without unused-parameter detection needs every parameter of the module to get a gradient from the
+    training loss; and the module keeps every parameter the pooled features use (the body is not cut short).
+
+    Reference: the same network, whole, pooled through `pooled_features` (as the probe reads it): the parameters
+    that get a gradient there are exactly the classifier's network parameters (a tied head's embedding stays)."""
+    whole = tiny_net(family, tie_embeddings=tied)
+    batch = _pair_batch(family, ids)
+    pooled_features(whole, family, batch, pooling).square().sum().backward()
+    used = sorted(n for n, p in whole.named_parameters() if p.grad is not None)
+    module = ClassifierModule(tiny_net(family, tie_embeddings=tied), 3, OptimSettings(), pooling=pooling)
+    F.cross_entropy(module(batch), batch["labels"]).backward()  # the training step's loss
+    no_grad = [n for n, p in module.named_parameters() if p.grad is None]
+    assert not no_grad, f"{family} {pooling}: {len(no_grad)} parameters get no gradient, e.g. {no_grad[:3]}"
+    assert sorted(n for n, _ in module.net.named_parameters()) == used
+    assert module.net.embed.weight.grad is not None
+
+
+def test_a_classifiers_body_loads_into_the_whole_network(ids, tiny_net):
+    """`InputFormat.load_body`: a T5 classifier pooling its encoder saves no decoder and no head; its weights load
+    into a whole network (as `famlab export` does) with the same features; a missing body tensor is refused."""
+    module = ClassifierModule(tiny_net("t5", tie_embeddings=False), 3, OptimSettings(), pooling="mean").eval()
+    state = module.net.state_dict()
+    assert not [k for k in state if k.startswith(("decoder.", "head."))]
+    fmt = registry.family("t5").input_format
+    whole = tiny_net("t5", tie_embeddings=False, seed=1).eval()
+    fmt.load_body(whole, state, "mean")
+    batch = _pair_batch("t5", ids)
+    with torch.no_grad():
+        torch.testing.assert_close(pooled_features(whole, "t5", batch, "mean"), module.pooled(batch))
+    state.pop(next(k for k in state if k.startswith("encoder.")))
+    with pytest.raises(ValueError, match="missing"):
+        fmt.load_body(whole, state, "mean")
 
 
 def test_bad_pooling_choices(tiny_net):

@@ -1,9 +1,14 @@
 """What ``famlab compare`` adds to the presets it is given, and which device each of its worker processes gets.
 
-With no size preset a comparison is ``tiny`` plus :data:`TINY_DEFAULTS` (a preset's ``extends:`` chain counts:
-``famlab compare cpu`` is ``tiny, cpu``); a key the user sets, on the command line or in a preset they name, wins
-over a default. ``famlab compare --help`` lists the defaults and ``famlab compare --dry-run`` prints the config they
-compose to, the budget plan and the jobs, without running anything.
+When the defaults apply (:data:`RULE`, the one statement of it; ``famlab compare --help`` prints it and
+docs/config.md quotes it; :func:`comparison_presets` is the code): the defaults (TINY_DEFAULTS) apply to every
+comparison at the tiny size: one that names no size preset (tiny is added), names tiny, or names a preset that
+extends tiny (cpu). Each default applies unless its key is set by a key=value override or by a preset you name that
+is not a size preset (cpu.yaml, a YAML file of your own); a size preset's own keys do not count, so famlab compare
+tiny pretrains the defaults' 4,500 steps, not tiny.yaml's 200. With small or base no default applies.
+
+``famlab compare --dry-run`` prints the config the defaults compose to (each applied default marked), the budget
+plan and the jobs, without running anything.
 
 ``compare.workers`` > 1 runs jobs side by side, each in a process of its own on one device: on a machine with
 visible CUDA GPUs worker ``i`` sees only GPU ``i`` of them (round robin when there are more workers than GPUs,
@@ -43,6 +48,14 @@ TINY_DEFAULTS = [
     "trainer.progress_bar=false",
 ]
 WORKERS = "compare.workers"
+# when TINY_DEFAULTS apply, in words (comparison_presets is the code; tests/experiments/test_compare_defaults_rule.py
+# checks they agree on composed configs); the module docstring, famlab compare --help and docs/config.md say it so
+RULE = ("the defaults (TINY_DEFAULTS) apply to every comparison at the tiny size: one that names no size preset "
+        "(tiny is added), names tiny, or names a preset that extends tiny (cpu). Each default applies unless its key "
+        "is set by a key=value override or by a preset you name that is not a size preset (cpu.yaml, a YAML file of "
+        "your own); a size preset's own keys do not count, so famlab compare tiny pretrains the defaults' 4,500 "
+        "steps, not tiny.yaml's 200. With small or base no default applies.")
+
 
 
 def comparison_presets(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str]]:

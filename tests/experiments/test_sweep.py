@@ -1,5 +1,7 @@
 """Sweep files: W&B's grid order, seeded random search, errors, dry run, and a real 2 x 2 sweep."""
 
+import importlib
+import importlib.util
 import itertools
 import json
 import re
@@ -33,9 +35,11 @@ def test_grid_matches_wandbs_sweep_engine(name):
     """Our expansion of each bundled file equals the `sweeps` package's (W&B's engine) trial order."""
     import warnings
 
+    if importlib.util.find_spec("sweeps") is None:  # not installed: skip; installed but broken: fail
+        pytest.skip("the sweeps package is not installed (.ci/run installs it)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sweeps = pytest.importorskip("sweeps")
+        sweeps = importlib.import_module("sweeps")
     spec = load_sweep(BUNDLED / f"{name}.yaml")
     runs = []
     while (run := sweeps.next_run({"method": "grid", "parameters": spec["parameters"]}, runs)) is not None:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import NamedTuple
 
-from famlab.experiments.configuration.compare_defaults import TINY_DEFAULTS
+from famlab.experiments.configuration.compare_defaults import RULE, TINY_DEFAULTS
 from famlab.experiments.configuration.compose import (
     compose,
     format_omegaconf_error,
@@ -73,9 +74,8 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
     "compare": Command(
         "famlab.experiments.commands.compare:main", "pretrain + fine-tune every family under a matched budget, report",
         args=f"[--dry-run] {PRESET_ARGS}", flags=("--dry-run",),
-        details="With no size preset (tiny, small, base; cpu extends tiny) a comparison is tiny plus these defaults "
-                "of famlab compare,\napplied before your presets and overrides (a key you set wins; famlab config "
-                "does not show them):\n" + "\n".join(f"  {' '.join(TINY_DEFAULTS[i:i + 4])}" for i in
+        details=textwrap.fill(f"famlab compare adds defaults of its own, which famlab config does not show: {RULE}",
+                              116) + "\nTINY_DEFAULTS:\n" + "\n".join(f"  {' '.join(TINY_DEFAULTS[i:i + 4])}" for i in
                                                       range(0, len(TINY_DEFAULTS), 4))
                 + "\ncompare.workers is one per visible GPU on a machine with several, each worker on its own GPU."
                 "\n--dry-run prints the composed config, the budget plan per arm and the jobs, and runs nothing."),

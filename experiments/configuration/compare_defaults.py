@@ -57,7 +57,6 @@ RULE = ("the defaults (TINY_DEFAULTS) apply to every comparison at the tiny size
         "steps, not tiny.yaml's 200. With small or base no default applies.")
 
 
-
 def comparison_presets(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str]]:
     """The presets a comparison composes (``extends`` chains expanded; ``tiny`` first when none is a size) and the
     :data:`TINY_DEFAULTS` that apply: with ``tiny``, those whose key neither an override nor a non-size preset the

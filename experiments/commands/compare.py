@@ -39,13 +39,14 @@ import sys
 import time
 from pathlib import Path
 
-from famlab.experiments.configuration.compare_defaults import worker_device
 from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.placement import Placement
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.signals import Preempted
+from famlab.experiments.plumbing.world import per_device_batch
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_budget import assumed_ids, job_lines, plan_budget, plan_lines
 from famlab.experiments.steps.compare_dir import log, open_dir, resume_command, write_settings
@@ -130,7 +131,7 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     directory, tokenizer, corpus cache or W&B run. Settings and the task are checked as a real start checks them."""
     from famlab.experiments.plumbing.data_cache import set_vocab
 
-    names, defaults, _, gpus = compose_base(presets, overrides)
+    names, defaults, _, placement = compose_base(presets, overrides)
     base, cfgs = compose_all(presets, overrides)
     specs = read_suite(base.data.task)  # None: one task
     compare_suite.check_tasks(base, specs)
@@ -147,7 +148,7 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     out = ["famlab compare --dry-run: nothing runs; `famlab compare` with these arguments would run this",
            f"presets: {' '.join(names)}",
            "famlab compare's defaults" + (f" (a key you set wins): {' '.join(defaults)}" if defaults else ": none"),
-           f"workers: {workers_note(cmp.workers, gpus)}",
+           *placement_lines(base, placement),
            f"fine-tuning task: data.task={task}",
            "runs go to: " + (f"run_dir={base.run_dir}" if base.run_dir else "runs/compare-<name>-<YYYYmmdd-HHMMSS>/")
            + (" (resume=auto: its finished jobs are read back, not rerun)" if base.resume == "auto" else ""),
@@ -158,14 +159,18 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     return 0
 
 
-def workers_note(n: int, gpus: list[str]) -> str:
-    """How ``compare.workers`` jobs run side by side on this machine (``--dry-run``)."""
-    if n == 1:
-        return "1: one job at a time, in this process"
-    if gpus:
-        return f"{n} side by side, one GPU each: " + ", ".join(
-            f"worker {i} on GPU {worker_device(i, gpus)}" for i in range(n))
-    return f"{n} side by side on the CPU (torch threads: {workers.threads_per_worker(n)} each)"
+def placement_lines(base: Config, placement: Placement) -> list[str]:
+    """The two axes (jobs side by side, devices per job) and what each rank loads of the global batch (``--dry-run``).
+    """
+    k, accumulate = placement.devices_per_job, base.trainer.accumulate_grad_batches
+    threads = f" (torch threads: {placement.threads_per_rank(workers.cores())} per rank)" if not placement.gpus else ""
+    pretrain, ft = base.data.batch_size, base.finetune.batch_size or base.data.batch_size
+    each = [per_device_batch(b, k, accumulate, key) for b, key in
+            ((pretrain, "data.batch_size"), (ft, "finetune.batch_size"))]
+    return [*(line + threads for line in placement.lines()),
+            f"global batch: {pretrain} pretraining, {ft} fine-tuning (data.batch_size, finetune.batch_size), the same "
+            f"on any number of devices: each of a job's {k} rank(s) loads {each[0]} and {each[1]} per micro-batch, "
+            f"{accumulate} micro-batch(es) a step (trainer.accumulate_grad_batches)"]
 
 
 def config_lines(cfgs: dict[str, Config], defaults: list[str], planned: bool = True) -> list[str]:

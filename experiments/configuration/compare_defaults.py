@@ -89,17 +89,3 @@ def visible_gpus(accelerator: str) -> list[str]:
     count = torch.cuda.device_count()
     listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     return listed[:count] if len(listed) >= count and listed else [str(i) for i in range(count)]
-
-
-def worker_device(index: int, gpus: list[str]) -> str | None:
-    """The GPU worker ``index`` (0, 1, ... in start order) runs its jobs on: ``gpus[index]``, round robin past the
-    last; None (the CPU) without GPUs."""
-    return gpus[index % len(gpus)] if gpus else None
-
-
-def with_gpu_workers(defaults: list[str], gpus: list[str]) -> list[str]:
-    """The defaults with ``compare.workers`` at one per GPU on a machine with several (``[]`` or one GPU: as they
-    are, 2); a ``compare.workers`` the user set is not among ``defaults`` and stays."""
-    if len(gpus) < 2:
-        return list(defaults)
-    return [f"{WORKERS}={len(gpus)}" if d.startswith(f"{WORKERS}=") else d for d in defaults]

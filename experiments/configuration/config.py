@@ -81,7 +81,9 @@ class DataConfig:
     task: str = "wordnet-supersense"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_len: int = 128  # tokens the network reads per pretraining sample (T5: encoder input length)
-    batch_size: int = 32  # samples per optimizer micro-step and per device
+    # global batch: samples of one optimizer step over every device and micro-batch; each rank loads
+    # batch_size / (devices x nodes x trainer.accumulate_grad_batches), so a preset trains the same on any hardware
+    batch_size: int = 32
     val_fraction: float | None = None  # held-out fraction; None = 0.05 for a corpus, 0.1 for a task
     test_fraction: float = 0.1  # task test fraction, for a task file without a split column
     seed: int = 0  # document order in the token file and the task split (same for every family)
@@ -164,7 +166,7 @@ class TrainerConfig:
     precision: str = "auto"  # Lightning precision; auto = bf16-mixed on CUDA with bf16, else 32-true
     compile: bool = False  # torch.compile the network (eager fallback if compilation fails)
     max_bad_steps: int = 5  # consecutive non-finite steps tolerated before stopping with a checkpoint
-    accumulate_grad_batches: int = 1  # micro-batches per optimizer step
+    accumulate_grad_batches: int = 1  # micro-batches per optimizer step (they share the global data.batch_size)
     deterministic: bool = False  # torch deterministic algorithms (slower)
     progress_bar: bool = True  # rich progress bar
     max_epochs: int = -1  # pretraining runs by steps; -1 = as many epochs as max_steps needs
@@ -202,7 +204,7 @@ class FinetuneConfig:
     # validation `monitor` over seeds is selected, and only its models read the test split. null = [lr] / [head_lr].
     lr_grid: list[float] | None = None
     head_lr_grid: list[float] | None = None
-    batch_size: int | None = None  # fine-tuning batch size; None = data.batch_size
+    batch_size: int | None = None  # fine-tuning global batch (all ranks, one step); None = data.batch_size
     head_dropout: float = 0.1  # dropout before the classifier
     # the body's dropout (embeddings, attention weights, residual branches) while fine-tuning; None keeps the
     # model's own. Pretraining at tiny scale runs without dropout, and a few labels overfit without it.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
+from famlab.experiments.configuration.placement import check_strategy
 from famlab.experiments.libraries.internals import lightning_precisions
 
 FAMLAB_VALUES = ("auto",)  # famlab's own value for precision (bf16-mixed on a CUDA GPU with bf16, else 32-true)
@@ -116,6 +117,7 @@ def check_lightning_settings(t: TrainerConfig) -> dict[str, int | str]:
         _check_available(t.accelerator)
     if t.strategy != "auto":
         _choice("trainer.strategy", t.strategy, strategy_choices())
+        check_strategy(t)
     if t.precision != "auto":
         _choice("trainer.precision", t.precision, precision_choices())
     if not isinstance(t.compile, bool):

@@ -35,6 +35,9 @@ def resolve_resume(cfg: Config, checkpoint_dir: Path) -> str | None:
         return None
     if cfg.resume == "auto":
         last, prev = checkpoint_dir / "last.ckpt", checkpoint_dir / PREV_NAME
+        if last.is_dir():  # a sharded checkpoint (FSDP, DeepSpeed): never start over silently beside it
+            raise ConfigInputError(f"resume=auto: {last} is a sharded checkpoint directory, which famlab cannot "
+                                   "resume; resume it with the strategy that wrote it, or resume=never to start over")
         if not last.is_file():
             return str(prev) if prev.is_file() and _loadable(prev) is None else None
         problem = _loadable(last)

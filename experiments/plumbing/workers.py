@@ -69,6 +69,16 @@ def signalled() -> int | None:
     return _SIGNALLED[0] if _SIGNALLED else None
 
 
+_HALTS: list[Halt] = []  # in the comparison's own process: its scheduler's stop, while one runs
+
+
+def stop_requested() -> bool:
+    """Whether this process was asked to stop: a worker's signal (:func:`signalled`), or, in the comparison's own
+    process running jobs inline, its scheduler's. A job running as its own process group polls it to pass the stop on.
+    """
+    return signalled() is not None or any(h.requested for h in _HALTS)
+
+
 def _start_worker(threads: int, init: Callable[[ContextT], None], context: ContextT) -> None:
     import torch
 
@@ -119,6 +129,7 @@ class Halt:
         self.latch = latch  # installed in this process
         self.error: BaseException | None = None
         self._sent = 0.0
+        _HALTS[:] = [self]  # the scheduler running now (one per process at a time)
 
     @property
     def requested(self) -> bool:

@@ -42,8 +42,8 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> Plan:
         ref_arm = next(iter(cfgs))
         plan.target_non_embedding_params = match_sizes(cfgs, ref_arm)
         plan.reference = f"{ref_arm} at its preset size (non-embedding parameters)"
-    costs = {arm: step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size,
-                            cfg.trainer.accumulate_grad_batches) for arm, cfg in cfgs.items()}
+    # data.batch_size is the global batch of one optimizer step, whatever the devices and accumulation
+    costs = {arm: step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size) for arm, cfg in cfgs.items()}
     if match in ("flops", "tokens"):
         plan.target = match_step_counts(base, cfgs, costs)
         plan.reference_steps = base.trainer.max_steps

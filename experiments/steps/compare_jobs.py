@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.report import build_report
@@ -21,13 +22,16 @@ from famlab.experiments.analysis.results import (
     read_failures,
     read_result,
 )
+from famlab.experiments.configuration.compare_defaults import visible_gpus
 from famlab.experiments.configuration.config import Config
-from famlab.experiments.plumbing import failures, workers
+from famlab.experiments.configuration.placement import devices_per_job
+from famlab.experiments.plumbing import failures, process_group, workers
 from famlab.experiments.plumbing.data_cache import token_ids
+from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.rundir import write_json
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_dir import log
-from famlab.experiments.steps.comparison import Comparison, PretrainedRun
+from famlab.experiments.steps.comparison import STATUS_DIR, Comparison, PretrainedRun
 from famlab.experiments.steps.evaluate import BUNDLED, read_items, score_run
 from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import Init, load_network, parse_init
@@ -36,12 +40,15 @@ from famlab.experiments.steps.probe import probe
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs
 from famlab.objectives.evaluation import byte_score
 
+T = TypeVar("T")
+
 
 def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: TokenizerBundle) -> ByteScore:
-    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents)."""
+    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents), on
+    the device the run trained on (:func:`eval_device`)."""
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
-    net.eval()
+    net.to(eval_device(cfg.trainer.accelerator)).eval()
 
     def encode(text: str) -> list[int]:
         return bundle.tokenizer.encode(text, add_special_tokens=False).ids
@@ -66,7 +73,26 @@ def _pretrain_one(
     done = Path(run.run_dir) / "results.json"
     if run.resume == "auto" and done.is_file():  # finished before this comparison was stopped: read back
         return PretrainedRun(PretrainResult.from_json(json.loads(done.read_text(encoding="utf-8"))), run)
-    return PretrainedRun(pretrain(run, evaluate=evaluate), run)
+    return PretrainedRun(in_job_world(pretrain, run, comp_dir=comp_dir, evaluate=evaluate), run)
+
+
+def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Path,
+                 evaluate: Callable[[Path, Config], ByteScore | None] | None = None) -> T:
+    """``fn(cfg, *args)`` (a step that fits: pretraining or a fine-tune) on the job's devices
+    (:mod:`famlab.experiments.configuration.placement`): one device in this process; several as the job's own DDP
+    world, a child process group (:mod:`famlab.experiments.plumbing.process_group`), so that Lightning's launcher
+    re-runs the job, never ``famlab compare``. ``evaluate`` (scoring while the W&B run is open) runs in this process
+    only; a job on several devices is scored afterwards (:func:`evaluate_pretrained`)."""
+    job = copy.deepcopy(cfg)
+    k = devices_per_job(job.trainer, tuple(visible_gpus(job.trainer.accelerator)))
+    job.trainer.devices = k
+    if k == 1:
+        if job.trainer.strategy.startswith("ddp"):  # a one-rank world has nothing to synchronise
+            job.trainer.strategy = "auto"
+        return fn(job, *args, **({"evaluate": evaluate} if evaluate is not None else {}))
+    threads = max(1, workers.cores() // (job.compare.workers * k))
+    spec = comp_dir / STATUS_DIR / "groups" / Path(job.run_dir).name
+    return process_group.run(fn, job, *args, spec=spec, threads=threads, stop_requested=workers.stop_requested)
 
 
 def arm_tags(c: Comparison, cfg: Config) -> list[str]:
@@ -152,7 +178,7 @@ def transfer_to(
         c.clock.progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): {result}")
     if cmp.seeds:
         ft = c.clock.timed("fine-tuning", _finetune, task_cfg, str(run.run_dir), where / f"{arm}-ft-s{seed}",
-                           list(cmp.seeds), c.group, [*tags, *on])
+                           list(cmp.seeds), c.group, [*tags, *on], c.comp_dir)
         c.clock.progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
                          f"test/acc {ft.mean['test/acc']:.3f}")
 
@@ -171,7 +197,7 @@ def scratch_baseline(c: Comparison, cfg: Config, task: compare_suite.SuiteTask |
     objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
     ft = c.clock.timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
                        _task_place(c.comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds or ()), c.group,
-                       [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)])
+                       [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)], c.comp_dir)
     c.clock.progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds or ())}: "
                      f"test/acc {ft.mean['test/acc']:.3f}")
 
@@ -204,7 +230,8 @@ def _task_note(task: compare_suite.SuiteTask | None) -> str:
     return "" if task is None else f" on {task.spec.name}"
 
 
-def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str]) -> FinetuneResult:
+def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str], comp_dir: Path
+              ) -> FinetuneResult:
     done = read_done(run_dir)  # finished before a stop: read back, as pretraining and probes are (the comparison's
     if isinstance(done, FinetuneResult):  # settings were checked when it resumed; its paths may be another cwd's)
         return done
@@ -215,7 +242,7 @@ def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: st
     ft.finetune.seeds = seeds
     ft.wandb.group = group
     ft.wandb.tags = list(dict.fromkeys([*ft.wandb.tags, *tags]))
-    return finetune(ft, parse_init(init))
+    return in_job_world(finetune, ft, parse_init(init), comp_dir=comp_dir)
 
 
 def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> ProbeResult:

@@ -17,15 +17,15 @@ from famlab.datamodules.suite import TaskSpec
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import Plan, PretrainResult
 from famlab.experiments.configuration.compare_defaults import (
+    SIZES,
     WORKERS,
     comparison_presets,
+    preset_keys,
     visible_gpus,
-    with_gpu_workers,
-    worker_device,
 )
 from famlab.experiments.configuration.compose import compose, parse_overrides
 from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError
-from famlab.experiments.configuration.lightning_check import parse_devices
+from famlab.experiments.configuration.placement import Placement, devices_per_job, place
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures
 from famlab.experiments.plumbing.data_cache import get_bundle, prepared_corpus, set_vocab, token_ids
@@ -52,7 +52,7 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
     preset the tiny comparison's defaults apply, one worker per GPU on a machine with several
     (:mod:`famlab.experiments.configuration.compare_defaults`).
     """
-    presets, defaults, base, gpus = compose_base(presets, overrides)
+    presets, defaults, base, _ = compose_base(presets, overrides)
     family_free = [p for p in presets if p not in family_names()]
     user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
     families = list(base.compare.families)
@@ -81,44 +81,29 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
         raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
     if not base.compare.pretrain_seeds:
         raise ConfigInputError("compare.pretrain_seeds=[] must name at least one seed")
-    check_workers(base, gpus, defaulted=any(d.startswith(f"{WORKERS}=") for d in defaults))
     return base, cfgs
 
 
-def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str], Config, list[str]]:
+def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str], Config, Placement]:
     """The presets the comparison composes, the tiny comparison's defaults that apply
-    (:func:`~famlab.experiments.configuration.compare_defaults.comparison_presets`, ``compare.workers`` one per GPU
-    on a machine with several), the comparison's own config (no family preset), and the visible GPUs its workers
-    share."""
+    (:func:`~famlab.experiments.configuration.compare_defaults.comparison_presets`), the comparison's own config (no
+    family preset), and where its jobs run (:mod:`famlab.experiments.configuration.placement`): on a node of N >= 2
+    visible GPUs, when the user set no ``compare.workers``, ``N // k`` workers of ``k`` devices per job, whatever the
+    preset (a ``compare.workers`` default of ``N // k`` joins the defaults, so ``--dry-run`` marks it)."""
     parse_overrides(overrides)  # malformed tokens fail here, naming the token
     presets, defaults = comparison_presets(presets, overrides)
     family_free = [p for p in presets if p not in family_names()]
     base = compose(family_free, [*defaults, *overrides]).cfg
     gpus = visible_gpus(base.trainer.accelerator)
-    if (per_gpu := with_gpu_workers(defaults, gpus)) != defaults:
-        defaults, base = per_gpu, compose(family_free, [*per_gpu, *overrides]).cfg
-    return presets, defaults, base, gpus
-
-
-def check_workers(base: Config, gpus: list[str], defaulted: bool = False) -> None:
-    """``compare.workers`` > 1 runs each job in a process of its own on one device: worker ``i`` on GPU
-    ``gpus[i % len(gpus)]`` (:func:`~famlab.experiments.configuration.compare_defaults.worker_device`), or the CPU
-    without ``gpus``. A job that would want several devices, named device ids or several nodes is refused.
-
-    Args:
-        base: the comparison's config (``compare.workers``, ``trainer.devices`` / ``num_nodes``).
-        gpus: the visible GPUs (:func:`~famlab.experiments.configuration.compare_defaults.visible_gpus`).
-        defaulted: ``compare.workers`` is the tiny comparison's default, not the user's (the message says so).
-    """
-    n, t = base.compare.workers, base.trainer
-    if n == 1 or (t.num_nodes == 1 and parse_devices(t.devices) in ("auto", 1)):
-        return
-    what = (" (famlab compare's default" + (": one per visible GPU)" if len(gpus) > 1 else ")")) if defaulted else ""
-    where = f"a GPU of its own among the {len(gpus)} visible" if gpus else "the CPU, its cores shared out"
-    asked = f"trainer.num_nodes={t.num_nodes}" if t.num_nodes > 1 else f"trainer.devices={t.devices}"
-    raise ConfigInputError(f"compare.workers={n}{what} runs every job in one process; it cannot run on {asked} (each "
-                           f"worker process runs its jobs on one device, {where}): set trainer.devices=auto or 1, "
-                           "or compare.workers=1 to run one job at a time on them")
+    named = {t.lstrip("-").split("=", 1)[0] for t in overrides}
+    named |= {key for p in family_free if p not in SIZES for key in preset_keys(p)}
+    workers_set = WORKERS in named
+    if len(gpus) >= 2 and not workers_set:
+        per_gpu = max(1, len(gpus) // devices_per_job(base.trainer, tuple(gpus)))
+        defaults = [d for d in defaults if not d.startswith(f"{WORKERS}=")] + [f"{WORKERS}={per_gpu}"]
+        base = compose(family_free, [*defaults, *overrides]).cfg
+    placement = place(base.trainer, base.compare.workers, gpus)
+    return presets, defaults, base, placement
 
 
 def arm_name(family: str, objective: str, crossed: bool) -> str:
@@ -269,7 +254,7 @@ class Comparison:
     suite: list[compare_suite.SuiteTask | None]  # [None]: one task, its runs in the compare directory itself
     plan: Plan
     clock: Clock
-    gpus: tuple[str, ...] = ()  # the GPUs worker processes are spread over, one each (none: the CPU, or one process)
+    placement: Placement = Placement(1, 1)  # workers side by side and each job's devices
     # a shared counter: the index the next worker process to start takes
     started_workers: Synchronized[int] | None = None
 
@@ -302,12 +287,11 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, 
     write_json(comp_dir / "plan.json", plan.to_json())
     log_plan(base, plan)
     clock = Clock(started, count_jobs(base, cfgs, suite), mp.get_context("spawn").Value("i", 0))
-    gpus = tuple(visible_gpus(base.trainer.accelerator)) if base.compare.workers > 1 else ()
-    if gpus:
-        log(f"{base.compare.workers} workers side by side, one GPU each: "
-            + ", ".join(f"worker {i} on GPU {worker_device(i, list(gpus))}" for i in range(base.compare.workers)))
+    placement = place(base.trainer, base.compare.workers, visible_gpus(base.trainer.accelerator))
+    for line in placement.lines():
+        log(line)
     comparison = Comparison(base, cfgs, comp_dir, list(corpus.val[:base.compare.bpb_docs]), bundle, suite, plan, clock,
-                            gpus, mp.get_context("spawn").Value("i", 0))
+                            placement, mp.get_context("spawn").Value("i", 0))
     del corpus  # each pretraining run loads its own; the parent of worker processes keeps only what they share
     return comparison
 

@@ -18,6 +18,7 @@ from famlab.experiments.configuration.budget import step_cost
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
 from famlab.experiments.plumbing.data_cache import cache_dir, get_bundle, prepared_corpus, set_vocab, token_ids
+from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.loggers import make_loggers
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
 from famlab.experiments.plumbing.provenance import provenance
@@ -29,6 +30,7 @@ from famlab.experiments.plumbing.reliability import (
 )
 from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
 from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, precision
+from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_pretrain_results
 from famlab.families import Network, build_network
 from famlab.objectives import Objective, OptimSettings, PretrainModule, TokenIds, make_objective
@@ -131,7 +133,9 @@ def pretrain(
         threads=torch.get_num_threads(),
     )
     if trainer.is_global_zero:
-        results.length_extrapolation = length_points(module.net, dm.val_tokens, token_ids(bundle), cfg,
+        # fit's teardown left the network on the CPU: evaluate it on the device it trained on
+        net = module.net.to(eval_device(cfg.trainer.accelerator))
+        results.length_extrapolation = length_points(net, dm.val_tokens, token_ids(bundle), cfg,
                                                      objective_settings(cfg))
         if evaluate is not None:
             results.byte_score = evaluate(run_dir, cfg)
@@ -163,7 +167,7 @@ def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
         corpus,
         bundle,
         block_len=objective.raw_block_len,
-        batch_size=cfg.data.batch_size,
+        batch_size=device_batch(cfg),
         collate_fn=objective.collate,
         separator_id=objective.separator_id,
         cache_dir=cache_dir(cfg),
@@ -179,11 +183,18 @@ def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
     return objective, dm
 
 
+def device_batch(cfg: Config) -> int:
+    """Each rank's micro-batch: the global ``data.batch_size`` over ranks and accumulation
+    (:mod:`famlab.experiments.plumbing.world`), so the recipe is the same on any number of devices."""
+    t = cfg.trainer
+    return per_device_batch(cfg.data.batch_size, planned_world(t), t.accumulate_grad_batches, "data.batch_size")
+
+
 def make_module(cfg: Config, objective: Objective, dm: PretrainDataModule) -> PretrainModule:
     """The ``PretrainModule`` around a new network: the unigram floor of the training split, the FLOPs of one
     micro-batch (budget/flops x-axis) and the device's peak (perf/mfu); compiled if ``trainer.compile``."""
     net = build_network(cfg.model)
-    flops_per_step = step_cost(cfg.model, objective, cfg.data.batch_size).flops  # families.flops
+    flops_per_step = step_cost(cfg.model, objective, device_batch(cfg)).flops  # one rank's micro-batch
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
     peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,
                          dtype=precision_dtype(precision(cfg)))  # GPU datasheet peak at the run's dtype
@@ -201,6 +212,7 @@ def fit(
 ) -> tuple[dict[str, float], float]:
     """Train to ``trainer.max_steps`` (resuming under ``resume=``); returns the validation metrics before training
     (``trainer.validate_first``, a fresh run only) and the setup time in seconds."""
+    check_world(planned_world(cfg.trainer), trainer.world_size)  # the per-device batch assumed this world
     ckpt_path = resolve_resume(cfg, run_dir / "checkpoints")
     if ckpt_path is not None:
         check_checkpoint_matches(ckpt_path, module)

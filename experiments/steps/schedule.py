@@ -11,9 +11,6 @@ import os
 from concurrent.futures.process import BrokenProcessPool  # not loaded by `import concurrent.futures`
 
 from famlab.experiments.analysis.results import ArmBudget
-from famlab.experiments.configuration.compare_defaults import (
-    worker_device,
-)
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import quiet_libraries
@@ -154,18 +151,18 @@ def _start_worker(c: Comparison | None) -> None:
         live.worker_console(c.comp_dir / failures.LOG_NAME)
 
 
-def place_worker(c: Comparison) -> str | None:
+def place_worker(c: Comparison) -> tuple[str, ...] | None:
     """In a worker process (``compare.workers`` > 1) on a machine with GPUs: take the next worker index and see only
-    that worker's GPU (``CUDA_VISIBLE_DEVICES``, before CUDA starts; ``trainer.devices=auto`` then means it alone).
-    Returns the GPU, or None (the CPU, or the comparison's own process)."""
-    if not c.gpus or c.base.compare.workers == 1 or c.started_workers is None:
+    that worker's GPUs (``CUDA_VISIBLE_DEVICES``, before CUDA starts; its jobs' ``trainer.devices`` count them).
+    Returns the GPUs, or None (the CPU, or the comparison's own process)."""
+    if not c.placement.gpus or c.base.compare.workers == 1 or c.started_workers is None:
         return None
     with c.started_workers.get_lock():
         index = c.started_workers.value
         c.started_workers.value += 1
-    gpu = worker_device(index, list(c.gpus))
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return gpu
+    gpus = c.placement.worker_gpus(index)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    return gpus
 
 
 def run_job(job: Job) -> Done:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from famlab.experiments.commands import cli, compare
 from famlab.experiments.configuration import compare_defaults
-from famlab.experiments.configuration.compare_defaults import visible_gpus, with_gpu_workers, worker_device
+from famlab.experiments.configuration.compare_defaults import visible_gpus
+from famlab.experiments.configuration.placement import Placement
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.steps import compare_jobs, comparison, schedule
@@ -141,12 +142,11 @@ def test_a_user_preset_may_extend_a_bundled_one(tmp_path):
 
 # --- N GPUs -> N jobs side by side, one GPU each ------------------------------------------------------------------
 
-def test_worker_device_is_worker_i_on_gpu_i_round_robin():
-    gpus = ["0", "1", "2", "3"]
-    assert [worker_device(i, gpus) for i in range(6)] == ["0", "1", "2", "3", "0", "1"]
-    assert worker_device(0, ["5", "7"]) == "5" and worker_device(3, []) is None
-    assert with_gpu_workers(["compare.workers=2", "x=1"], gpus) == ["compare.workers=4", "x=1"]
-    assert with_gpu_workers(["compare.workers=2"], ["0"]) == ["compare.workers=2"]  # one GPU: as on a CPU
+def test_worker_gpus_are_blocks_of_devices_per_job_round_robin():
+    gpus = ("0", "1", "2", "3")
+    assert [Placement(4, 1, gpus).worker_gpus(i) for i in range(6)] == [("0",), ("1",), ("2",), ("3",), ("0",), ("1",)]
+    assert [Placement(2, 2, gpus).worker_gpus(i) for i in range(2)] == [("0", "1"), ("2", "3")]
+    assert Placement(2, 1, ("5", "7")).worker_gpus(0) == ("5",) and Placement(2, 1).worker_gpus(3) == ()
 
 
 @pytest.fixture
@@ -167,30 +167,46 @@ def test_the_default_on_four_gpus_runs_four_workers_one_gpu_each(four_gpus, monk
     base, cfgs = comparison.compose_all([], [])
     assert base.compare.workers == 4 and all(c.compare.workers == 4 for c in cfgs.values())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")  # restored after the test
-    c = types.SimpleNamespace(base=base, gpus=("0", "1", "2", "3"), started_workers=_counter())
+    c = types.SimpleNamespace(base=base, placement=Placement(4, 1, ("0", "1", "2", "3")), started_workers=_counter())
     placed = []
     for _ in range(4):  # what each worker process does as it starts
         placed.append((schedule.place_worker(c), os.environ["CUDA_VISIBLE_DEVICES"]))
-    assert placed == [("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]
+    assert placed == [(("0",), "0"), (("1",), "1"), (("2",), "2"), (("3",), "3")]
 
 
 def test_explicit_workers_on_four_gpus_take_the_first_ones(four_gpus, workspace, capsys):
     base, _ = comparison.compose_all([], ["compare.workers=2"])
     assert base.compare.workers == 2
-    assert "workers: 2 side by side, one GPU each: worker 0 on GPU 0, worker 1 on GPU 1\n" in dry_run(
-        capsys, "compare.workers=2")
+    assert ("workers: 2 side by side, 1 GPU each: worker 0 on GPU 0, worker 1 on GPU 1; 1 device per job (in the "
+            "worker's process)\n") in dry_run(capsys, "compare.workers=2")
     cpu, _ = comparison.compose_all([], ["trainer.accelerator=cpu"])
     assert cpu.compare.workers == 2  # the CPU keeps its default
-    assert comparison.compose_all(["small"], [])[0].compare.workers == 1  # no default to replace: one job at a time
 
 
-@pytest.mark.parametrize("extra", [[], ["compare.workers=2"]])
-def test_several_devices_per_job_with_several_workers_is_refused_on_one_line(four_gpus, workspace, capsys, extra):
-    assert cli.main(["compare", "--dry-run", "trainer.devices=2", *extra]) == 2
+@pytest.mark.parametrize("preset", ["small", "base"])
+def test_every_preset_on_four_gpus_runs_four_one_gpu_workers(four_gpus, workspace, capsys, preset):
+    """Not only the tiny default: a size preset with no compare.workers of the user's gets one worker per GPU."""
+    assert comparison.compose_all([preset], [])[0].compare.workers == 4
+    assert "compare.workers: 4  # famlab compare default" in dry_run(capsys, preset)
+
+
+def test_two_devices_per_job_on_four_gpus_is_two_workers_of_two(four_gpus, workspace, capsys):
+    out = dry_run(capsys, "trainer.devices=2")
+    assert ("workers: 2 side by side, 2 GPUs each: worker 0 on GPU 0,1, worker 1 on GPU 2,3; 2 devices per job (each "
+            "job its own 2-rank DDP world, a child process group of its worker)") in out
+    assert "each of a job's 2 rank(s) loads 16 and 16 per micro-batch" in out  # tiny: global batch 32
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["compare.workers=3", "trainer.devices=2"], "compare.workers=3 x trainer.devices=2 needs 6 GPUs and 4 are visible"),
+    (["trainer.devices=0,1"], "give a count of devices per job"),
+    (["trainer.num_nodes=2"], "famlab compare runs each job on one node"),
+    (["trainer.devices=2", "data.batch_size=31"], "data.batch_size=31 is the global batch"),
+])
+def test_a_placement_the_machine_cannot_give_is_one_line(four_gpus, workspace, capsys, args, message):
+    assert cli.main(["compare", "--dry-run", *args]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "it cannot run on trainer.devices=2 (each worker process" in err
-    assert "set trainer.devices=auto or 1, or compare.workers=1" in err
-    assert ("famlab compare's default: one per visible GPU" in err) == (not extra)
+    assert len(err.splitlines()) == 1 and message in err, err
 
 
 def _counter():
@@ -209,7 +225,8 @@ def test_spawned_workers_each_see_their_own_gpu(tmp_path):
     from famlab.experiments.plumbing import workers
 
     base = types.SimpleNamespace(compare=types.SimpleNamespace(workers=2))
-    c = types.SimpleNamespace(base=base, gpus=("3", "5"), started_workers=_counter(), comp_dir=Path(tmp_path))
+    c = types.SimpleNamespace(base=base, placement=Placement(2, 1, ("3", "5")), started_workers=_counter(),
+                              comp_dir=Path(tmp_path))
     pool = workers.executor(2, schedule._start_worker, c)
     try:
         seen = dict(f.result(timeout=120) for f in [pool.submit(_visible, i) for i in range(6)])

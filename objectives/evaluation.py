@@ -32,6 +32,11 @@ be built at that length, and blocks that hold no label token. Past 1x a span-cor
 block's noise-token and span counts (a lower density), so the longer blocks use only the sentinels training used and
 the figure measures positions, not sentinel coverage (`extrapolation_objective` builds it).
 
+Device: every function runs where the network sits (`model_device`): inputs are built there, sums stay there until one
+host sync per call (per length for `length_extrapolation`). Objective batches are collated on the CPU, as a data loader
+collates them (their corruption draws from a seeded CPU generator), and copied to the network's device in one step.
+The caller puts the network on the device that trained it (`experiments/plumbing/eval_device.py`).
+
 Legend: B batch, T sequence length, V vocab, C model dim.
 """
 
@@ -147,47 +152,54 @@ def _spec(net: Network) -> FamilySpec:
                              ) from None
 
 
+def model_device(net: torch.nn.Module) -> torch.device:
+    """The device `net`'s parameters (a `BigramLM`: its buffers) sit on: where evaluation builds its inputs."""
+    return next(iter([*net.parameters(), *net.buffers()])).device
+
+
+def _padded(rows: Sequence[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:
+    """`(B, T)` rows right padded with `pad` to the longest, built on `device` in one copy."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=device)
+
+
 def _score_items(
     net: Network, items: list[tuple[list[int], list[int], list[int]]], pad: int, batch_size: int
-) -> torch.Tensor:
+) -> float:
     """Summed log-probabilities (nats, float64) of every item's scored tokens.
 
     An item is `(encoder_ids, given, scored)`: a decoder (GPT) reads `encoder_ids + given + scored[:-1]` with
     `encoder_ids` as a bidirectional prefix (`prefix_lm_mask`; plain causal when it is empty) and predicts
     `scored` after `given`; an encoder-decoder (T5) encodes `encoder_ids` and decodes `[PAD] + given + scored[:-1]`
-    the same way. Rows are right padded, which causal attention never sees before a real token.
+    the same way. Rows are right padded, which causal attention never sees before a real token. Every tensor is
+    built on the network's device and the sum stays there until the end (one host sync, not one per batch).
     """
     decoder = _spec(net).arch is Arch.DECODER
-    total = torch.zeros((), dtype=torch.float64)
-    device = next(net.parameters()).device
+    device = model_device(net)
+    total = torch.zeros((), dtype=torch.float64, device=device)
     for start in range(0, len(items), batch_size):
         group = items[start : start + batch_size]
-        if decoder:
-            seqs = [enc + given + scored for enc, given, scored in group]
-        else:
-            seqs = [[pad] + given + scored for _, given, scored in group]
-        width = max(len(s) for s in seqs)
-        seq = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=device)  # (B, T + 1)
-        labels = torch.full_like(seq, -100)
-        for row, (enc_ids, given, scored) in enumerate(group):
-            offset = len(enc_ids) + len(given) if decoder else len(given) + 1
-            labels[row, offset : offset + len(scored)] = torch.tensor(scored)
+        rows, targets = [], []
+        for enc_ids, given, scored in group:
+            context = enc_ids + given if decoder else [pad] + given
+            rows.append(context + scored)
+            targets.append([-100] * (len(context) - 1) + scored)  # the label of position t is row[t + 1]
+        seq = _padded(rows, pad, device)  # (B, T + 1)
+        target = _padded(targets, -100, device)  # (B, T): each target row is one shorter than its row
         if decoder and any(enc for enc, _, _ in group):
             prefix = torch.tensor([len(enc) for enc, _, _ in group], device=device)
-            mask = prefix_lm_mask(prefix, width - 1)  # (B, 1, T, T)
+            mask = prefix_lm_mask(prefix, seq.shape[1] - 1)  # (B, 1, T, T)
             logits = net(seq[:, :-1], attention_mask=mask).logits  # (B, T, V)
         elif decoder:
             logits = net(seq[:, :-1]).logits  # (B, T, V)
         else:
-            enc_w = max(len(e) for e, _, _ in group)
-            enc = torch.tensor([e + [pad] * (enc_w - len(e)) for e, _, _ in group], device=device)
-            enc_mask = torch.tensor([[1] * len(e) + [0] * (enc_w - len(e)) for e, _, _ in group], device=device)
+            encoded = [e for e, _, _ in group]
+            enc = _padded(encoded, pad, device)  # (B, S)
+            enc_mask = _padded([[1] * len(e) for e in encoded], 0, device)  # (B, S)
             logits = net(enc, attention_mask=enc_mask, decoder_input_ids=seq[:, :-1]).logits  # (B, T, V)
-        target = labels[:, 1:]
         assert logits is not None  # compute_logits defaults to True
-        nll = F.cross_entropy(logits.double().transpose(1, 2), target, reduction="sum", ignore_index=-100)
-        total -= nll.cpu()
-    return total
+        total -= F.cross_entropy(logits.double().transpose(1, 2), target, reduction="sum", ignore_index=-100)
+    return float(total)
 
 
 @torch.no_grad()
@@ -237,7 +249,7 @@ def bits_per_byte(
         net.train(was_training)
     count = sum(len(chunk) for _, _, chunk in items)
     num_bytes = sum(len(text.encode("utf-8")) for text, _ in kept)
-    return _result("bits_per_byte", float(log_prob), num_bytes, count, len(kept), num_skipped)
+    return _result("bits_per_byte", log_prob, num_bytes, count, len(kept), num_skipped)
 
 
 @torch.no_grad()
@@ -260,7 +272,7 @@ def pll_bits_per_byte(
         names = " or ".join(families_of(Arch.ENCODER))
         raise ObjectiveError(f"pll_bits_per_byte needs a {names} network; a {spec.name} network has {fmt.measure}")
     max_len = _max_len(net, max_len, fmt.specials(pair=False))  # BERT: [CLS] and [SEP] around every chunk
-    device = next(net.parameters()).device
+    device = model_device(net)
     rows: list[tuple[list[int], int]] = []  # (sequence with one [MASK], masked position)
     targets: list[int] = []
     kept, num_skipped = _texts(texts, encode)
@@ -272,18 +284,17 @@ def pll_bits_per_byte(
                 targets.append(full[i])
     was_training = net.training
     net.eval()
-    total = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=device)
     try:
         for start in range(0, len(rows), batch_size):
             group = rows[start : start + batch_size]
-            width = max(len(s) for s, _ in group)
-            seq = torch.tensor([s + [ids.pad] * (width - len(s)) for s, _ in group], device=device)  # (B, T)
-            mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in group], device=device)
+            seq = _padded([s for s, _ in group], ids.pad, device)  # (B, T)
+            mask = _padded([[1] * len(s) for s, _ in group], 0, device)  # (B, T)
             hidden = net(seq, attention_mask=mask, compute_logits=False).hidden  # (B, T, C)
-            pos = torch.tensor([p for _, p in group], device=device)
-            logits = net.project(hidden[torch.arange(len(group), device=device), pos])
-            target = torch.tensor(targets[start : start + len(group)], device=device)
-            total -= F.cross_entropy(logits.double(), target, reduction="sum").cpu()
+            pos = torch.tensor([p for _, p in group], device=device)  # (B,)
+            logits = net.project(hidden[torch.arange(len(group), device=device), pos])  # (B, V)
+            target = torch.tensor(targets[start : start + len(group)], device=device)  # (B,)
+            total -= F.cross_entropy(logits.double(), target, reduction="sum")
     finally:
         net.train(was_training)
     num_bytes = sum(len(text.encode("utf-8")) for text, _ in kept)
@@ -357,9 +368,11 @@ def _settings_at(objective: str, family: str, build: Build, train_seq_len: int, 
 
 def _builder(objective: str, ids: TokenIds, family: str, seed: int) -> Build:
     def build(seq_len: int, **settings: Unpack[ObjectiveSettings]) -> Objective:
-        # A fresh seeded generator per build: the same masks on every call, the shape probe included.
-        generator = torch.Generator().manual_seed(seed)
-        return make_objective(objective, ids, seq_len=seq_len, family=family, generator=generator, **settings)
+        # A fresh seeded generator per build: the same masks on every call, the shape probe included. The objective
+        # is data-pipeline state (its generator, UL2's mode rates), on the CPU with the batches it collates.
+        with torch.device("cpu"):
+            generator = torch.Generator().manual_seed(seed)
+            return make_objective(objective, ids, seq_len=seq_len, family=family, generator=generator, **settings)
 
     return build
 
@@ -381,11 +394,18 @@ def _blocks(tokens: torch.Tensor, raw: int, available: int, max_tokens: int) -> 
     return tokens[: num * raw].reshape(num, raw).long()
 
 
+def _collate(obj: Objective, blocks: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`obj`'s batch of `(N, raw)` blocks, built on the CPU as a data loader builds it (its corruption draws from a
+    seeded CPU generator), whatever the default device; the caller moves it to the network's device in one copy."""
+    with torch.device("cpu"):
+        return obj.collate(list(blocks))
+
+
 def _too_long(net: Network, probe: Objective, block: torch.Tensor, m: int) -> str | None:
     """Why an absolute position table cannot read `probe`'s batch of `block`; None when it can."""
     cfg = _config(net)
     pos = getattr(cfg.pos, "value", cfg.pos)
-    first = probe.collate([block])
+    first = _collate(probe, block[None])
     needed = max(first["input_ids"].shape[1], first.get("decoder_input_ids", first["input_ids"]).shape[1])
     if PosScheme(pos).length_bounded and needed > cfg.max_seq_len:
         return f"model.pos={pos} covers model.max_seq_len={cfg.max_seq_len} positions, {m}x needs {needed}"
@@ -399,19 +419,21 @@ def _point(net: Network, build: Build, settings: dict[str, Any], blocks: torch.T
     if reason is not None:
         return LengthPoint(m, seq_len, None, 0, reason)
     obj = build(seq_len, **settings)
-    nll, count = 0.0, 0
-    device = next(net.parameters()).device
+    device = model_device(net)
+    nll = torch.zeros((), dtype=torch.float64, device=device)
+    labelled = torch.zeros((), dtype=torch.long, device=device)
     for start in range(0, len(blocks), batch_size):
-        batch = obj.collate(list(blocks[start : start + batch_size]))
-        out = obj.loss(net, {k: v.to(device) for k, v in batch.items()})
-        labels = int(out.num_label_tokens)
-        if labels:  # a batch without labels has a NaN mean loss, which 0 x NaN would spread
-            nll += float(out.loss) * labels
-            count += labels
+        batch = _collate(obj, blocks[start : start + batch_size])
+        out = obj.loss(net, {k: v.to(device, non_blocking=True) for k, v in batch.items()})
+        # a batch without labels has a NaN mean loss, which 0 x NaN would spread
+        nll += torch.where(out.num_label_tokens > 0, out.loss.double() * out.num_label_tokens, 0.0)
+        labelled += out.num_label_tokens
+    count = int(labelled)  # the one host sync of this length
+    nll_sum = float(nll)
     if count == 0:
         reason = f"{len(blocks)} blocks of {obj.raw_block_len} tokens hold no label token"
         return LengthPoint(m, seq_len, None, 0, reason)
-    return LengthPoint(m, seq_len, nll / count, count)
+    return LengthPoint(m, seq_len, nll_sum / count, count)
 
 
 @torch.no_grad()
@@ -448,7 +470,7 @@ def length_extrapolation(
         that length (e.g. a block too short to corrupt), or when the blocks hold no label token.
     """
     family = _spec(net).name
-    tokens = torch.as_tensor(tokens).reshape(-1)  # a NumPy memmap (the data module's) or a tensor
+    tokens = torch.as_tensor(tokens, device="cpu").reshape(-1)  # a NumPy memmap (the data module's) or a tensor
     available = min(len(tokens), max_tokens)
     build = _builder(objective, ids, family, seed)
     points = []

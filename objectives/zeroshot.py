@@ -49,7 +49,9 @@ denominator (the same items), and ``famlab eval`` reports how many were skipped 
 Speed: GPT runs the shared context once (KV cache) and the K continuations as one batch; T5 encodes the
 shared input once and decodes the K candidates as one batch; BERT needs one forward pass per span token
 (all candidates of an item in one batch). Per item: GPT O(L_prefix + K (L_span + L_suffix)) tokens, T5
-O(L) encoder + O(K L_span) decoder tokens, BERT O(K L_span) passes of O(L) tokens each.
+O(L) encoder + O(K L_span) decoder tokens, BERT O(K L_span) passes of O(L) tokens each. Every tensor is built on
+the network's device (a :class:`BigramLM`: its counts' device) and an item's K scores come back to the host in one
+transfer.
 
 Legend: K candidates, T continuation length, S context length, V vocab, C model dim.
 """
@@ -212,7 +214,8 @@ class BigramLM(nn.Module):
     def nll(self, docs: Sequence[Sequence[int]], separator: int) -> float:
         """Mean negative log-likelihood per token of ``docs`` (each preceded by ``separator``); NaN when they
         hold no token (e.g. every text encoded to nothing)."""
-        pieces = [torch.tensor([separator, *doc], dtype=torch.long) for doc in docs if len(doc)]
+        device = self.keys.device
+        pieces = [torch.tensor([separator, *doc], dtype=torch.long, device=device) for doc in docs if len(doc)]
         if not pieces:
             return math.nan
         seq = torch.cat([p[:-1] for p in pieces]), torch.cat([p[1:] for p in pieces])
@@ -245,9 +248,16 @@ def _token_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
     return logits.double().log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def _pad(rows: list[list[int]], pad: int) -> Tensor:
+def _pad(rows: list[list[int]], pad: int, device: torch.device) -> Tensor:
+    """``(N, T)`` rows right padded with ``pad``, built on ``device`` (the network's) in one copy."""
     width = max(len(r) for r in rows)
-    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+
+
+def _masked_sums(lp: Tensor, masks: list[list[bool]]) -> list[float]:
+    """Per row of ``lp`` ``(K, T)`` the sum of the positions its mask (at most T long, the rest off) selects."""
+    keep = _pad([[int(m) for m in mask] for mask in masks], 0, lp.device).bool()  # (K, T') with T' <= T
+    return torch.where(keep, lp[:, : keep.shape[1]], 0.0).sum(1).tolist()  # one host sync per item
 
 
 class Scorer:
@@ -336,8 +346,7 @@ class Scorer:
         else:
             ctx_lp, cont_lp = self._gpt(context, conts, bidirectional=0)
         full = self.rule == "full"
-        out = [float(ctx_lp if full else 0.0) + float(lp[: len(m)][torch.tensor(m)].sum()) for lp, m in
-               zip(cont_lp, scored, strict=True)]
+        out = [float(ctx_lp if full else 0.0) + lp for lp in _masked_sums(cont_lp, scored)]
         tokens = [(len(prefix) if full else 0) + sum(m) for m in scored]
         return out, tokens
 
@@ -345,7 +354,7 @@ class Scorer:
         net = cast(BigramLM, self.net)
         c = torch.tensor(context, device=self.device)
         ctx_lp = float(net.log_prob(c[:-1], c[1:]).sum())
-        rows = _pad([[context[-1], *cont] for cont in conts], self.ids.pad).to(self.device)  # (K, T + 1)
+        rows = _pad([[context[-1], *cont] for cont in conts], self.ids.pad, self.device)  # (K, T + 1)
         return ctx_lp, net.log_prob(rows[:, :-1], rows[:, 1:])  # (K, T)
 
     def _gpt(self, context: list[int], conts: list[list[int]], bidirectional: int) -> tuple[float, Tensor]:
@@ -364,12 +373,12 @@ class Scorer:
         K = len(conts)
         for layer in cache:  # the shared context's keys and values serve every candidate
             layer["self"] = {name: t.expand(K, *t.shape[1:]) for name, t in layer["self"].items()}  # (K, H, S, D)
-        rows = _pad(conts, self.ids.pad).to(self.device)  # (K, T); right padding: causal rows never see it
+        rows = _pad(conts, self.ids.pad, self.device)  # (K, T); right padding: causal rows never see it
         logits = net(rows[:, :-1], cache=cache).logits if width > 1 else None  # (K, T - 1, V)
         first = _token_log_probs(ctx_logits[-1].expand(K, -1), rows[:, 0])  # (K,)
         # Every continuation one token long (T = 1): nothing follows the first token, an empty (K, 0) block.
         rest = _token_log_probs(logits, rows[:, 1:]) if logits is not None else first.new_zeros(K, 0)  # (K, T - 1)
-        return ctx_lp, torch.cat([first[:, None], rest], 1).cpu()
+        return ctx_lp, torch.cat([first[:, None], rest], 1)
 
     def _sentinel(self, prefix: list[int], spans: list[list[int]], suffix: list[int], text_follows: bool
                   ) -> tuple[list[float], list[int]]:
@@ -389,19 +398,18 @@ class Scorer:
             _, lp = self._gpt(encoder + given, targets, bidirectional=len(encoder))
         else:
             lp = self._t5(encoder, given, targets)
-        out = [float(row[: len(m)][torch.tensor(m)].sum()) for row, m in zip(lp, scored, strict=True)]
-        return out, [sum(m) for m in scored]
+        return _masked_sums(lp, scored), [sum(m) for m in scored]
 
     def _t5(self, encoder: list[int], given: list[int], targets: list[list[int]]) -> Tensor:
         """Per-token log-probabilities ``(K, T)`` of each target: one encoder pass shared by the K decodes."""
         net = cast(EncoderDecoder, self.net)
         K = len(targets)
-        rows = _pad([[self.ids.pad, *given, *t] for t in targets], self.ids.pad).to(self.device)  # (K, 1 + G + T)
+        rows = _pad([[self.ids.pad, *given, *t] for t in targets], self.ids.pad, self.device)  # (K, 1 + G + T)
         _check_len(net, max(len(encoder), rows.shape[1] - 1))  # encoder and decoder stacks share max_seq_len
         hidden = net.encode(torch.tensor([encoder], device=self.device))  # (1, S, C)
         out = net.decode(rows[:, :-1], hidden.expand(K, -1, -1))  # (K, G + T, C)
         logits = net.project(out[:, len(given) :])  # (K, T, V)
-        return _token_log_probs(logits, rows[:, 1 + len(given) :]).cpu()
+        return _token_log_probs(logits, rows[:, 1 + len(given) :])
 
     def _pll(self, prefix: list[int], spans: list[list[int]], suffix: list[int]) -> list[float]:
         """BERT: one row per span token with that token masked; all candidates of the item in one batch."""
@@ -419,13 +427,13 @@ class Scorer:
                 positions.append(i)
                 targets.append(full[i])
                 owner.append(k)
-        seq = _pad(rows, ids.pad).to(self.device)  # (N, T)
-        mask = torch.tensor([[1] * len(r) + [0] * (seq.shape[1] - len(r)) for r in rows], device=self.device)
+        seq = _pad(rows, ids.pad, self.device)  # (N, T)
+        mask = _pad([[1] * len(r) for r in rows], 0, self.device)  # (N, T)
         hidden = net(seq, attention_mask=mask, compute_logits=False).hidden  # (N, T, C)
         at = hidden[torch.arange(len(rows), device=self.device), torch.tensor(positions, device=self.device)]
-        lp = _token_log_probs(net.project(at), torch.tensor(targets, device=self.device)).cpu()  # (N,)
-        sums = torch.zeros(len(spans), dtype=torch.float64).index_add_(0, torch.tensor(owner), lp)
-        return [float(x) for x in sums]
+        lp = _token_log_probs(net.project(at), torch.tensor(targets, device=self.device))  # (N,)
+        sums = torch.zeros(len(spans), dtype=torch.float64, device=self.device)
+        return sums.index_add_(0, torch.tensor(owner, device=self.device), lp).tolist()  # (K,), one host sync
 
 
 def score_items(scorer: Scorer, items: Sequence[Item]) -> list[ChoiceScores]:

@@ -55,8 +55,9 @@ READS: dict[str, tuple[str, ...]] = {
         "finetune", *_LOGGED, "init", "seed", *_RUN,
     ),
     "probe": (
-        # no training: features of the frozen body, logistic regression; the tokenizer is the run's
-        "model", *_TASK, "data.max_len", "data.cache_dir",
+        # no training: features of the frozen body on trainer.accelerator's device, logistic regression on the CPU;
+        # the tokenizer is the run's
+        "model", *_TASK, "data.max_len", "data.cache_dir", "trainer.accelerator",
         "finetune.pooling", "finetune.probe_seeds", "finetune.probe_c_grid", *_LOGGED, "init", *_RUN,
     ),
     "compare": (

@@ -18,6 +18,7 @@ from famlab.experiments.analysis.results import BigramScores, NormAccuracy, Zero
 from famlab.experiments.analysis.stats import bootstrap_ci
 from famlab.experiments.configuration.compose import to_dataclass
 from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig
+from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.steps.generate import Run, load_run
 from famlab.objectives.zeroshot import (
     BLANK,
@@ -156,9 +157,11 @@ def evaluate_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "fu
 def score_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full", bigram: bool = True,
               norm: str | None = None) -> dict[str, ZeroShotResult]:
     """Score every task with the run's network (and the bigram floor); {task: results} (no files written).
-    ``norm``: the headline normalisation (None: each task's :func:`headline`)."""
+    ``norm``: the headline normalisation (None: each task's :func:`headline`). The network is scored on the device
+    its run trained on (:func:`eval_device` of the run's ``trainer.accelerator``), the bigram floor on the CPU."""
     run = load_run(str(run_dir))
     saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    run.net.to(eval_device(str((saved.get("trainer") or {}).get("accelerator", "auto"))))
     scorer = Scorer(run.net, run.encode, run.ids, objective=run.objective, rule=rule)
     floor = Scorer(load_bigram(run, saved, run_dir), run.encode, run.ids, rule=rule) if bigram else None
     out = {}

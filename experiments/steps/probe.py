@@ -29,6 +29,7 @@ from famlab.experiments.analysis.results import ProbeGain, ProbeResult, ProbeSco
 from famlab.experiments.analysis.stats import above
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.data_cache import token_ids
+from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.provenance import provenance
 from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
 from famlab.experiments.steps.init import Init, default_pooling, hf_bundle, load_network, load_task_for
@@ -55,16 +56,21 @@ class ProbeScores(TypedDict):
 
 def features(net: Network, family: str, items: list[ClassificationItem], collate: ClassificationCollator, pooling: str,
              batch_size: int = 256) -> np.ndarray:
-    """``(N, C)`` pooled features of tokenized examples under ``torch.no_grad`` with the network in eval mode."""
+    """``(N, C)`` pooled features of tokenized examples under ``torch.no_grad`` with the network in eval mode, computed
+    on the network's device (each batch collated on the CPU, as a data loader does, and copied over once); only the
+    features come back to the CPU, for the logistic regression."""
     from famlab.objectives.classifier import pooled_features  # imports Lightning
 
+    device = next(net.parameters()).device
     net.eval()
     out = []
     with torch.no_grad():
         for start in range(0, len(items), batch_size):
-            batch = collate(items[start:start + batch_size])
-            out.append(pooled_features(net, family, batch, pooling).float().cpu().numpy())
-    return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+            with torch.device("cpu"):  # the collator's tensors, whatever the default device
+                batch = collate(items[start:start + batch_size])
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            out.append(pooled_features(net, family, batch, pooling).float())  # (B, C), on the device
+    return torch.cat(out).cpu().numpy() if out else np.zeros((0, 0), dtype=np.float32)
 
 
 def fit_probe(
@@ -133,11 +139,12 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
         return fit_probe((x["train"], labels["train"]), (x["val"], labels["val"]), (x["test"], labels["test"]),
                          list(cfg.finetune.probe_c_grid), len(task.labels))
 
-    pretrained = score(net)
+    device = eval_device(cfg.trainer.accelerator)  # the features on the training device; the regression on the CPU
+    pretrained = score(net.to(device))
     random: dict[str, ProbeScore] = {}
     for seed in cfg.finetune.probe_seeds:
         torch.manual_seed(seed)
-        random[str(seed)] = score(build_network(cfg.model))
+        random[str(seed)] = score(build_network(cfg.model).to(device))  # built on the CPU: the same init as before
     results = ProbeResult(
         family=family,
         init=cfg.init,

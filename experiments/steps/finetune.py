@@ -55,6 +55,7 @@ from famlab.experiments.plumbing.reliability import (
 )
 from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
 from famlab.experiments.plumbing.trainer import make_trainer
+from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.steps.init import (
     Init,
     default_pooling,
@@ -147,6 +148,7 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
         raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
                                "last.ckpt; use resume=auto with run_dir=<the fine-tune's run directory>")
     has_pooler = settle_model(cfg, init)
+    batches(cfg)  # a global batch the ranks cannot share fails before anything is written
     task = load_task_for(cfg.data)
     run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
     bundle = finetune_bundle(cfg, init, run_dir)
@@ -177,6 +179,16 @@ def settle_model(cfg: Config, init: Init) -> bool:
     if cfg.finetune.dropout is not None:  # the fine-tune's model: config.yaml records the dropout it trains with
         cfg.model = dataclasses.replace(cfg.model, dropout=cfg.finetune.dropout)
     return init.kind == "hf" and hf_pooler is not None
+
+
+def batches(cfg: Config) -> tuple[int, int]:
+    """``(global, per device)``: ``finetune.batch_size`` (else ``data.batch_size``) is the global batch (every rank,
+    one optimizer step); each rank loads its share per micro-batch (:func:`famlab.experiments.plumbing.world.
+    per_device_batch`), so a fine-tune trains the same recipe on any number of devices."""
+    ft, t = cfg.finetune, cfg.trainer
+    key = "finetune.batch_size" if ft.batch_size else "data.batch_size"
+    global_batch = ft.batch_size or cfg.data.batch_size
+    return global_batch, per_device_batch(global_batch, planned_world(t), t.accumulate_grad_batches, key)
 
 
 def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> TokenizerBundle:
@@ -363,9 +375,10 @@ class _Job:
         self.cfg, self.init, self.task, self.bundle = cfg, init, task, bundle
         self.pooling, self.written = pooling, written
         self.family = cfg.model.family.value
-        ft, d = cfg.finetune, cfg.data
-        self.batch_size = ft.batch_size or d.batch_size
-        steps_per_epoch = math.ceil(len(task.train) / self.batch_size)
+        ft = cfg.finetune
+        self.world = planned_world(cfg.trainer)  # what the per-device batch is computed for
+        self.batch_size, self.device_batch = batches(cfg)
+        steps_per_epoch = math.ceil(len(task.train) / self.batch_size)  # optimizer steps: the global batch
         self.total = ft.max_steps or ft.epochs * steps_per_epoch
         self.val_every = ft.val_every or (max(1, min(steps_per_epoch, self.total // 4)) if ft.max_steps else None)
         self.mode = "min" if ft.monitor.endswith("loss") else "max"
@@ -386,7 +399,7 @@ class _Job:
 
     def datamodule(self, seed: int) -> ClassificationDataModule:
         collate = ClassificationCollator(self.family, token_ids(self.bundle), self.cfg.data.max_len)
-        return ClassificationDataModule(self.task, self.bundle, batch_size=self.batch_size, collate_fn=collate,
+        return ClassificationDataModule(self.task, self.bundle, batch_size=self.device_batch, collate_fn=collate,
                                         seed=seed, num_workers=self.cfg.data.num_workers)
 
     def fit(
@@ -411,6 +424,7 @@ class _Job:
                 max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
                 val_check_interval=self.val_every, limit_val_batches=None,
             )
+            check_world(self.world, trainer.world_size)
             trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
             # a signal after the last step boundary let the job finish: the fine-tune stops before the next one
             preemption = next(c for c in trainer.callbacks if isinstance(c, PreemptionCallback))

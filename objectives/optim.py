@@ -41,7 +41,8 @@ class OptimSettings:
         max_steps: optimiser steps until the cosine reaches its floor (`trainer.max_steps` usually).
         min_lr_ratio: the cosine's floor as a fraction of `lr`.
         fused: fused AdamW kernel; `None` = automatic (fused for float parameters on CPU and CUDA, where torch
-            has the kernel: faster than the foreach path on CPU too; docs/results.md, Speed).
+            has the kernel: faster than the foreach path on CPU too; docs/results.md, Speed; not under 16-mixed,
+            whose grad scaler must unscale before clipping: `use_fused_adamw`).
     """
 
     lr: float = 3e-4
@@ -101,19 +102,77 @@ def lr_factor(step: int, settings: OptimSettings) -> float:
     return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
 
 
-def configure_optimizer(groups: Iterable[dict[str, Any]], settings: OptimSettings) -> OptimizerLRSchedulerConfig:
-    """AdamW or Adafactor + LambdaLR stepped every optimiser step, in the form `configure_optimizers` returns."""
+SCALED_PRECISIONS = ("16-mixed", "16")  # Lightning's fp16 autocast with a gradient scaler ("16" is its alias)
+
+
+def use_fused_adamw(
+    groups: Iterable[dict[str, Any]], settings: OptimSettings, *, precision: str | None = None, clipping: bool = False
+) -> bool:
+    """Whether AdamW runs its fused kernel: ``optim.fused``, or automatically (None) for float parameters on CPU or
+    CUDA, except under 16-mixed.
+
+    Under 16-mixed Lightning's grad scaler hands a fused optimizer the scale to undo inside its step, so gradients
+    are never unscaled before clipping, and Lightning refuses to clip them (``MixedPrecision.clip_gradients``).
+    The foreach AdamW gets unscaled gradients, which clipping then bounds; bf16-mixed has no scaler.
+
+    Raises:
+        ObjectiveError: ``optim.fused=true`` with 16-mixed and gradient clipping (one line, at configuration).
+    """
+    scaled = str(precision) in SCALED_PRECISIONS
+    if settings.fused is not None:
+        if settings.fused and scaled and clipping:
+            raise ObjectiveError(f"optim.fused=true cannot clip gradients under trainer.precision={precision}: the "
+                                 "grad scaler unscales inside a fused step; set optim.fused=false (or leave it "
+                                 "unset) or optim.grad_clip=null")
+        return settings.fused
+    floats = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
+    return floats and not scaled
+
+
+def configure_optimizer(
+    groups: Iterable[dict[str, Any]], settings: OptimSettings, *, precision: str | None = None, clipping: bool = False
+) -> OptimizerLRSchedulerConfig:
+    """AdamW or Adafactor + LambdaLR stepped every optimiser step, in the form `configure_optimizers` returns.
+
+    Args:
+        groups: Parameter groups (`decay_groups`).
+        settings: `optim.*`.
+        precision: The trainer's precision (`Trainer.precision`), which decides fused AdamW (`use_fused_adamw`).
+        clipping: Whether the trainer clips gradients (`Trainer.gradient_clip_val` set).
+    """
     groups = list(groups)
     optimizer: torch.optim.Optimizer
     if settings.name == "adafactor":
         optimizer = torch.optim.Adafactor(groups, lr=settings.lr)
     else:
-        fused = settings.fused
-        if fused is None:
-            fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
+        fused = use_fused_adamw(groups, settings, precision=precision, clipping=clipping)
         optimizer = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, eps=settings.eps, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, settings))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+
+
+def clip_unscaled(optimizer: torch.optim.Optimizer, clip_val: float, algorithm: str | None = None) -> None:
+    """Clip the optimizer's gradients by their global norm (or by value, ``algorithm="value"``) as Lightning's
+    ``Precision.clip_gradients`` does, for a precision without a grad scaler (32-true, bf16-mixed).
+
+    Lightning's ``MixedPrecision.clip_gradients`` refuses any optimizer that takes a scale into its step (fused
+    AdamW), bf16-mixed included, although bf16-mixed has no scaler and its gradients are never scaled; a
+    LightningModule's ``configure_gradient_clipping`` calls this instead there, so the fused kernel stays.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if algorithm == "value":
+        torch.nn.utils.clip_grad_value_(params, clip_val)
+    else:
+        torch.nn.utils.clip_grad_norm_(params, clip_val)
+
+
+def trainer_precision(module: L.LightningModule) -> tuple[str | None, bool]:
+    """(precision, gradient clipping on) of the ``Trainer`` ``module`` is attached to; ``(None, False)`` outside
+    ``fit`` (the keyword arguments of `configure_optimizer` a LightningModule passes)."""
+    trainer = attached_trainer(module)
+    if trainer is None:
+        return None, False
+    return str(trainer.precision), bool(trainer.gradient_clip_val)
 
 
 def attached_trainer(module: L.LightningModule) -> L.Trainer | None:

@@ -8,15 +8,25 @@ It receives the network and the objective (it never builds them) and logs
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import lightning as L
 import torch
+from famlab.families.compile import Guarded, compile_fn
 from famlab.families.network import Network
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.objective import Batch, Objective
-from famlab.objectives.optim import OptimSettings, attached_trainer, configure_optimizer, decay_groups
+from famlab.objectives.optim import (
+    SCALED_PRECISIONS,
+    OptimSettings,
+    attached_trainer,
+    clip_unscaled,
+    configure_optimizer,
+    decay_groups,
+    trainer_precision,
+)
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torchmetrics import SumMetric
 
@@ -73,14 +83,27 @@ class PretrainModule(L.LightningModule):
         self.tokens_seen = 0  # cumulative over all ranks; saved in the checkpoint
         self.flops_seen = 0
         self._last_step_time: float | None = None
+        # batch -> mean training loss; `compile_step` swaps in a compiled one (network and loss in one graph)
+        self.step_loss: Callable[[Batch], torch.Tensor] = self.eager_step_loss
 
     # -- training ---------------------------------------------------------------------------------------------
 
+    def eager_step_loss(self, batch: Batch) -> torch.Tensor:
+        """The objective's mean loss of the network on ``batch``: what a training step backpropagates."""
+        return self.objective.loss(self.net, batch).loss
+
+    def compile_step(self, backend: str = "inductor", **options: Any) -> Guarded[torch.Tensor]:
+        """``torch.compile`` the training loss whole (network forward, LM head, cross-entropy; their backward
+        through AOTAutograd), eager from the first call that fails (``famlab.families.compile``). Validation stays
+        eager: it runs without autograd at other batch counts, which would be a second set of graphs."""
+        self.step_loss = compile_fn(self.eager_step_loss, "the training loss", backend=backend, **options)
+        return self.step_loss
+
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        out = self.objective.loss(self.net, batch)
-        self.log("train/loss", out.loss, on_step=True, on_epoch=False, prog_bar=True)
+        loss = self.step_loss(batch)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         self._log_budget(batch)
-        return out.loss
+        return loss
 
     def _world_size(self) -> int:
         trainer = attached_trainer(self)
@@ -147,7 +170,17 @@ class PretrainModule(L.LightningModule):
     # -- optimiser and checkpoint -----------------------------------------------------------------------------
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
-        return configure_optimizer(decay_groups(self.net, self.optim.weight_decay), self.optim)
+        precision, clipping = trainer_precision(self)
+        return configure_optimizer(decay_groups(self.net, self.optim.weight_decay), self.optim,
+                                   precision=precision, clipping=clipping)
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        precision, _ = trainer_precision(self)
+        if gradient_clip_val and precision not in SCALED_PRECISIONS:  # nothing scaled: a fused AdamW may clip
+            clip_unscaled(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        else:  # 16-mixed: Lightning's scaler unscales first (use_fused_adamw keeps AdamW unfused then)
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["famlab_budget"] = {"tokens": self.tokens_seen, "flops": self.flops_seen}

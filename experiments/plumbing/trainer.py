@@ -1,5 +1,5 @@
 """The Lightning ``Trainer`` of every fit: precision, checkpoints, the reliability callbacks, progress, cluster
-plugins; ``torch.compile`` of the network when ``trainer.compile``."""
+plugins; ``torch.compile`` of the training step when ``trainer.compile``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.perf.allocator import keep_freed_memory
-from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
+from famlab.experiments.plumbing.console import heartbeat_seconds
+from famlab.experiments.plumbing.launch_env import note_world, progress_bar
 
 if TYPE_CHECKING:
     from famlab.objectives import PretrainModule
@@ -108,6 +109,7 @@ def make_trainer(
         inference_mode=False,
         plugins=cluster_plugins(),
     )
+    note_world(trainer.world_size)  # a failure after fit is still reported as one rank's (plumbing/rank_failure.py)
     keep_previous_last(trainer)  # every write of last.ckpt first moves the old one to last-prev.ckpt
     return trainer
 
@@ -123,9 +125,8 @@ def cluster_plugins() -> list[TrainerPlugin]:
 
 
 def maybe_compile(cfg: Config, module: PretrainModule) -> PretrainModule:
-    """``torch.compile`` the network (inductor) when ``trainer.compile``; eager if compilation fails."""
+    """When ``trainer.compile``: ``torch.compile`` (inductor) the whole training loss, network and objective in one
+    graph (``PretrainModule.compile_step``); eager from the first call that fails, with a warning naming the error."""
     if cfg.trainer.compile:
-        from famlab.families.compile import compile_network
-
-        compile_network(module.net)  # in place; logs and stays eager on failure
+        module.compile_step()
     return module

@@ -171,6 +171,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if ctx.grads is None:
             raise RuntimeError("the fused LM cross-entropy was already backpropagated (retain_graph is unsupported)")
         grads, ctx.grads = ctx.grads, None
-        if grad_output.device.type != "cpu" or not bool(grad_output == 1):  # no host sync on an accelerator
+        # skipping a multiplication by 1 reads the value: never on an accelerator (a host sync) or under
+        # torch.compile (a data-dependent branch breaks the graph)
+        if torch.compiler.is_compiling() or grad_output.device.type != "cpu" or not bool(grad_output == 1):
             grads = tuple(g.mul_(grad_output) if g is not None else None for g in grads)
         return *grads, None, None, None, None, None

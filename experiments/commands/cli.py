@@ -253,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the source
         print(f"famlab: error: {message}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - several ranks: one line from the rank that failed (one process: re-raised)
+        from famlab.experiments.plumbing.rank_failure import report_rank_failure
+
+        return report_rank_failure(e, name, rest)
     from famlab.experiments.plumbing.rundir import remove_empty_run_dirs
 
     remove_empty_run_dirs()  # a run refused on bad input leaves no empty directory behind

@@ -45,10 +45,18 @@ from famlab.experiments.configuration.placement import Placement
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
+from famlab.experiments.plumbing.launch_env import launched_world
 from famlab.experiments.plumbing.signals import Preempted
 from famlab.experiments.plumbing.world import per_device_batch
 from famlab.experiments.steps import compare_suite
-from famlab.experiments.steps.compare_budget import assumed_ids, job_lines, plan_budget, plan_lines
+from famlab.experiments.steps.compare_budget import (
+    assumed_ids,
+    cost_lines,
+    job_lines,
+    plan_budget,
+    plan_lines,
+    training_rate,
+)
 from famlab.experiments.steps.compare_dir import log, open_dir, resume_command, write_settings
 from famlab.experiments.steps.compare_jobs import finish
 from famlab.experiments.steps.comparison import STATUS_DIR, Stopped, compose_all, compose_base, set_up
@@ -100,6 +108,11 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     job failed (one line here, the traceback in ``compare.log``). After a stop the last line is the resume command.
     ``--dry-run`` prints what would run (:func:`dry_run`) and exits 0, or 2 on bad settings, having run nothing.
     """
+    if launched_world() > 1:  # every rank would make its own comparison directory
+        raise ConfigInputError(
+            f"famlab compare owns its comparison directory and runs once, but it was started as one of "
+            f"{launched_world()} processes (WORLD_SIZE / SLURM_STEP_NUM_TASKS): start it once (srun --ntasks=1, no "
+            "torchrun); its jobs get their devices from trainer.devices and compare.workers (docs/devices.md)")
     unknown = [f for f in flags if f != "--dry-run"]
     if unknown:
         raise ConfigInputError(f"famlab compare: unknown flag {unknown[0]} (valid flags: --dry-run)")
@@ -141,7 +154,8 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     plan = plan_budget(base, cfgs, assumed_ids(base))
     cmp = base.compare
     tasks: list[str | None] = [None] if specs is None else [s.name for s in specs]
-    jobs = job_lines(base, cfgs, plan, tasks)
+    rate = training_rate(base, placement)  # each job's time from its planned FLOPs on the device it will run on
+    jobs = job_lines(base, cfgs, plan, tasks, rate)
     task = (f"{base.data.task}" + (f", suite of {len(tasks)} tasks: {', '.join(map(str, tasks))}" if specs else "")
             + (f"; a seeded subsample of {cmp.task_limit} training examples (compare.task_limit) and "
                f"{cmp.task_eval_limit or cmp.task_limit // 5} each for validation and test" if cmp.task_limit else ""))
@@ -152,7 +166,7 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
            f"fine-tuning task: data.task={task}",
            "runs go to: " + (f"run_dir={base.run_dir}" if base.run_dir else "runs/compare-<name>-<YYYYmmdd-HHMMSS>/")
            + (" (resume=auto: its finished jobs are read back, not rerun)" if base.resume == "auto" else ""),
-           "", *config, "", *plan_lines(base, cfgs, plan), "",
+           "", *config, "", *plan_lines(base, cfgs, plan), *cost_lines(base, plan, rate), "",
            f"jobs ({len(jobs)}, compare.workers={cmp.workers} at a time, in this order; a model's probe and fine-tunes"
            " start once it is pretrained):", *(f"  {i}. {line}" for i, line in enumerate(jobs, 1))]
     print("\n".join(out))

@@ -20,6 +20,25 @@ def publish_run_dir(path: Path) -> None:
     os.environ[RUN_DIR_ENV] = str(path.resolve())
 
 
+_TRAINED_WORLD = [1]  # the largest world a Trainer of this process had (Lightning's teardown drops WORLD_SIZE)
+
+
+def note_world(world: int) -> None:
+    """Remember the world size of a Trainer this process built (``make_trainer``)."""
+    _TRAINED_WORLD[0] = max(_TRAINED_WORLD[0], world)
+
+
+def launched_world() -> int:
+    """The world size a launcher (Lightning's, torchrun, SLURM's srun) gave this process, or a Trainer of it had; 1
+    when none did. (SLURM: the tasks of this job step; a batch script itself is one task whatever ``--ntasks``
+    allocated.)"""
+    for key in ("WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
+        value = os.environ.get(key, "")
+        if value.isdigit() and int(value) > 1:
+            return int(value)
+    return _TRAINED_WORLD[0]
+
+
 def inherited_run_dir() -> str | None:
     """On another rank: the run directory rank 0 published, if this rank was launched by it."""
     return os.environ.get(RUN_DIR_ENV) or None

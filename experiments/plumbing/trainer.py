@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.perf.allocator import keep_freed_memory
-from famlab.experiments.plumbing.console import heartbeat_seconds
-from famlab.experiments.plumbing.launch_env import note_world, progress_bar
+from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
+from famlab.experiments.plumbing.launch_env import note_world
 
 if TYPE_CHECKING:
     from famlab.objectives import PretrainModule

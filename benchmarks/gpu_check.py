@@ -164,20 +164,30 @@ def attention_grads(block: Attention, positions: Positions, x: torch.Tensor, cau
     return [y.detach(), x.grad, *params], rec.ops
 
 
-def assert_close_to(actual: list[torch.Tensor], reference: list[torch.Tensor], dtype: torch.dtype) -> float:
-    """Each tensor within the stated tolerance of its fp64 reference; returns the largest error over max|ref|."""
+def assert_close_to(actual: list[torch.Tensor], reference: list[torch.Tensor], dtype: torch.dtype,
+                    names: list[str]) -> float:
+    """Each tensor within the stated tolerance of its fp64 reference; returns the largest error over max|ref|.
+
+    ``names`` names the tensors in order (a list longer than ``reference`` is cut to it)."""
     if len(actual) != len(reference):
         raise CheckFailed(f"{len(actual)} tensors against the reference's {len(reference)} (a gradient is missing)")
     tol, worst = TOLERANCE[dtype], 0.0
-    for i, (a, r) in enumerate(zip(actual, reference, strict=True)):
+    for name, a, r in zip(names, actual, reference, strict=False):
         scale = float(r.abs().max()) or 1.0
         worst = max(worst, float((a.double() - r).abs().max()) / scale)
         try:
             torch.testing.assert_close(a.double(), r, rtol=tol, atol=tol * scale)
         except AssertionError as e:
-            raise CheckFailed(f"tensor {i} (0 output, 1 input grad, then parameter grads) off the fp64 math "
-                              f"path: {str(e).splitlines()[2].strip() if len(str(e).splitlines()) > 2 else e}") from e
+            detail = [line.strip() for line in str(e).splitlines() if line.strip()]
+            raise CheckFailed(f"{name} off the reference: {detail[1] if len(detail) > 1 else detail[0]}") from e
     return worst
+
+
+def attention_names(block: Attention, positions: Positions) -> list[str]:
+    """What :func:`attention_grads` returns, in order: the output, x's gradient, each parameter's gradient."""
+    params = [f"grad of {n}" for n, _ in block.named_parameters()]
+    return ["output", "grad of x", *params, *[f"grad of the {type(positions).__name__} {n}"
+                                               for n, _ in positions.named_parameters()]]
 
 
 def math_reference(block: Attention, positions: Positions, x: torch.Tensor, causal: bool) -> list[torch.Tensor]:
@@ -199,7 +209,9 @@ def flash_row(mode: Mode) -> Row:
         only_flash, ops = attention_grads(block, positions, x, causal, mode.dtype)
     if "flash" not in sdpa_kernels(ops):
         raise CheckFailed(f"with only flash allowed, causal attention ran {sdpa_kernels(ops)}")
-    err = max(assert_close_to(chosen, reference, mode.dtype), assert_close_to(only_flash, reference, mode.dtype))
+    names = attention_names(block, positions)
+    err = max(assert_close_to(chosen, reference, mode.dtype, names),
+              assert_close_to(only_flash, reference, mode.dtype, names))
     where = "CUDA" if mode.cuda else "CPU"
     return Row("attn.flash_causal", "ok", f"max err {err:.1e}", f"{where}: causal self-attention runs SDPA's flash "
                f"kernel (default path ran {default}); {str(mode.dtype)[6:]} equals fp64 math", {"max_rel_err": err})
@@ -211,7 +223,8 @@ def biased_row(scheme: str, mode: Mode) -> Row:
     reference = math_reference(block, positions, x, causal)
     chosen, ops = attention_grads(block, positions, x, causal, mode.dtype)
     default = sdpa_kernels(ops)
-    err = assert_close_to(chosen, reference, mode.dtype)
+    names = attention_names(block, positions)
+    err = assert_close_to(chosen, reference, mode.dtype, names)
     learned = " (bias grad too)" if any(p.requires_grad for p in positions.parameters()) else ""
     if not mode.cuda:
         return Row(f"attn.{scheme}", "ok", f"max err {err:.1e}", f"CPU (no memory-efficient kernel): the default "
@@ -220,7 +233,7 @@ def biased_row(scheme: str, mode: Mode) -> Row:
         efficient, ops = attention_grads(block, positions, x, causal, mode.dtype)
     if "efficient" not in sdpa_kernels(ops):
         raise CheckFailed(f"with only the memory-efficient kernel allowed, famlab ran {sdpa_kernels(ops)}")
-    err = max(err, assert_close_to(efficient, reference, mode.dtype))
+    err = max(err, assert_close_to(efficient, reference, mode.dtype, names))
     return Row(f"attn.{scheme}", "ok", f"max err {err:.1e}", f"memory-efficient kernel takes the float bias; "
                f"grads{learned} equal fp64 math (bf16); default path ran {default}", {"max_rel_err": err})
 
@@ -262,7 +275,8 @@ def lm_loss_row(mode: Mode) -> Row:
 
     ours, t_ours = timed(nullcontext)
     ref, t_ref = timed(reference_only)
-    err = assert_close_to(ours, [r.double() for r in ref], mode.dtype)
+    err = assert_close_to(ours, [r.double() for r in ref], mode.dtype,
+                          ["loss", "grad of the hidden states", "grad of the LM head weight"])
     return Row("lm_loss", "ok", f"{t_ours * 1e3:.1f} ms vs dense {t_ref * 1e3:.1f} ms",
                f"dispatch chose {chosen}: loss and grads equal the dense reference (max err {err:.1e}), "
                f"B={batch} T={seq} V={vocab}", {"chosen_ms": t_ours * 1e3, "dense_ms": t_ref * 1e3,
@@ -321,6 +335,11 @@ def pretrain_args(family: str, mode: Mode, run_dir: Path, steps: int) -> list[st
             f"run_dir={run_dir}"]
 
 
+def compile_args(mode: Mode, run_dir: Path, steps: int) -> list[str]:
+    """``famlab pretrain gpt small trainer.compile=true`` for ``steps`` steps."""
+    return [*pretrain_args("gpt", mode, run_dir, steps), "trainer.compile=true"]
+
+
 def throughput(run_dir: Path, steps: int, skip: int) -> tuple[float, float]:
     """(tokens/s, MFU) of a finished run: medians of ``perf/*`` in its metrics.csv from step ``skip`` on; MFU NaN
     when the run logged none (no peak known for the device)."""
@@ -357,7 +376,7 @@ def compile_row(mode: Mode, measured: dict[str, float]) -> Row:
         raise CheckSkipped("no CUDA (CPU inductor takes minutes here; tests/experiments/test_compile.py covers it)")
     steps, skip = 40, 20
     run_dir = mode.workdir / "compile-gpt"
-    done = famlab([*pretrain_args("gpt", mode, run_dir, steps), "trainer.compile=true"], mode, cap_s=240)
+    done = famlab(compile_args(mode, run_dir, steps), mode, cap_s=240)
     log = (run_dir / "famlab.log").read_text(errors="replace") if (run_dir / "famlab.log").is_file() else ""
     fallback = [line for line in (done.output + log).splitlines() if "running eager" in line]
     if fallback:
@@ -382,6 +401,13 @@ def small_task(path: Path) -> Path:
     return path
 
 
+def ddp_args(mode: Mode, run_dir: Path, task: Path) -> list[str]:
+    """``famlab finetune gpt tiny init=scratch`` on two devices under DDP, 20 steps on ``task``."""
+    return ["finetune", "gpt", "tiny", "init=scratch", f"data.task={task}", "data.text_column=sentence",
+            "data.label_column=topic", *device_args(mode), "trainer.devices=2", "trainer.strategy=ddp",
+            "finetune.max_steps=20", "finetune.val_every=10", "trainer.progress_bar=false", f"run_dir={run_dir}"]
+
+
 def ddp_row(mode: Mode) -> Row:
     """A 2-rank DDP fine-tune from scratch on two GPUs (``trainer.strategy=ddp``)."""
     if not mode.cuda:
@@ -390,10 +416,7 @@ def ddp_row(mode: Mode) -> Row:
         raise CheckSkipped("one GPU")
     run_dir = mode.workdir / "ddp-finetune"
     task = small_task(mode.workdir / "task.csv")
-    done = famlab(["finetune", "gpt", "tiny", "init=scratch", f"data.task={task}", "data.text_column=sentence",
-                   "data.label_column=topic", *device_args(mode), "trainer.devices=2", "trainer.strategy=ddp",
-                   "finetune.max_steps=20", "finetune.val_every=10", "trainer.progress_bar=false",
-                   f"run_dir={run_dir}"], mode, cap_s=180)
+    done = famlab(ddp_args(mode, run_dir, task), mode, cap_s=180)
     result = json.loads((run_dir / "results.json").read_text())
     acc = statistics.mean(s["test/acc"] for s in result["seeds"].values())
     return Row("ddp.finetune", "ok", f"{done.wall_s:.0f} s", f"famlab finetune gpt tiny on 2 GPUs (ddp), 20 steps, "
@@ -412,16 +435,21 @@ def overlap_s(status_dir: Path) -> tuple[float, int]:
     return both, len(spans)
 
 
+def compare_args(mode: Mode, run_dir: Path) -> list[str]:
+    """A tiny ``famlab compare`` of BERT and GPT in two workers: few steps, one seed, small task subsamples."""
+    pre, fine = (60, 20) if mode.cuda else (4, 4)
+    shape = [] if mode.cuda else ["data.batch_size=8", "data.seq_len=32"]
+    return ["compare", "compare.families=[bert,gpt]", "compare.workers=2", "compare.tolerance=0.5", *shape,
+            *device_args(mode), f"trainer.max_steps={pre}", f"trainer.val_check_interval={pre}",
+            "trainer.limit_val_batches=2", f"finetune.max_steps={fine}", f"finetune.val_every={fine}",
+            "compare.task_limit=128", "compare.task_eval_limit=64", "compare.seeds=[0]", "finetune.probe_seeds=[0]",
+            "compare.bpb_docs=10", "compare.zero_shot_items=20", "trainer.progress_bar=false", f"run_dir={run_dir}"]
+
+
 def compare_row(mode: Mode) -> Row:
     """A tiny ``famlab compare`` of two families with ``compare.workers=2``: both workers on the one device."""
-    steps = ["trainer.max_steps=60", "finetune.max_steps=20"] if mode.cuda else [
-        "trainer.max_steps=4", "finetune.max_steps=4", "data.batch_size=8", "data.seq_len=32"]
     run_dir = mode.workdir / "compare"
-    done = famlab(["compare", "compare.families=[bert,gpt]", "compare.workers=2", *device_args(mode), *steps,
-                   "trainer.val_check_interval=1000", "trainer.limit_val_batches=2", "finetune.val_every=1000",
-                   "compare.task_limit=128", "compare.task_eval_limit=64", "compare.seeds=[0]",
-                   "finetune.probe_seeds=[0]", "compare.bpb_docs=10", "compare.zero_shot_items=20",
-                   "trainer.progress_bar=false", f"run_dir={run_dir}"], mode, cap_s=240)
+    done = famlab(compare_args(mode, run_dir), mode, cap_s=240)
     if not (run_dir / "results.json").is_file():
         raise CheckFailed("famlab compare exited 0 without a results.json")
     both, jobs = overlap_s(run_dir / STATUS_DIR)
@@ -480,7 +508,10 @@ def run_check(name: str, check: Callable[[], Row]) -> Row:
 
 def table(rows: list[Row]) -> str:
     """The rows as one aligned text table (check, result, number, meaning)."""
-    cells = [("check", "result", "number", "meaning")] + [(r.name, r.result, r.number, r.meaning) for r in rows]
+    cells = [("check", "result", "number", "meaning")]
+    for r in rows:  # the reason of a FAIL or a skip leads its meaning, so the result column stays narrow
+        status, _, reason = r.result.partition(": ")
+        cells.append((r.name, status, r.number, "; ".join(x for x in (reason, r.meaning) if x)))
     widths = [max(len(c[i]) for c in cells) for i in range(3)]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3] for c in cells]
     return "\n".join([lines[0], "-" * min(len(lines[0]) + 40, 160), *lines[1:]])

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 from famlab.experiments.analysis.report import significance
-from famlab.experiments.analysis.results import ArmRow, RunRecord
+from famlab.experiments.analysis.results import ArmRow, PretrainRow, RunRecord
 from famlab.experiments.commands import cli
 from test_compare import compare_in_tmp
 
@@ -168,3 +168,89 @@ def test_bits_per_byte_rule_follows_the_objective_not_the_family_name():
     assert [bpb_rule(f, o) for f, o in (("bert", "mlm"), ("t5", "span"), ("gpt", "span"), ("gpt", "clm"),
                                         ("t5", "prefix_lm"), ("t5", "ul2"))] == [
         "PLL", "one span", "one span", "causal", "causal", "causal"]
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the plot functions save, kept open: the test reads what they draw (axes, labels, data)."""
+    from matplotlib.figure import Figure
+
+    figures: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args: object, **kwargs: object) -> None:
+        figures.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
+
+
+def _pretrain_row(unigram: float) -> PretrainRow:
+    return PretrainRow(pretrain_seeds=2, params=1, non_embedding_params=1, steps=3, corpus_tokens=96, flops=3e6,
+                       val_loss=4.0, val_ppl=54.6, unigram_loss=unigram, lr=1e-3, tokens_per_s=1.0, wall_s=1.0,
+                       loss_2x=None, loss_4x=None)
+
+
+def test_pretraining_plot_draws_each_arms_curves_against_tokens_and_flops(tmp_path, drawn):
+    """A tokens panel and a FLOPs panel per arm; per seed a training curve and a validation curve with the
+    logged numbers (validation at x = step x budget per step), and the arm's unigram floor."""
+    from famlab.experiments.analysis.report import plot_pretraining
+
+    runs = []
+    for family, seed in (("gpt", 0), ("gpt", 1), ("t5", 0)):
+        run = pretrain_record(family, path=f"runs/x/{family}-s{seed}", config={"seed": seed})
+        run.metrics = [{"step": 0.0, "val/loss": 7.0 + seed}]
+        run.metrics += [{"step": float(s), "train/loss": 6.0 - s - seed / 10, "budget/tokens": 32.0 * (s + 1),
+                         "budget/flops": 1e6 * (s + 1)} for s in range(3)]
+        run.metrics += [{"step": 2.0, "val/loss": 3.5 + seed}]
+        runs.append(run)
+    families = {"gpt": ArmRow(family="gpt", objective="clm", pretrain=_pretrain_row(5.0)),
+                "t5": ArmRow(family="t5", objective="span", pretrain=_pretrain_row(float("nan")))}
+    assert plot_pretraining(runs, families, tmp_path / "p.png") == tmp_path / "p.png"
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = drawn
+    axes = fig.axes
+    assert len(axes) == 4  # rows tokens / FLOPs, a column per arm
+    assert [ax.get_title() for ax in axes] == ["gpt (clm): loss vs tokens", "t5 (span): loss vs tokens",
+                                               "gpt (clm): loss vs FLOPs", "t5 (span): loss vs FLOPs"]
+    assert [ax.get_xlabel() for ax in axes] == ["tokens read by the network"] * 2 + ["training FLOPs"] * 2
+    assert {ax.get_ylabel() for ax in axes} == {"loss (nats per label token)"}
+    gpt_tokens, t5_tokens, gpt_flops = axes[0], axes[1], axes[2]
+    assert gpt_tokens.get_legend_handles_labels()[1] == [
+        "train loss", "val loss (seed 0)", "val loss (seed 1)", "unigram floor 5.00"]  # one train entry for both
+    train0, val0, train1, val1, floor = gpt_tokens.get_lines()
+    assert list(train0.get_xdata()) == [32.0, 64.0, 96.0] and list(train0.get_ydata()) == [6.0, 5.0, 4.0]
+    assert list(train1.get_ydata()) == [5.9, 4.9, 3.9]
+    assert list(val0.get_xdata()) == [0.0, 64.0] and list(val0.get_ydata()) == [7.0, 3.5]
+    assert list(val1.get_ydata()) == [8.0, 4.5] and list(floor.get_ydata()) == [5.0, 5.0]
+    assert list(gpt_flops.get_lines()[0].get_xdata()) == [1e6, 2e6, 3e6]
+    assert len(t5_tokens.get_lines()) == 2  # one seed, and no floor where it is NaN
+    assert fig._suptitle.get_text().startswith("Pretraining loss per family")
+
+
+def test_finetune_plot_draws_a_bar_per_score_and_the_reference_lines(tmp_path, drawn):
+    """One panel per metric; a bar of each arm's mean with its std as the error bar, the scratch bar once per
+    family, and the majority / TF-IDF references as horizontal lines at their scores."""
+    from famlab.experiments.analysis.report import METRICS, plot_finetune
+
+    def stat(x: float) -> dict:
+        return {m: (x, 0.05, 3) for m in METRICS}
+
+    families = {"gpt-clm": ArmRow(family="gpt", objective="clm", finetune=stat(0.6), scratch=stat(0.3)),
+                "gpt-span": ArmRow(family="gpt", objective="span", finetune=stat(0.7), scratch=stat(0.3)),
+                "bert": ArmRow(family="bert", objective="mlm", finetune=stat(0.8))}
+    majority = {m: 0.25 for m in METRICS}
+    tfidf = {m: 0.5 for m in METRICS}
+    plot_finetune(families, majority, tfidf, tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = drawn
+    assert [ax.get_title() for ax in fig.axes] == [f"Fine-tuning {m}, mean ± std over seeds" for m in METRICS]
+    assert [ax.get_ylabel() for ax in fig.axes][-1] == "test/mcc (-1 to 1)"
+    for ax in fig.axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == list(families)
+        heights = [round(p.get_height(), 6) for p in ax.patches]
+        assert heights == [0.6, 0.3, 0.7, 0.8]  # gpt's scratch bar once, bert has none
+        assert [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() in (":", "--")] == [0.25, 0.5]
+        labels = ax.get_legend_handles_labels()[1]
+        assert labels == ["majority class 0.250", "TF-IDF + LR 0.500", "pretrained", "scratch"]

@@ -6,7 +6,6 @@ import json
 import os
 import socket
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -35,7 +34,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow
+# in the fast loop (`-m "not slow"`): the cheapest real 2-process group in the suite (no training)
 def test_gloo_shards_are_disjoint_equal_and_cover(tmp_path):
     """Two gloo ranks: training shards disjoint and equal (remainder dropped), eval shards cover every index once."""
     mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)

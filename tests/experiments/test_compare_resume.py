@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from famlab.experiments.commands import cli
+from famlab.experiments.plumbing import faults
 from famlab.experiments.steps import compare_jobs, comparison
 from famlab.experiments.steps.compare_dir import write_settings
 from test_compare import strip_time_columns, tiny_inputs
@@ -300,3 +302,27 @@ def test_a_retried_evaluation_clears_the_failure_of_a_step_whose_result_is_kept(
     compare_jobs.evaluate_pretrained(c, "gpt", 0, run)
     assert read_failures(tmp_path) == []
     assert json.loads((run_dir / "eval.json").read_text()) == {**kept, "zero_shot": {}}
+
+
+def test_a_comparison_stopped_inside_pretraining_resumes_to_the_uninterrupted_tables(tmp_path, monkeypatch, capsys):
+    """The fast loop's comparison resume: one family at the generated-data budget with dropout on (so the resumed
+    pretraining must restore the RNG too), SIGTERM after step 3 of its pretraining (the test hook, in this
+    process), exit 3; ``resume=auto`` finishes it with the tables of the comparison that was not stopped."""
+    from test_generated_compare import BUDGET
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
+    args = ["compare", *tiny_inputs(tmp_path), *BUDGET, "compare.families=[gpt]", "model.dropout=0.1"]
+    assert cli.main([*args, "run_dir=ref"]) == 0
+    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_STEP", "3")
+    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_FIT", "1")  # the first fit of this process: gpt's pretraining
+    monkeypatch.setattr(faults, "FITS_STARTED", [0])  # count this comparison's fits only
+    assert cli.main([*args, "run_dir=cut"]) == 3
+    assert "famlab: resume with: famlab compare " in capsys.readouterr().err
+    assert not (tmp_path / "cut" / "report.md").exists()
+    stopped = torch.load(tmp_path / "cut" / "gpt-pretrain-s0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert stopped["global_step"] == 3
+    for knob in ("FAMLAB_FAULT_SIGTERM_STEP", "FAMLAB_FAULT_SIGTERM_FIT"):
+        monkeypatch.delenv(knob)
+    assert cli.main([*args, "run_dir=cut", "resume=auto"]) == 0
+    assert tables(tmp_path / "cut") == tables(tmp_path / "ref")

@@ -32,6 +32,7 @@ BUDGET = [
 TABLES = ("pretrain", "finetune", "gains", "probe")
 STOPPED = "stopped: a required job failed: "
 CASES = generated_data.catalogue(seed=0)
+FAST = "jsonl-bom-crlf"  # the one case in `-m "not slow"`: one family, a corpus and task read from BOM + CRLF JSONL
 
 
 def table_families(table: str) -> list[str]:
@@ -58,8 +59,8 @@ def check_report(comp: Path, families: tuple[str, ...]) -> None:
         assert {"byte_score", "zero_shot"} <= set(evaluated), (family, sorted(evaluated))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=() if c.name == FAST else pytest.mark.slow)
+                                  for c in CASES])
 def test_generated_case_compares_or_is_refused_in_one_line(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))

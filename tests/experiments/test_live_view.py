@@ -130,18 +130,30 @@ def test_a_comparison_draws_its_jobs_and_its_workers_never_write_over_the_view(t
 
 def test_off_a_terminal_the_board_prints_one_line_a_period_while_jobs_run(tmp_path, capsys):
     """The plain view: a line per period naming each running job's step and loss with the headline; nothing while
-    no job runs; the fits are told not to print heartbeats of their own."""
+    no job runs; the fits are told not to print heartbeats of their own.
+
+    The board prints from its own thread: the test waits for its lines (up to 30 s, however loaded the machine),
+    and a line printed between the job's start and its first progress report says the job is starting."""
     import time
 
     board = live.Board(tmp_path, [live.Entry("gpt-pretrain-s0", "pretrain", 1e9), live.Entry("gpt-scratch", "scratch")])
+    headline = "| 0/2 jobs done, 1 running, 1 queued"
+    progress = "gpt-pretrain-s0 step 7/20, loss 3.5000 " + headline
+    lines: list[str] = []
     with live.live_view(board, live=False, every_s=0.05):
         assert os.environ[live.BOARD_ENV] == "1" and live.LIVE_ENV not in os.environ
-        time.sleep(0.2)
+        time.sleep(0.2)  # four periods with no job running
         quiet = capsys.readouterr().out
         with live.job_status(tmp_path / "gpt-pretrain-s0.json"):
             live.report_progress(fit="gpt-pretrain-s0", step=7, max_steps=20, loss=3.5, rate=1.0)
-            time.sleep(0.3)
+            deadline = time.monotonic() + 30
+            while sum(progress in x for x in lines) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                lines += capsys.readouterr().out.splitlines()
     assert live.BOARD_ENV not in os.environ
-    lines = capsys.readouterr().out.splitlines()
-    assert quiet == "" and len(lines) >= 2
-    assert all("gpt-pretrain-s0 step 7/20, loss 3.5000 | 0/2 jobs done, 1 running, 1 queued" in x for x in lines)
+    lines += capsys.readouterr().out.splitlines()
+    assert quiet == ""
+    assert sum(progress in x for x in lines) >= 2, lines
+    first = next(i for i, x in enumerate(lines) if progress in x)
+    assert all(x.startswith("gpt-pretrain-s0 starting " + headline) for x in lines[:first]), lines
+    assert all(progress in x for x in lines[first:]), lines

@@ -112,7 +112,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         raise ConfigInputError(
             f"famlab compare owns its comparison directory and runs once, but it was started as one of "
             f"{launched_world()} processes (WORLD_SIZE / SLURM_STEP_NUM_TASKS): start it once (srun --ntasks=1, no "
-            "torchrun); its jobs get their devices from trainer.devices and compare.workers (docs/devices.md)")
+            "torchrun); its jobs get their devices from trainer.devices and compare.workers (docs/scale.md)")
     unknown = [f for f in flags if f != "--dry-run"]
     if unknown:
         raise ConfigInputError(f"famlab compare: unknown flag {unknown[0]} (valid flags: --dry-run)")

@@ -60,7 +60,7 @@ def devices_per_job(t: TrainerConfig, gpus: tuple[str, ...]) -> int:
     text = str(t.devices).strip()
     if t.num_nodes > 1:
         raise ConfigInputError(f"trainer.num_nodes={t.num_nodes}: famlab compare runs each job on one node; train "
-                               "across nodes with famlab pretrain under SLURM or torchrun (docs/devices.md)")
+                               "across nodes with famlab pretrain under SLURM or torchrun (docs/scale.md)")
     if text == "auto":
         return 1
     if text == "-1":

@@ -172,4 +172,4 @@ def test_a_comparison_of_two_device_jobs_runs_once_and_finishes_every_job(tmp_pa
             assert (comp / "jobs" / "groups" / f"{run}.result").is_file(), run
         ran = yaml.safe_load((comp / f"{arm}-pretrain-s0" / "config.yaml").read_text())["trainer"]
         assert (ran["devices"], ran["strategy"]) == (2, "ddp")
-    assert "workers: " in (comp / "compare.log").read_text()
+    assert "2 devices per job (each job its own 2-rank DDP world" in done.stdout + done.stderr

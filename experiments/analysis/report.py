@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import yaml
 from famlab.datamodules.tasks import Example
 from famlab.experiments.analysis import suite_table, transfer
+from famlab.experiments.analysis.repetition import rising_lines
 from famlab.experiments.analysis.results import (
     ArmBudget,
     ArmRow,
@@ -265,6 +266,7 @@ def pretrain_row(pre: list[RunRecord], planned: ArmBudget | None) -> PretrainRow
         non_embedding_params=planned.non_embedding_params if planned else None,
         steps=res[0].steps,
         corpus_tokens=planned.corpus_tokens if planned else None,
+        passes=planned.passes if planned else None,
         flops=(res[0].budget or {}).get("flops") or (planned.flops if planned else None),
         val_loss=statistics.fmean(r.final["val/loss"] for r in res),
         val_ppl=statistics.fmean(r.final["val/ppl"] for r in res),
@@ -421,16 +423,16 @@ def _ms(t: Stat | None) -> str:
 def tables(families: dict[str, ArmRow], majority: Reference | None, tfidf: Reference | None) -> tuple[str, str]:
     """(pretraining table, fine-tuning table) in Markdown: one row per arm (``families`` from :func:`summarize`),
     each family's scratch baseline once, after its last arm."""
-    head = ("| family | objective | params | non-emb params | steps | corpus tokens | FLOPs | val loss | val ppl | "
-            "unigram floor | val loss 2x / 4x length | causal bits/byte | one-span bits/byte | PLL bits/byte | lr | "
-            "tokens/s | wall s |")
+    head = ("| family | objective | params | non-emb params | steps | corpus tokens | passes | FLOPs | val loss | "
+            "val ppl | unigram floor | val loss 2x / 4x length | causal bits/byte | one-span bits/byte | "
+            "PLL bits/byte | lr | tokens/s | wall s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in families.values():
         if (r := row.pretrain) is None:
             continue
         lines.append("| " + " | ".join([
             row.family, str(row.objective), _fmt(r.params), _fmt(r.non_embedding_params), str(r.steps),
-            _fmt(r.corpus_tokens), f"{r.flops:.3e}" if r.flops else "-", _fmt(r.val_loss),
+            _fmt(r.corpus_tokens), _fmt(r.passes, 2), f"{r.flops:.3e}" if r.flops else "-", _fmt(r.val_loss),
             _fmt(r.val_ppl, 1), _fmt(r.unigram_loss), f"{_fmt(r.loss_2x)} / {_fmt(r.loss_4x)}",
             *(_fmt(r.bits_per_byte) if bpb_rule(row.family, str(row.objective)) == rule else "-"
               for rule in ("causal", "one span")),
@@ -590,6 +592,8 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
     md += ["", *with_failed_rows(zero_shot_section(zero_shot_runs), failed, "zero-shot")]  # headline table
     zero_shot = zero_shot_rows(zero_shot_runs)
     md += ["", *pretraining_section(pre_table, crossed=_crossed(families))]
+    passes = {arm: row.pretrain.passes if row.pretrain is not None else None for arm, row in families.items()}
+    md += [line for text in rising_lines(zero_shot_runs, passes) for line in (text, "")]  # trained past its best
     if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
         md += suite.markdown
         sig = []

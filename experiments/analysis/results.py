@@ -92,6 +92,7 @@ class ArmBudget(JsonRecord):
     num_layers: int
     lr_grid: dict[str, float] | None = None  # compare.lr_grid: final validation loss per tried lr
     lr: float | None = None  # compare.lr_grid: the lr chosen
+    passes: float | None = None  # corpus_tokens over the prepared corpus's training tokens (None: not known)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -111,6 +112,8 @@ class Plan:
     reference: str | None = None  # what the target was taken from, in words
     achieved_spread: float | None = None  # largest relative difference between arms on the matched measure
     tokenizer_hash: str | None = None
+    corpus_train_tokens: int | None = None  # the prepared corpus's training-split tokens (None: not prepared yet)
+    corpus_size: str | None = None  # where corpus_train_tokens was read, or why it is not known
 
     def to_json(self) -> JsonDict:
         """The ``plan.json`` dict."""
@@ -492,6 +495,7 @@ class PretrainRow:
     loss_4x: float | None
     bits_per_byte: float | None = None  # a likelihood's (GPT, T5)
     pll_bits_per_byte: float | None = None  # BERT's pseudo-log-likelihood
+    passes: float | None = None  # corpus_tokens over the corpus's training tokens (the plan's; None: not known)
 
     def to_json(self) -> JsonDict:
         """The JSON dict."""

@@ -1,12 +1,22 @@
 """A comparison's budget plan: every arm's steps (or size) so that all arms spend the same training FLOPs, corpus
 tokens or non-embedding parameters (``compare.match``), stated as a :class:`~famlab.experiments.analysis.results.Plan`
 (``plan.json``). The cost models are :mod:`famlab.experiments.configuration.budget`'s.
+
+The plan also says what it costs and how often it reads its data: the passes each arm makes over the prepared
+corpus's training split (read from the prepared corpus's files when it is prepared: nothing is read or prepared to
+find them), and, in ``--dry-run``, each pretraining job's time from its planned FLOPs on the device it will run on.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+from pathlib import Path
 
+import torch
+from famlab.datamodules.errors import DataError
+from famlab.datamodules.prepare import MANIFEST, is_prepared_dir, prepared_location
 from famlab.experiments.analysis.results import ArmBudget, Plan
 from famlab.experiments.configuration.budget import (
     BudgetError,
@@ -18,6 +28,11 @@ from famlab.experiments.configuration.budget import (
     step_cost,
 )
 from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.placement import Placement
+from famlab.experiments.perf.hardware import peak_flops, precision_dtype
+from famlab.experiments.plumbing.data_cache import cache_dir, prepare_settings
+from famlab.experiments.plumbing.trainer import precision
+from famlab.experiments.plumbing.workers import cores
 from famlab.experiments.steps.finetune import grid_points
 from famlab.experiments.steps.pretrain import objective_settings
 from famlab.objectives import Objective, TokenIds, make_objective
@@ -50,6 +65,10 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> Plan:
         plan.reference = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost " + (
             "arm" if base.compare.objectives else "family")
     plan.arms = {arm: arm_budget(cfg, costs[arm]) for arm, cfg in cfgs.items()}
+    plan.corpus_train_tokens, plan.corpus_size = corpus_train_tokens(base)
+    if plan.corpus_train_tokens:
+        for budget in plan.arms.values():
+            budget.passes = budget.corpus_tokens / plan.corpus_train_tokens
     measure = {"flops": "flops", "tokens": "corpus_tokens", "params": "non_embedding_params"}[match]
     spread = relative_spread({arm: float(getattr(b, measure)) for arm, b in plan.arms.items()})
     plan.achieved_spread = spread
@@ -145,17 +164,19 @@ def finetune_note(cfg: Config, seeds: list[int]) -> str:
     return f"seeds {seeds} x grid (body/head lr) {grid}{select}: {runs} fine-tunes of {steps}"
 
 
-def job_lines(base: Config, cfgs: dict[str, Config], plan: Plan, tasks: list[str | None]) -> list[str]:
+def job_lines(base: Config, cfgs: dict[str, Config], plan: Plan, tasks: list[str | None], rate: Rate | None = None
+              ) -> list[str]:
     """The comparison's jobs in the order they are submitted (pretraining, most FLOPs first; the scratch baselines;
     each pretrained model's probe and fine-tunes as soon as it is trained), one line each, with what each writes.
 
     ``tasks``: ``[None]`` for one task (runs in the comparison directory), else the suite's task names (a folder
-    each)."""
+    each). ``rate``: each pretraining run's time from its planned FLOPs is stated at it (:func:`cost_lines`)."""
     cmp = base.compare
     order = sorted(cfgs, key=lambda arm: plan.arms[arm].flops, reverse=True)
     lines = []
     for arm in order:
-        steps = f"{plan.arms[arm].steps} steps"
+        took = f", ~{duration(pretrain_seconds(plan.arms[arm], rate))}" if rate is not None else ""
+        steps = f"{plan.arms[arm].steps} steps{took}"
         for i, seed in enumerate(cmp.pretrain_seeds):
             if cmp.lr_grid and i == 0:
                 lines.append(f"pretrain {arm} seed {seed} at each lr of compare.lr_grid={list(cmp.lr_grid)}, {steps} "
@@ -188,3 +209,108 @@ def _on(task: str | None) -> str:
 
 def _in(task: str | None) -> str:
     return "" if task is None else f"{task}/"
+
+
+# --- what the plan costs and how often it reads its corpus (--dry-run) ---------------------------------------------
+
+# Sustained fractions of a device's peak assumed where famlab has no measurement of its own. GPU: nanoGPT and litgpt
+# train GPT-2-124M at 40-50 % MFU with flash attention and torch.compile on A100 / H100. CPU: a fraction of the
+# measured fp32 matmul rate (small models' attention, norms and optimizer steps do not run at the matmul rate).
+GPU_MFU = 0.40
+CPU_MFU = 0.30
+# Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about 4 epochs, repeated tokens are
+# worth almost as much as fresh ones; beyond that their value decays quickly.
+REPEATS_WORTH_LESS = 4.0
+CORPUS_DOC = "docs/data.md, \"A corpus large enough for small and base\""
+
+
+def corpus_train_tokens(base: Config) -> tuple[int | None, str]:
+    """The training split's tokens of ``data.corpus`` prepared with ``base``'s ``data.*`` settings, and how they were
+    found; ``(None, why)`` when it is not prepared yet. Reads the prepared directory's small JSON files only: the
+    stream file a pretraining run cuts blocks from (``streams-sep<id>.json``, separators included), else the
+    manifest's tokens scaled by the training documents' share."""
+    spec = base.data.corpus
+    try:
+        where = Path(spec).expanduser() if is_prepared_dir(spec) else prepared_location(
+            spec, prepare_settings(base), cache_dir(base))
+    except DataError as e:
+        return None, f"unknown ({e})"
+    if not (where / MANIFEST).is_file():
+        return None, (f"unknown until prepared (`famlab prepare` with these presets and data.corpus={spec}, or the "
+                      "comparison's start, prepares it; a dry run reads no corpus)")
+    streams = sorted(where.glob("streams-sep*.json"))
+    if streams:
+        train = int(json.loads(streams[0].read_text(encoding="utf-8"))["tokens"]["train"])
+        return train, f"the training stream of {where}"
+    manifest = json.loads((where / MANIFEST).read_text(encoding="utf-8"))
+    split = manifest["split"]
+    share = split["train_documents"] / max(1, split["documents"])
+    return round(manifest["tokens"]["total"] * share), f"{where}'s manifest (tokens x training documents' share)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    """Sustained training FLOP/s of one device (``per_device``; NaN where no peak is known) and how it was had."""
+
+    per_device: float
+    devices: int  # per job (a k-device job's own DDP world, assumed to scale linearly)
+    how: str
+
+
+def training_rate(base: Config, placement: Placement) -> Rate:
+    """The rate a job of this comparison trains at on this machine: a GPU's datasheet peak at the run's precision x
+    :data:`GPU_MFU`, or the CPU's fp32 matmul measured now on the threads each rank will have x :data:`CPU_MFU`."""
+    k = placement.devices_per_job
+    if placement.gpus and not torch.cuda.is_available():  # GPUs listed (CUDA_VISIBLE_DEVICES) that torch cannot use
+        return Rate(math.nan, k, "no GPU peak: CUDA is not available to this process")
+    if placement.gpus:
+        peak, how = peak_flops(torch.device("cuda"), dtype=precision_dtype(precision(base)))
+        return Rate(peak * GPU_MFU, k, f"{how} x an assumed {GPU_MFU:.0%} MFU (nanoGPT / litgpt on A100 / H100)")
+    threads = placement.threads_per_rank(cores())
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        peak, how = peak_flops(torch.device("cpu"), size=1024, repeats=3, dtype=torch.float32)
+    finally:
+        torch.set_num_threads(before)
+    return Rate(peak * CPU_MFU, k, f"{how} on {threads} thread(s): {peak / 1e9:,.0f} GFLOP/s, x an assumed "
+                f"{CPU_MFU:.0%} MFU")
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3.4 h``, ``2.1 days``; ``unknown`` for NaN."""
+    if not math.isfinite(seconds):
+        return "unknown"
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 1.5 * size:
+            return f"{seconds / size:.1f} {unit}" if unit != "min" else f"{seconds / size:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def pretrain_seconds(budget: ArmBudget, rate: Rate) -> float:
+    """One pretraining run's seconds: its planned FLOPs at ``rate`` on its devices."""
+    return budget.flops / (rate.per_device * rate.devices) if rate.per_device > 0 else math.nan
+
+
+def cost_lines(base: Config, plan: Plan, rate: Rate) -> list[str]:
+    """What ``--dry-run`` says the plan costs and how often it reads its corpus: the rate it prices with, each arm's
+    pretraining time and passes over the corpus, and a warning past :data:`REPEATS_WORTH_LESS` passes."""
+    cmp = base.compare
+    runs = {arm: len(cmp.pretrain_seeds) + max(0, len(cmp.lr_grid or ()) - 1) for arm in plan.arms}
+    total = sum(pretrain_seconds(b, rate) * runs[arm] for arm, b in plan.arms.items())
+    lines = [f"time, from each job's planned FLOPs: {rate.how}; {rate.devices} device(s) per job",
+             f"  pretraining: ~{duration(total / max(1, cmp.workers))} of wall time, {cmp.workers} job(s) at a time "
+             f"(compare.workers; {duration(total)} of jobs in all); fine-tunes, probes and evaluation come on top and "
+             "are not priced"]
+    corpus = f"data.corpus={base.data.corpus}"
+    if plan.corpus_train_tokens is None:
+        return [*lines, f"passes over the corpus ({corpus}): {plan.corpus_size}"]
+    passes = {arm: b.passes or 0.0 for arm, b in plan.arms.items()}
+    lines.append(f"passes over the corpus ({corpus}: {plan.corpus_train_tokens:,} training tokens, from "
+                 f"{plan.corpus_size}): " + ", ".join(f"{arm} {p:.2f}" for arm, p in passes.items()))
+    many = [arm for arm, p in passes.items() if p > REPEATS_WORTH_LESS]
+    if many:
+        lines.append(f"WARNING: {', '.join(many)} read the corpus more than {REPEATS_WORTH_LESS:g} times: beyond about "
+                     "4 epochs repeated tokens are worth markedly less than fresh ones (Muennighoff et al. 2023, "
+                     "\"Scaling Data-Constrained Language Models\"); bring a larger corpus (" + CORPUS_DOC + ")")
+    return lines

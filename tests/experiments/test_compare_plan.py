@@ -49,7 +49,7 @@ def test_dry_run_on_defaults_prints_the_composed_config_the_plan_and_the_jobs(wo
                  "compare.workers: 2  # famlab compare default", "compare.task_limit: 1000  # famlab compare default",
                  "model.dim: 64", "trainer.log_every_n_steps: 10", "workers: 2 side by side on the CPU",
                  "budget plan (compare.match=flops: trainer.max_steps=4500 steps of the median-cost family",
-                 "jobs (12, compare.workers=2 at a time", "1. pretrain t5 seed 0: 4500 steps -> t5-pretrain-s0/",
+                 "jobs (12, compare.workers=2 at a time", "1. pretrain t5 seed 0: 4500 steps, ~", " -> t5-pretrain-s0/",
                  "fine-tune bert from scratch: seeds [0, 1, 2]", "probe gpt-pretrain-s0: frozen features vs 5",
                  "fine-tune gpt-pretrain-s0: seeds [0, 1, 2]", "4 fine-tunes of 150 steps -> gpt-ft-s0/"):
         assert line in out, line

@@ -2,6 +2,8 @@
 
 The reliability callbacks decide collectively (skip a step, stop on a signal) so that all ranks take the same
 branch: a rank that checkpoints alone, or skips an optimizer step alone, deadlocks or desynchronises DDP.
+Each decision read on the host is a device sync on a GPU (the host waits for the step's queued kernels), so the
+per-step ones travel together: :func:`any_over_ranks` reduces several flags in one all-reduce and one read.
 """
 
 from __future__ import annotations
@@ -26,3 +28,13 @@ def all_reduce_scalar(value: float, op: str) -> float:
     reduce_op = torch.distributed.ReduceOp.MIN if op == "min" else torch.distributed.ReduceOp.MAX
     torch.distributed.all_reduce(t, op=reduce_op)
     return float(t.item())
+
+
+def any_over_ranks(flags: torch.Tensor) -> list[bool]:
+    """Per element of the 1-D 0/1 tensor ``flags``, whether any rank set it: one MAX all-reduce (on the GPU under
+    NCCL, on the CPU under gloo) and one host read, whatever the number of flags."""
+    ok, _, world = dist_info()
+    if ok and world > 1:
+        flags = flags.to("cuda" if torch.distributed.get_backend() == "nccl" else "cpu", torch.float32)
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+    return [value > 0 for value in flags.tolist()]

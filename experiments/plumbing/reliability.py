@@ -35,10 +35,11 @@ def reliability_callbacks(cfg: Config, checkpoint_dir: Path) -> list[pl.Callback
     """The callbacks every famlab fit gets (RNG states, preemption, non-finite steps)."""
     if cfg.trainer.max_bad_steps < 1:
         raise ConfigInputError(f"trainer.max_bad_steps={cfg.trainer.max_bad_steps} must be >= 1")
+    preemption = PreemptionCallback(checkpoint_dir)  # its stop flag rides on the non-finite check's all-reduce
     return [
         RNGStateCallback(cfg.seed),
-        PreemptionCallback(checkpoint_dir),
-        NonFiniteCallback(cfg.trainer.max_bad_steps, checkpoint_dir),
+        preemption,
+        NonFiniteCallback(cfg.trainer.max_bad_steps, checkpoint_dir, preemption=preemption),
     ]
 
 

@@ -16,7 +16,7 @@ from types import FrameType
 
 import lightning.pytorch as pl
 from famlab.experiments.plumbing.checkpoints import save_last
-from famlab.experiments.plumbing.collective import all_reduce_scalar
+from famlab.experiments.plumbing.collective import all_reduce_scalar, dist_info
 
 
 class Preempted(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -51,6 +51,10 @@ class PreemptionCallback(pl.Callback):
     even if only one got the signal. A second SIGINT interrupts at once (no checkpoint). A signal that
     arrives after the last step boundary leaves the fit to finish; ``signal`` still says it came, so a
     command that runs several fits (fine-tuning) stops before the next one.
+
+    The reduction costs no collective of its own when ``NonFiniteCallback`` carries the flag in its per-step
+    all-reduce (before the optimizer step) and hands the result to :meth:`agree`: under DDP a signal that lands
+    after that point of a step then stops the run one step later. In one process the flag is read directly.
     """
 
     def __init__(self, checkpoint_dir: Path) -> None:
@@ -58,7 +62,13 @@ class PreemptionCallback(pl.Callback):
         self.signal: int | None = None
         self.saved: tuple[int, Path] | None = None
         self._step_at_start = -1
+        self._agreed: tuple[int, bool] | None = None  # (optimizer step, any rank signalled) from agree()
         self._previous: dict[int, SignalHandler] = {}
+
+    def agree(self, step: int, stop: bool) -> None:
+        """Whether any rank had a stop signal before optimizer step ``step`` (1-based), as reduced over ranks by
+        another callback's collective in that step (``NonFiniteCallback``)."""
+        self._agreed = (step, stop)
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.signal is not None:
@@ -82,8 +92,18 @@ class PreemptionCallback(pl.Callback):
         # Every rank steps at the same batches, so all skip the collective below together.
         if trainer.global_step == self._step_at_start or self.saved is not None:
             return
-        if all_reduce_scalar(1.0 if self.signal is not None else 0.0, "max") > 0:
+        if self._stop_agreed(trainer.global_step):
             self.saved = (trainer.global_step, save_last(trainer, self.checkpoint_dir))
+
+    def _stop_agreed(self, step: int) -> bool:
+        """Whether every rank stops after optimizer step ``step``: the local flag in one process, this step's
+        agreed flag when another callback reduced it, else a reduction of its own."""
+        local = self.signal is not None
+        if dist_info()[2] == 1:
+            return local
+        if self._agreed is not None and self._agreed[0] == step:
+            return self._agreed[1]
+        return all_reduce_scalar(1.0 if local else 0.0, "max") > 0
 
     # Raised one hook later than the save: this step's metrics are written to the loggers after
     # on_train_batch_end, and a run preempted at its last step has nothing left to stop.

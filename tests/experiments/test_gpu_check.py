@@ -17,7 +17,7 @@ from famlab.experiments.steps.comparison import compose_all
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_ROWS = ["device", "attn.flash_causal", "attn.t5_bias", "attn.alibi", "lm_loss"]
-ALL_ROWS = [*KERNEL_ROWS, "pretrain.bert", "pretrain.gpt", "pretrain.t5", "compile.gpt", "compare.two_workers",
+ALL_ROWS = [*KERNEL_ROWS, "pretrain.bert", "pretrain.gpt", "pretrain.t5", "compile.gpt", "workers.compare",
             "ddp.finetune"]
 
 
@@ -108,7 +108,7 @@ def test_the_gpu_command_lines_are_valid_famlab_command_lines(tmp_path):
     assert lines[0][2] == "small"  # the small preset's shapes (experiments/configs/small.yaml)
 
 
-@pytest.mark.slow  # about 2.5 minutes on 2 idle cores (three pretraining runs and a comparison in subprocesses)
+@pytest.mark.slow  # 3-8 minutes on 2 cores, by their load: three pretraining runs and a comparison, each a process
 def test_cpu_smoke_runs_every_check_and_each_is_ok_or_skipped_for_want_of_cuda(tmp_path, capsys, monkeypatch):
     """The whole table at tiny shapes: every row present in order, every row that ran is ok, the pretraining rows
     read tokens/s and MFU from their runs' metrics.csv, and the comparison's two workers overlapped."""
@@ -125,5 +125,5 @@ def test_cpu_smoke_runs_every_check_and_each_is_ok_or_skipped_for_want_of_cuda(t
     for family in gpu_check.FAMILIES:
         values = by_name[f"pretrain.{family}"]["values"]
         assert values["tokens_per_sec"] > 0 and 0 < values["mfu"] < 1
-    assert by_name["compare.two_workers"]["values"]["overlap_s"] > 0
+    assert by_name["workers.compare"]["values"]["overlap_s"] > 0
     assert f"{len(rows)}/{len(rows)} ok or skipped" in printed

@@ -20,10 +20,10 @@ Checks, in order (a row each; the result is ok, FAIL: why, or skipped: why):
   dense reference (``dispatch.reference_only()``): loss and gradients, and their times.
 - ``pretrain.<family>``: ``famlab pretrain <family> small`` for 100 bf16 steps in a subprocess; tokens/s and MFU
   are the medians of the run's ``perf/tokens_per_sec`` and ``perf/mfu`` (metrics.csv) after the first 20 steps.
-- ``ddp.finetune``: a 2-rank DDP ``famlab finetune`` (needs two GPUs).
 - ``workers.compare``: a tiny ``famlab compare`` with ``compare.workers=2`` on one GPU; its jobs must overlap.
 - ``compile.gpt``: ``famlab pretrain gpt small trainer.compile=true`` a few steps, no eager fallback; its tokens/s
   against ``pretrain.gpt``'s.
+- ``ddp.finetune``: a 2-rank DDP ``famlab finetune`` (needs two GPUs).
 
 Tolerances (``torch.testing.assert_close`` against an fp64 reference, ``atol`` relative to the reference's
 largest magnitude): bf16 rtol = atol = 2e-2, fp32 rtol = atol = 2e-3 (fp32 matmuls may run in TF32 on a GPU).
@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from famlab.experiments.analysis.yardsticks import read_metrics  # noqa: E402
+from famlab.experiments.libraries.internals import TorchDispatchMode  # noqa: E402
 from famlab.experiments.perf.bench import BenchSettings, model_config  # noqa: E402
 from famlab.experiments.perf.hardware import peak_flops  # noqa: E402
 from famlab.experiments.plumbing.live import read_status  # noqa: E402
@@ -66,7 +67,6 @@ from famlab.families.kernels.dispatch import Kernel, reference_only, use_fast  #
 from famlab.objectives.corruption import IGNORE  # noqa: E402
 from famlab.objectives.objective import dense_lm_loss  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 FAMILIES = ("bert", "gpt", "t5")
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float32: 2e-3}  # rtol = atol / max|reference| (see the module docstring)
@@ -90,6 +90,10 @@ class Row:
 
 class CheckFailed(Exception):
     """A check's property does not hold; the message is the row's reason."""
+
+
+class CheckSkipped(Exception):
+    """The check cannot run here; the message is the reason."""
 
 
 @dataclass
@@ -318,10 +322,6 @@ def famlab(args: list[str], mode: Mode, cap_s: float) -> Done:
     return Done(done.returncode, out, time.monotonic() - t0)
 
 
-class CheckSkipped(Exception):
-    """The check cannot run here; the message is the reason."""
-
-
 def device_args(mode: Mode) -> list[str]:
     """Where a run trains: one GPU in bf16, or the CPU."""
     if mode.cuda:
@@ -488,8 +488,8 @@ def checks(mode: Mode) -> Iterator[tuple[str, Callable[[], Row]]]:
     yield "lm_loss", lambda: lm_loss_row(mode)
     for family in FAMILIES:
         yield f"pretrain.{family}", lambda family=family: pretrain_row(family, mode, measured)  # type: ignore[misc]
-    yield "compile.gpt", lambda: compile_row(mode, measured)
     yield "workers.compare", lambda: compare_row(mode)
+    yield "compile.gpt", lambda: compile_row(mode, measured)
     yield "ddp.finetune", lambda: ddp_row(mode)
 
 

@@ -17,7 +17,7 @@ from famlab.experiments.steps.comparison import compose_all
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_ROWS = ["device", "attn.flash_causal", "attn.t5_bias", "attn.alibi", "lm_loss"]
-ALL_ROWS = [*KERNEL_ROWS, "pretrain.bert", "pretrain.gpt", "pretrain.t5", "compile.gpt", "workers.compare",
+ALL_ROWS = [*KERNEL_ROWS, "pretrain.bert", "pretrain.gpt", "pretrain.t5", "workers.compare", "compile.gpt",
             "ddp.finetune"]
 
 

@@ -50,6 +50,13 @@ def fp32_matmul_precision(cfg: Config) -> str:
     return torch.get_float32_matmul_precision()
 
 
+def tune_process(cfg: Config) -> None:
+    """Process-wide settings of a training process: glibc malloc keeps freed memory, so training steps stop
+    re-faulting their activations (experiments/perf/allocator.py); TF32 for fp32 matmuls on a CUDA run."""
+    keep_freed_memory()
+    fp32_matmul_precision(cfg)
+
+
 def make_trainer(
     cfg: Config,
     run_dir: Path,
@@ -63,8 +70,7 @@ def make_trainer(
     val_check_interval: int | None = None,
     limit_val_batches: int | None = None,
 ) -> Trainer:
-    """A Lightning Trainer from ``trainer.*``: explicit checkpoint dirpath, last.ckpt (the previous one kept as
-    last-prev.ckpt), the reliability callbacks, rich progress bar; glibc malloc tuned for training steps."""
+    """A Lightning Trainer from ``trainer.*``: last.ckpt (and last-prev.ckpt), reliability callbacks, progress."""
     import lightning as L
     from famlab.experiments.configuration.lightning_check import check_lightning_settings
     from famlab.experiments.plumbing.checkpoints import checkpoint_callback, keep_previous_last
@@ -73,8 +79,7 @@ def make_trainer(
     from famlab.experiments.plumbing.reliability import reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
 
-    keep_freed_memory()  # training steps stop re-faulting their activations (experiments/perf/allocator.py)
-    fp32_matmul_precision(cfg)  # TF32 on a CUDA run
+    tune_process(cfg)
     t = cfg.trainer
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),

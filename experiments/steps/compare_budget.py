@@ -213,11 +213,12 @@ def _in(task: str | None) -> str:
 
 # --- what the plan costs and how often it reads its corpus (--dry-run) ---------------------------------------------
 
-# Sustained fractions of a device's peak assumed where famlab has no measurement of its own. GPU: nanoGPT and litgpt
-# train GPT-2-124M at 40-50 % MFU with flash attention and torch.compile on A100 / H100. CPU: a fraction of the
-# measured fp32 matmul rate (small models' attention, norms and optimizer steps do not run at the matmul rate).
+# Sustained fractions of a device's peak, stated with every estimate. GPU (no famlab measurement yet): nanoGPT and
+# litgpt train GPT-2-124M at 40-50 % MFU with flash attention and torch.compile on A100 / H100; smaller models' shorter
+# steps reach less. CPU: of the fp32 matmul rate measured as the plan is made; `famlab pretrain gpt cpu` logged
+# perf/mfu 0.07-0.26 over its first 60 steps on a shared 2-core machine (median 0.15).
 GPU_MFU = 0.40
-CPU_MFU = 0.30
+CPU_MFU = 0.15
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about 4 epochs, repeated tokens are
 # worth almost as much as fresh ones; beyond that their value decays quickly.
 REPEATS_WORTH_LESS = 4.0
@@ -265,7 +266,8 @@ def training_rate(base: Config, placement: Placement) -> Rate:
         return Rate(math.nan, k, "no GPU peak: CUDA is not available to this process")
     if placement.gpus:
         peak, how = peak_flops(torch.device("cuda"), dtype=precision_dtype(precision(base)))
-        return Rate(peak * GPU_MFU, k, f"{how} x an assumed {GPU_MFU:.0%} MFU (nanoGPT / litgpt on A100 / H100)")
+        return Rate(peak * GPU_MFU, k, f"{how} x an assumed {GPU_MFU:.0%} MFU (nanoGPT / litgpt, GPT-2-124M on A100 / "
+                    "H100; a smaller model reaches less, so read the times as lower bounds)")
     threads = placement.threads_per_rank(cores())
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -278,12 +280,12 @@ def training_rate(base: Config, placement: Placement) -> Rate:
 
 
 def duration(seconds: float) -> str:
-    """``45 s``, ``12 min``, ``3.4 h``, ``2.1 days``; ``unknown`` for NaN."""
+    """``45 s``, ``12 min``, ``3.4 h``, ``2.1 days``, ``1.6 years``; ``unknown`` for NaN."""
     if not math.isfinite(seconds):
         return "unknown"
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
         if seconds >= 1.5 * size:
-            return f"{seconds / size:.1f} {unit}" if unit != "min" else f"{seconds / size:.0f} min"
+            return f"{seconds / size:,.1f} {unit}" if unit != "min" else f"{seconds / size:.0f} min"
     return f"{seconds:.0f} s"
 
 

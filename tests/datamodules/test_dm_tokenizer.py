@@ -93,22 +93,45 @@ def test_sentinel_names():
     assert [tok.id_to_token(tok.get_vocab_size() - 1 - i) for i in range(3)] == [sentinel_token(i) for i in range(3)]
 
 
-@pytest.mark.slow
-def test_bundled_corpus_tokenizes_in_under_10_seconds(wordnet_corpus, tmp_path_factory):
-    """Tokenizing the whole bundled corpus with encode_batch takes < 10 s of CPU time (times printed).
+def encode_cpu_seconds(tokenizer: Tokenizer, docs: list[str], repeats: int = 2) -> tuple[float, int]:
+    """The least process CPU time of ``repeats`` ``encode_batch`` calls over ``docs``, and the token count."""
+    best, tokens = float("inf"), 0
+    for _ in range(repeats):
+        cpu = time.process_time()
+        encodings = tokenizer.encode_batch(docs, add_special_tokens=False)
+        best = min(best, time.process_time() - cpu)
+        tokens = sum(len(e.ids) for e in encodings)
+    return best, tokens
 
-    CPU time rather than wall time: the CI machine is shared, and CPU time < 10 s means < 10 s wall on
-    one idle core (encode_batch also uses the other cores when it has them).
+
+def library_bpe(docs: list[str], vocab_size: int) -> Tokenizer:
+    """The ``tokenizers`` library's plain BPE (whitespace pre-tokenizer, no normaliser) trained on ``docs``."""
+    from tokenizers import models, pre_tokenizers, trainers
+
+    plain = Tokenizer(models.BPE(unk_token="[UNK]"))
+    plain.pre_tokenizer = pre_tokenizers.Whitespace()
+    plain.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["[UNK]"],
+                                                        show_progress=False))
+    return plain
+
+
+@pytest.mark.slow
+def test_bundled_corpus_tokenizes_about_as_fast_as_the_librarys_plain_bpe(wordnet_corpus, tmp_path_factory):
+    """famlab's tokenizer encodes the whole bundled corpus in under 3x the CPU time of the ``tokenizers`` library's
+    plain BPE of the same vocabulary size on the same machine (times printed; measured: about 1.4x).
+
+    A ratio of two CPU times taken side by side, so the bound holds on a slow or a fast machine, shared or not; a
+    slow pre-tokenizer or normaliser in famlab's pipeline breaks it.
     """
+    docs = wordnet_corpus.train + wordnet_corpus.val
     cache = tmp_path_factory.getbasetemp() / "bundled-tok"
-    b = get_tokenizer(wordnet_corpus, kind="bpe", vocab_size=8192, num_sentinels=100, cache_dir=cache)
-    wall, cpu = time.perf_counter(), time.process_time()
-    encodings = b.tokenizer.encode_batch(wordnet_corpus.train + wordnet_corpus.val, add_special_tokens=False)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    tokens = sum(len(e.ids) for e in encodings)
-    print(f"bundled corpus: {len(encodings)} documents, {tokens} tokens (bpe 8192): {wall:.2f} s wall, {cpu:.2f} s CPU")
+    ours = get_tokenizer(wordnet_corpus, kind="bpe", vocab_size=8192, num_sentinels=100, cache_dir=cache).tokenizer
+    plain = library_bpe(docs, 8192)
+    (cpu, tokens), (plain_cpu, _) = encode_cpu_seconds(ours, docs), encode_cpu_seconds(plain, docs)
+    print(f"bundled corpus: {len(docs)} documents, {tokens} tokens (bpe 8192): {cpu:.2f} s CPU; "
+          f"the library's plain BPE {plain_cpu:.2f} s CPU ({cpu / plain_cpu:.2f}x)")
     assert tokens > 1_000_000
-    assert cpu < 10.0
+    assert cpu < 3 * plain_cpu
 
 
 def test_unigram_on_more_characters_than_its_vocabulary_says_how_large_it_must_be():

@@ -106,8 +106,11 @@ def test_killed_comparison_resumes_to_the_uninterrupted_report(root, reference, 
     comp_dir, out = root / name, root / f"{name}.out"
     args = [f"run_dir={name}", f"compare.workers={workers}"]
     with out.open("w") as stdout:
-        proc = subprocess.Popen(famlab(root, *args), cwd=root, env=famlab_env(root), stdout=stdout,
-                                stderr=subprocess.PIPE, text=True)
+        # every training step sleeps 50 ms (the test hook; no effect on the numbers): a pretraining outlasts its
+        # kill point by over two seconds, and jobs by the poll, however fast the machine
+        env = famlab_env(root) | {"FAMLAB_FAULT_STEP_SLEEP": "0.05"}
+        proc = subprocess.Popen(famlab(root, *args), cwd=root, env=env, stdout=stdout, stderr=subprocess.PIPE,
+                                text=True)
         if where == "pretraining":
             ready = inside_pretraining(comp_dir, RNG.choice(["gpt", "t5"]), RNG.uniform(0, 1))
         else:

@@ -72,10 +72,11 @@ def test_famlab_verbose_leaves_the_libraries_alone(tmp_path, monkeypatch):
 def test_a_comparison_prints_only_famlab_lines_with_a_heartbeat(tmp_path):
     """A test-scale comparison with real offline W&B runs, stdout a pipe: no W&B banner or Lightning tip reaches
     stdout or stderr, every run's famlab.log holds them, and the comparison prints one line a "minute" (here a second)
-    with its running jobs' progress, instead of each fit's own heartbeat."""
+    with its running jobs' progress, instead of each fit's own heartbeat. Each training step sleeps 50 ms (the test
+    hook), so that a pretraining of 60 steps outlasts several heartbeats however fast the machine."""
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", console.VERBOSE_ENV)}
     env |= {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"), "FAMLAB_CACHE": str(tmp_path / "cache"),
-            "FAMLAB_HEARTBEAT_S": "1"}
+            "FAMLAB_HEARTBEAT_S": "1", "FAMLAB_FAULT_STEP_SLEEP": "0.05"}  # a pretraining lasts > 3 heartbeats
     args = [a for a in tiny_inputs(tmp_path) if not a.startswith("wandb.mode")]
     done = subprocess.run([sys.executable, "-m", "famlab", "compare", *args, "compare.families=[gpt,t5]",
                            "trainer.max_steps=60", "compare.bpb_docs=8", "compare.zero_shot_items=12",

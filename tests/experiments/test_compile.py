@@ -67,8 +67,9 @@ def test_trainer_compile_true_compiles_the_whole_training_loss_with_inductor():
     torch.testing.assert_close(loss.detach(), eager_loss, rtol=1e-5, atol=1e-5)  # inductor may reorder sums
 
 
-# compiled vs eager, fp32 on CPU: inductor fuses and reorders reductions (loss ~5.7, gradients ~1e-3..1)
-RTOL, ATOL = 1e-4, 1e-5
+# compiled vs eager, fp32 on CPU: inductor fuses and reorders reductions. Measured on the 2-core CI machine: the
+# losses (~5.7) equal, every gradient within 2.4e-7 absolute; the bound leaves 4x for other CPUs' vector widths.
+RTOL, ATOL = 1e-5, 1e-6
 
 
 @pytest.mark.slow  # ~20-70 s per family: inductor builds C++ kernels for the forward and the backward

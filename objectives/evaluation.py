@@ -152,9 +152,9 @@ def _spec(net: Network) -> FamilySpec:
                              ) from None
 
 
-def model_device(net: torch.nn.Module) -> torch.device:
-    """The device `net`'s parameters (a `BigramLM`: its buffers) sit on: where evaluation builds its inputs."""
-    return next(iter([*net.parameters(), *net.buffers()])).device
+def model_device(net: Network) -> torch.device:
+    """The device `net`'s parameters sit on: where evaluation builds its inputs."""
+    return next(iter(net.parameters())).device
 
 
 def _padded(rows: Sequence[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:

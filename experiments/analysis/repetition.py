@@ -9,7 +9,7 @@ its model worse, and a larger corpus (docs/data.md, "A corpus large enough for s
 
 from __future__ import annotations
 
-from famlab.experiments.analysis.results import RunRecord
+from famlab.experiments.analysis.results import ArmRow, RunRecord
 
 # "rose": the last validation loss is above the minimum of the later half of the run by more than this fraction of
 # that minimum (noise between validation checks of one run is far below 1 %, as the same blocks are validated)
@@ -56,3 +56,10 @@ def rising_lines(pretrain_runs: dict[str, list[RunRecord]], passes: dict[str, fl
                      "markedly less than fresh ones (Muennighoff et al. 2023, \"Scaling Data-Constrained Language "
                      "Models\"): bring a larger corpus (docs/data.md, \"A corpus large enough for small and base\").")
     return lines
+
+
+def past_best_section(pretrain_runs: dict[str, list[RunRecord]], families: dict[str, ArmRow]) -> list[str]:
+    """The report's lines after its pretraining table: :func:`rising_lines` with each arm's passes from its row, each
+    line followed by a blank one."""
+    passes = {arm: row.pretrain.passes if row.pretrain is not None else None for arm, row in families.items()}
+    return [line for text in rising_lines(pretrain_runs, passes) for line in (text, "")]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import yaml
 from famlab.datamodules.tasks import Example
 from famlab.experiments.analysis import suite_table, transfer
-from famlab.experiments.analysis.repetition import rising_lines
+from famlab.experiments.analysis.repetition import past_best_section
 from famlab.experiments.analysis.results import (
     ArmBudget,
     ArmRow,
@@ -591,9 +591,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
     md = [*report_header(runs, families, plan, scale), *failed_section(failed)]
     md += ["", *with_failed_rows(zero_shot_section(zero_shot_runs), failed, "zero-shot")]  # headline table
     zero_shot = zero_shot_rows(zero_shot_runs)
-    md += ["", *pretraining_section(pre_table, crossed=_crossed(families))]
-    passes = {arm: row.pretrain.passes if row.pretrain is not None else None for arm, row in families.items()}
-    md += [line for text in rising_lines(zero_shot_runs, passes) for line in (text, "")]  # trained past its best
+    md += ["", *pretraining_section(pre_table, _crossed(families)), *past_best_section(zero_shot_runs, families)]
     if suite is not None:  # a suite: every task and the suite score stand where the one task's table would
         md += suite.markdown
         sig = []
@@ -610,10 +608,9 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
     md += ["", "## Plots", ""] + ([f"![pretraining curves]({curves.name})", ""] if curves is not None else [])
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
-    clean = {f: r.to_json() for f, r in families.items()}
     results: ReportResults = {
-        "scale": scale, "plan": plan.to_json() if plan is not None else None, "families": clean,
-        "reference": {"majority": majority, "tfidf": tfidf},
+        "scale": scale, "plan": plan.to_json() if plan is not None else None,
+        "families": {f: r.to_json() for f, r in families.items()}, "reference": {"majority": majority, "tfidf": tfidf},
         "significance": sig, "runs": [str(r.path) for r in [*runs, *probes]],
         "tables": {"pretrain": pre_table, **({"finetune": ft_table} if suite is None else suite.tables),
                    **bought.tables},

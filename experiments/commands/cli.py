@@ -11,6 +11,12 @@ The ``key=value`` overrides a command accepts are the keys it reads, declared in
 :data:`famlab.experiments.configuration.reads.READS` and measured against the code by the tests: :func:`main`
 refuses any other before the command runs, and ``--help`` prints them (a command without an entry checks its own).
 
+``--plugin <module>`` (any command, repeatable; the same as appending to the config key ``plugins``) imports the
+user's module before anything else - before the config is composed, so the families, objectives, position schemes
+and presets it registers are known to validation (docs/architecture.md, Plugins). The commands that record it
+(their ``reads`` list ``plugins``) get it as one ``plugins=[...]`` override; for the others the CLI only imports it.
+A module that fails to import is one line naming it (exit 2).
+
 Config and input errors (``ValueError`` subclasses, OmegaConf errors) exit 2 with one line
 ``famlab: error: ...`` and no traceback; so do an ``--flag`` the command does not declare and a ``key=value``
 override it does not read.
@@ -37,7 +43,8 @@ from famlab.experiments.configuration.compose import (
     sweep_path,
     to_yaml,
 )
-from famlab.experiments.configuration.reads import CONFIG_COMMANDS, READS, check_overrides, describe
+from famlab.experiments.configuration.reads import CONFIG_COMMANDS, READS, check_overrides, describe, reads
+from famlab.experiments.plumbing import plugins
 from omegaconf.errors import OmegaConfBaseException
 
 USAGE = "usage: famlab <command> [preset | file.yaml]... [key=value | --key=value]... [--flag]..."
@@ -185,6 +192,8 @@ def _help() -> str:
     lines += [f"  {name:<9} {command(name).summary}" for name in COMMANDS]
     lines += ["", "presets: " + " ".join(preset_names()) + "   (famlab presets describes them)",
               "famlab <command> --help describes one command; famlab --version prints the version",
+              "--plugin <module> (any command, repeatable, or plugins=[...]): import the module first; it may register "
+              "families, objectives and position schemes (every process famlab starts imports it too)",
               "--verbose (any command, or FAMLAB_VERBOSE=1): the libraries' own console output too (W&B banners, "
               "Lightning tips, their warnings); by default they go to the run directory's famlab.log"]
     return "\n".join(lines)
@@ -241,12 +250,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if name not in COMMANDS:
             raise UsageError(f"unknown command {name!r}; commands: {', '.join(COMMANDS)}")
+        # the plugins first: a preset, family, objective or position scheme named below may be one of theirs
+        names, rest = plugins.take(rest)
+        plugins.load(names)
         if "--help" in rest or "-h" in rest:
             print(command_help(name))
             return 0
         presets, overrides, flags = split_args(rest)
+        names = list(dict.fromkeys([*plugins.in_presets(presets), *names]))  # a preset file's plugins too
+        plugins.load(names)
+        if name in READS and reads(name, plugins.KEY):  # its config records them (and passes them on)
+            overrides += [plugins.override(names)] if names else []
         _check_flags(name, flags)
         check_overrides(name, overrides)  # before anything runs: an unread key would be silently ignored
+        plugins.check_resume(overrides, names)
         return int(_resolve(name)(presets, overrides, flags) or 0)
     except OmegaConfBaseException as e:
         print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)

@@ -61,7 +61,7 @@ from famlab.experiments.configuration.compose import (
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
-from famlab.experiments.plumbing import live
+from famlab.experiments.plumbing import live, plugins
 from famlab.experiments.plumbing.console import heartbeat_seconds
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from omegaconf import OmegaConf
@@ -204,6 +204,8 @@ def trial_command(spec: JsonDict, trial: Mapping[str, object], extra: list[str])
 def _command_overrides(cmd: list[str]) -> tuple[list[str], list[str]]:
     """Presets and overrides of a famlab command line (after the subcommand), for validating trials."""
     rest = cmd[3:] if cmd[1:3] == ["-m", "famlab"] else cmd[1:]
+    names, rest = plugins.take(rest)  # the trial's own command imports them first; so does its check here
+    plugins.load(names)
     presets, overrides, _ = split_args(rest[1:])
     return presets, overrides
 
@@ -339,7 +341,7 @@ def sweep_directory(cfg: Config, path: Path) -> tuple[Path, bool]:
 
 def write_settings(sweep_dir: Path, cfg: Config) -> None:
     """Store the sweep's own settings (``sweep.*`` and ``wandb.*``) beside ``sweep.yaml``, for resuming."""
-    settings = {"sweep": to_plain(cfg.sweep), "wandb": to_plain(cfg.wandb)}
+    settings = {"sweep": to_plain(cfg.sweep), "wandb": to_plain(cfg.wandb), "plugins": list(cfg.plugins)}
     (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
 
 
@@ -374,7 +376,8 @@ def forwarded_settings(cfg: Config, overrides: list[str]) -> list[str]:
     """The ``wandb.*`` settings given to the sweep, as ``key=value`` tokens for every trial (the sweep's report
     run uses them too). The group and the W&B directory are set per sweep by :func:`trial_commands`."""
     given = {token.removeprefix("--").split("=", 1)[0] for token in overrides}
-    return [_token(key, getattr(cfg.wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
+    forwarded = [_token(key, getattr(cfg.wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
+    return forwarded + ([plugins.override(cfg.plugins)] if cfg.plugins else [])  # every trial imports them too
 
 
 def expand_trials(spec: JsonDict, cfg: Config, path: Path) -> list[dict[str, object]]:

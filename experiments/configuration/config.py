@@ -297,6 +297,9 @@ class Config:
     init: str | None = None  # finetune: <run_dir> | <checkpoint.ckpt> | hf:<name or dir> | scratch
     resume: str = "never"  # never | auto | <checkpoint path>
     size: str | None = None  # set by size presets (tiny/small/base); used in the default run name
+    # modules imported before anything else, in every process famlab starts (they register families, objectives,
+    # position schemes): `--plugin <module>` on any command appends one (docs/architecture.md, Plugins)
+    plugins: list[str] = field(default_factory=list)
     provenance: dict[str, Any] | None = None  # written by famlab into config.yaml; ignored on input
 
     def __post_init__(self) -> None:

@@ -37,13 +37,17 @@ _RUN = ("name", "run_dir", "resume", "size")
 # make_loggers: the W&B run (every wandb.* key when W&B is on), its tags (objective.name) and the x-axis of its
 # charts (compare.match: FLOPs, tokens or steps)
 _LOGGED = ("wandb", "objective.name", "compare.match")
+# the plugins (every command imports them first, famlab.experiments.plumbing.plugins): a run records them in its
+# config.yaml's provenance, a sweep passes them to its trials. The other commands take --plugin / plugins= too; the CLI
+# imports the modules and does not hand the key on (nothing of theirs records it)
+_PLUGINS = ("plugins",)
 
 READS: dict[str, tuple[str, ...]] = {
     "pretrain": (
         "model", "objective",
         "data.corpus", "data.tokenizer", "data.seq_len", "data.batch_size", "data.val_fraction", "data.seed",
         "data.shuffle", "data.num_workers", "data.val_batches", "data.cache_dir",
-        "optim", "trainer", *_LOGGED, "seed", *_RUN,
+        "optim", "trainer", *_LOGGED, "seed", *_RUN, *_PLUGINS,
     ),
     "finetune": (
         # init=scratch trains a tokenizer on data.corpus; finetune.mode=probe reads the probe's keys
@@ -52,24 +56,24 @@ READS: dict[str, tuple[str, ...]] = {
         "optim.betas", "optim.eps", "optim.grad_clip",  # the body's rate and schedule are finetune.*
         "trainer", "-trainer.max_steps", "-trainer.max_epochs", "-trainer.val_check_interval",
         "-trainer.limit_val_batches", "-trainer.validate_first", "-trainer.compile",
-        "finetune", *_LOGGED, "init", "seed", *_RUN,
+        "finetune", *_LOGGED, "init", "seed", *_RUN, *_PLUGINS,
     ),
     "probe": (
         # no training: features of the frozen body on trainer.accelerator's device, logistic regression on the CPU;
         # the tokenizer is the run's
         "model", *_TASK, "data.max_len", "data.cache_dir", "trainer.accelerator",
-        "finetune.pooling", "finetune.probe_seeds", "finetune.probe_c_grid", *_LOGGED, "init", *_RUN,
+        "finetune.pooling", "finetune.probe_seeds", "finetune.probe_c_grid", *_LOGGED, "init", *_RUN, *_PLUGINS,
     ),
     "compare": (
         # the comparison names its runs, groups them (one W&B group per comparison) and sets every fine-tune's
         # init, seeds (compare.seeds) and mode itself
         "model", "objective", "data", "optim", "trainer", "wandb", "-wandb.group", "finetune", "-finetune.mode",
-        "-finetune.seeds", "compare", "seed", "run_dir", "resume", "size",
+        "-finetune.seeds", "compare", "seed", "run_dir", "resume", "size", *_PLUGINS,
     ),
     "sweep": (
         # wandb.* settings reach every trial (with the sweep's own report run); one wandb.name for every trial
         # would name them all alike, so it is left to the sweep file
-        "sweep", "wandb", "-wandb.name", "run_dir", "resume",
+        "sweep", "wandb", "-wandb.name", "run_dir", "resume", *_PLUGINS,
     ),
     "config": ("*",),
     # the corpus, its tokenizer and split, into a prepared directory (run_dir, else the cache)

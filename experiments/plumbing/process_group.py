@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from famlab.experiments.plumbing import plugins
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.launch_env import RUN_DIR_ENV
 from famlab.experiments.plumbing.prepare_once import env_rank
@@ -73,7 +74,8 @@ def run(fn: Callable[..., T], *args: object, spec: Path, gpus: tuple[str, ...] |
     spec.parent.mkdir(parents=True, exist_ok=True)
     for stale in spec.parent.glob(f"{spec.name}.*"):
         stale.unlink()
-    spec.write_bytes(pickle.dumps((fn.__module__, fn.__qualname__, args)))
+    # the plugins first, the job pickled on its own: its configs may hold a plugin's enum member (plumbing/plugins.py)
+    spec.write_bytes(pickle.dumps((plugins.loaded(), pickle.dumps((fn.__module__, fn.__qualname__, args)))))
     log = spec.with_name(spec.name + ".log")
     with log.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", __name__, str(spec)], env=child_env(gpus, threads),
@@ -134,7 +136,9 @@ def _main(spec: Path) -> int:
     """One rank of a job: run the spec's function; rank 0 writes its result (or its stop) beside the spec."""
     from famlab.experiments.plumbing.failures import one_line
 
-    module, name, args = pickle.loads(spec.read_bytes())
+    names, job = pickle.loads(spec.read_bytes())
+    plugins.load(names)
+    module, name, args = pickle.loads(job)
     fn = importlib.import_module(module)
     for part in name.split("."):
         fn = getattr(fn, part)

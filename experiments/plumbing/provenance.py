@@ -1,4 +1,5 @@
-"""Provenance recorded in each run's ``config.yaml``: git commit, package versions, Python, hardware, command."""
+"""Provenance recorded in each run's ``config.yaml``: git commit, package versions, Python, hardware, command, and
+the plugins the run imported (where each module was loaded from, its version if it declares one)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -53,3 +55,14 @@ def provenance(**hashes: str | None) -> dict[str, object]:
         **hashes,
     }
 
+
+
+def plugin_provenance(names: Sequence[str]) -> dict[str, dict[str, str | None]]:
+    """Each plugin module (imported already, :mod:`famlab.experiments.plumbing.plugins`): the file it was loaded from
+    and its ``__version__`` (None where it declares none)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for name in names:
+        module = sys.modules.get(name)
+        version = getattr(module, "__version__", None)
+        out[name] = {"file": getattr(module, "__file__", None), "version": str(version) if version else None}
+    return out

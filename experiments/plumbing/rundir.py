@@ -15,6 +15,7 @@ from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.console import LOG_NAME, quiet_libraries
 from famlab.experiments.plumbing.launch_env import inherited_run_dir, publish_run_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
+from famlab.experiments.plumbing.provenance import plugin_provenance
 
 
 def run_name(cfg: Config, job: str, task: str | None = None) -> str:
@@ -84,7 +85,7 @@ def make_run_dir(cfg: Config, name: str) -> Path:
 
 def write_config(run_dir: Path, cfg: Config, prov: dict[str, object]) -> dict[str, Any]:
     """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
-    cfg = dataclasses.replace(cfg, provenance=prov)
+    cfg = dataclasses.replace(cfg, provenance={**prov, "plugins": plugin_provenance(cfg.plugins)})
     if env_rank() == 0:  # only rank 0 writes files
         (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
     return to_plain(cfg)

@@ -16,11 +16,12 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import ParamSpec, TypeVar
 
+from famlab.experiments.plumbing import plugins
 from famlab.experiments.plumbing.signals import STOP_SIGNALS, Preempted, SignalLatch
 
 ContextT = TypeVar("ContextT")  # what every job of a pool shares, handed to its workers' ``init`` once
@@ -79,7 +80,7 @@ def stop_requested() -> bool:
     return signalled() is not None or any(h.requested for h in _HALTS)
 
 
-def _start_worker(threads: int, init: Callable[[ContextT], None], context: ContextT) -> None:
+def _start_worker(threads: int, init: Callable[[ContextT], None], carried: plugins.Carried[ContextT]) -> None:
     import torch
 
     # a stop signal between fits is noted, not fatal: the worker ends its job at the next boundary (inside a fit the
@@ -87,18 +88,25 @@ def _start_worker(threads: int, init: Callable[[ContextT], None], context: Conte
     for sig in STOP_SIGNALS:
         signal.signal(sig, _note)
     torch.set_num_threads(threads)
-    init(context)
+    init(carried.value)  # unpickled after its plugins were imported (plugins.Carried)
 
 
-def executor(workers: int, init: Callable[[ContextT], None], context: ContextT) -> cf.Executor:
+def executor(workers: int, init: Callable[[ContextT], None], context: ContextT,
+             plugin_names: Sequence[str] | None = None) -> cf.Executor:
     """:class:`Inline` for one worker (``init(context)`` called in this process), else a pool of
     ``workers`` spawned processes (spawn: a forked copy of a process that already ran torch's thread pool can hang),
-    each started with ``init(context)`` after setting its torch threads (:func:`threads_per_worker`)."""
+    each started with ``init(context)`` after setting its torch threads (:func:`threads_per_worker`).
+
+    ``plugin_names`` (:mod:`famlab.experiments.plumbing.plugins`; None: those this process imported) are imported
+    here and in each worker before its context is unpickled: the context may hold a plugin's enum member
+    (``Family('toy')``), which a process without the plugin cannot rebuild."""
+    plugin_names = plugins.loaded() if plugin_names is None else list(plugin_names)
+    plugins.load(plugin_names)
     if workers == 1:
         return Inline(init, context)
     return cf.ProcessPoolExecutor(
         max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_start_worker,
-        initargs=(threads_per_worker(workers), init, context),
+        initargs=(threads_per_worker(workers), init, plugins.Carried(context, plugin_names)),
     )
 
 

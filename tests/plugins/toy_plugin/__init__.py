@@ -1,0 +1,17 @@
+"""A plugin as a user would write one: importing it registers the toy position scheme ``clock`` and the toy objective
+``half_clm`` of tests/test_toy_position_scheme.py and tests/test_toy_objective.py (``famlab <command> --plugin
+tests.plugins.toy_plugin``; docs/architecture.md, Plugins)."""
+
+from famlab.families.blocks.positions import register_positions
+from famlab.families.formats import Arch
+from famlab.objectives.registry import register_objective
+
+from tests.test_toy_objective import NAME as OBJECTIVE
+from tests.test_toy_objective import half_entry
+from tests.test_toy_position_scheme import NAME as POSITIONS
+from tests.test_toy_position_scheme import ClockPositions, clock
+
+__version__ = "0.1"
+
+ClockPositions.scheme = register_positions(POSITIONS, clock, length_bounded=False)
+register_objective(Arch.DECODER, OBJECTIVE, half_entry())

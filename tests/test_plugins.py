@@ -1,0 +1,141 @@
+"""Plugins from the command line: ``--plugin <module>`` (or ``plugins=[...]``) imports the user's module in every
+process famlab starts (docs/architecture.md, Plugins).
+
+``tests.plugins.toy_plugin`` registers the toy position scheme ``clock`` and the toy objective ``half_clm``. The
+commands that import it run as subprocesses, as a user runs them: a registration is for the whole process, and the
+toy tests register the same names in this one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from famlab.experiments.commands import cli
+from famlab.experiments.plumbing import plugins
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = "tests.plugins.toy_plugin"
+TOY = ["model.pos=clock", "objective.name=half_clm"]  # what only the plugin makes valid
+DDP = ["trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=ddp"]
+
+
+def famlab(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m famlab <args>`` in ``cwd`` (a user's directory, not the repository: ``tests`` is importable
+    through PYTHONPATH, as a user's package would be installed)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "FAMLAB_CACHE": str(cwd / "cache"), "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("FAMLAB_RUN_DIR", None)
+    return subprocess.run([sys.executable, "-m", "famlab", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def objectives_of_gpt(listing: str) -> list[str]:
+    table = listing.split("family x objective")[1]
+    (line,) = [line for line in table.splitlines() if line.split()[:1] == ["gpt"]]
+    return [name.strip() for name in line.split(None, 1)[1].split(",")]
+
+
+def test_presets_lists_what_the_plugin_registers(tmp_path, capsys):
+    assert cli.main(["presets"]) == 0
+    without = objectives_of_gpt(capsys.readouterr().out)
+    done = famlab(["presets", "--plugin", PLUGIN], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert objectives_of_gpt(done.stdout) == [*without, "half_clm"]
+
+
+@pytest.fixture
+def fresh_plugins(monkeypatch):
+    """This process's record of imported plugins, emptied for the test and put back after."""
+    monkeypatch.setattr(plugins, "_LOADED", [])
+
+
+def test_the_flags_and_the_key_compose_into_one_list(fresh_plugins, capsys):
+    """``plugins=[...]`` first, then each ``--plugin`` (``<module>`` or ``=<module>``) appended, duplicates once; the
+    config records the list (importable modules of the standard library stand in for plugins)."""
+    args = ["config", "tiny", "plugins=[json]", "--plugin", "string", "--plugin=json", "--plugin=textwrap"]
+    assert cli.main(args) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["plugins"] == ["json", "string", "textwrap"]
+    assert plugins.loaded() == ["json", "string", "textwrap"]
+    assert plugins.take(["gpt", "--plugin", "a.b", "x=1", "--dry-run"]) == (["a.b"], ["gpt", "x=1", "--dry-run"])
+
+
+def test_a_preset_files_plugins_are_imported_before_it_is_composed(tmp_path):
+    """A preset may name a plugin and use what it registers; ``--plugin`` appends to the preset's list."""
+    (tmp_path / "base.yaml").write_text(f"plugins: [{PLUGIN}]\nmodel: {{pos: clock}}\n")
+    (tmp_path / "mine.yaml").write_text("extends: base.yaml\nobjective: {name: half_clm}\n")
+    done = famlab(["config", "gpt", "tiny", "mine.yaml", "--plugin", "json"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = yaml.safe_load(done.stdout)
+    assert (config["model"]["pos"], config["objective"]["name"], config["plugins"]) == (
+        "clock", "half_clm", [PLUGIN, "json"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["presets", "--plugin", "tests.plugins.broken_plugin"],
+     "plugin tests.plugins.broken_plugin cannot be imported: RuntimeError: this plugin needs a setting that is "
+     "missing"),
+    (["config", "--plugin=tests.plugins.no_such_plugin"],
+     "plugin tests.plugins.no_such_plugin cannot be imported: ModuleNotFoundError: No module named "
+     "'tests.plugins.no_such_plugin'"),
+    (["pretrain", "tiny", "--plugin"], "--plugin needs a module name"),
+    (["config", "plugins={a: 1}"], "cannot parse override 'plugins={a: 1}': plugins is a list of module names"),
+])
+def test_a_plugin_that_cannot_be_imported_is_one_line_naming_it(fresh_plugins, args, message, capsys):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"famlab: error: {message}"), err
+
+
+def assert_recorded(run_dir: Path) -> None:
+    """The run trained with the plugin's scheme and objective, and its config.yaml names the plugin and its file."""
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert (config["model"]["pos"], config["objective"]["name"], config["plugins"]) == ("clock", "half_clm", [PLUGIN])
+    assert config["provenance"]["plugins"] == {
+        PLUGIN: {"file": str(ROOT / "tests" / "plugins" / "toy_plugin" / "__init__.py"), "version": "0.1"}}
+
+
+def assert_refused_without_the_plugin(done: subprocess.CompletedProcess[str], stored: Path) -> None:
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert done.stderr == (f"famlab: error: resume=auto: {stored} was written with plugins=['{PLUGIN}']; this command "
+                           f"does not import {PLUGIN}: resume with --plugin {PLUGIN}\n")
+
+
+@pytest.mark.slow
+def test_a_comparison_in_two_spawned_workers_runs_with_the_plugin_and_resumes_only_with_it(tmp_path):
+    """``compare.workers=2``: each spawned worker unpickles configs holding ``PosScheme('clock')``, which it can
+    only after importing the plugin; resuming without the plugin is refused naming it, with it the comparison is
+    read back whole."""
+    from tests.experiments.test_compare import tiny_inputs
+
+    inputs = [*tiny_inputs(tmp_path), "compare.families=[gpt]", "compare.seeds=[0]", "compare.probe=false",
+              "compare.zero_shot_items=8", "compare.bpb_docs=8", "trainer.max_steps=6", "compare.workers=2", *TOY]
+    done = famlab(["compare", *inputs, "--plugin", PLUGIN, "run_dir=cmp"], tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert list(json.loads((tmp_path / "cmp" / "results.json").read_text())["families"]) == ["gpt"]
+    assert_recorded(tmp_path / "cmp" / "gpt-pretrain-s0")
+
+    resumed = [*inputs, "run_dir=cmp", "resume=auto"]
+    assert_refused_without_the_plugin(famlab(["compare", *resumed], tmp_path), Path("cmp") / "comparison.yaml")
+    done = famlab(["compare", *resumed, f"plugins=[{PLUGIN}]"], tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_ddp_pretraining_imports_the_plugin_on_every_rank_and_resumes_only_with_it(tmp_path):
+    """Lightning re-executes the command line for rank 1, ``--plugin`` included; a resume without it is refused."""
+    from tests.experiments.reliability_helpers import fast_args, write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    run_dir = tmp_path / "ddp"
+    done = famlab([*fast_args(corpus, run_dir, 4), *TOY, *DDP, "--plugin", PLUGIN], tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert json.loads((run_dir / "results.json").read_text())["steps"] == 4
+    assert_recorded(run_dir)
+    refused = famlab([*fast_args(corpus, run_dir, 4), *TOY, *DDP, "resume=auto"], tmp_path)
+    assert_refused_without_the_plugin(refused, run_dir / "config.yaml")

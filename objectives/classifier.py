@@ -15,7 +15,6 @@ from dataclasses import asdict
 
 import lightning as L
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from famlab.families import heads, registry
 from famlab.families.network import Network
@@ -23,8 +22,6 @@ from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch
 from famlab.objectives.optim import OptimSettings, attached_trainer, configure_optimizer, decay_groups
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
-from torch import nn
-from torch.distributed.nn.functional import all_reduce
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
 
@@ -40,32 +37,6 @@ def pooled_features(net: Network, family: str, batch: Batch, pooling: str) -> to
     tanh pooler belongs to the classification head).
     """
     return registry.family(family).input_format.pooled(net, batch, pooling)
-
-
-class GlobalStandardize(nn.BatchNorm1d):
-    """The head's standardisation (``BatchNorm1d`` without affine) over the global batch: under DDP each rank's
-    feature sums meet in an all-reduce that gradients flow back through, so 2 ranks of ``b`` examples standardise
-    as one process of ``2b`` does (torch's ``SyncBatchNorm`` does this on GPUs only; this one runs on gloo too).
-    Evaluation and a single process: ``BatchNorm1d`` itself. Same state dict as ``BatchNorm1d``."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__(dim, affine=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, C)`` standardised by the statistics of every rank's batch (training) or the running ones."""
-        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return super().forward(x)
-        sums = all_reduce(torch.cat([x.sum(0), x.new_full((1,), x.shape[0])]))  # (C + 1,): feature sums, count
-        n = sums[-1]
-        mean = sums[:-1] / n
-        # two passes, as batch norm: E[x^2] - mean^2 would cancel digits where features share a large offset
-        var = all_reduce((x - mean).square().sum(0)) / n  # (C,), biased: what batch norm normalises by
-        assert self.running_mean is not None and self.running_var is not None and self.num_batches_tracked is not None
-        with torch.no_grad():  # running statistics as BatchNorm1d keeps them (unbiased variance)
-            self.running_mean.lerp_(mean.detach(), self.momentum or 0.1)
-            self.running_var.lerp_(var.detach() * n / (n - 1).clamp(min=1), self.momentum or 0.1)
-            self.num_batches_tracked.add_(1)
-        return (x - mean) * torch.rsqrt(var + self.eps)
 
 
 def _metrics(num_classes: int, prefix: str) -> MetricCollection:
@@ -142,8 +113,6 @@ class ClassifierModule(L.LightningModule):
         self.head = heads.ClassificationHead(
             dim, num_classes, head_dropout, pooler=pooling == "cls", standardize=standardize
         )
-        if self.head.norm is not None:  # the global batch's statistics under DDP (the recipe of any world size)
-            self.head.norm = GlobalStandardize(dim)
         # Only `cls` pooling has BERT's pooler; with other poolings a checkpoint's pooler weights go unused.
         if pooler_state is not None and self.head.pooler is not None:
             self.head.pooler.load_state_dict(pooler_state)

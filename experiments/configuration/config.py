@@ -237,6 +237,9 @@ class FinetuneConfig:
                                    f"finetune.seeds={list(self.seeds)}")
 
 
+LAUNCHERS = ("local", "slurm", "submitit-local")
+
+
 @dataclass
 class CompareConfig:
     families: list[str] = field(default_factory=lambda: list(family_names()))  # families compared; default: all
@@ -260,13 +263,23 @@ class CompareConfig:
     # body lrs of the fine-tuning grid every arm gets, around the preset's finetune.lr: 2 = {lr, 3 lr};
     # 3 = {lr / 3, lr, 3 lr} (then an edge selection says the best lr may lie outside); finetune.lr_grid overrides
     finetune_lr_points: int = 2
+    # where jobs run: local (worker processes on this machine) | slurm (each job a SLURM job through submitit, the
+    # comparison directory on the shared filesystem) | submitit-local (submitit's local executor: the slurm path on
+    # one machine, each job a process of its own); with slurm, compare.workers is the most jobs queued at once
+    launcher: str = "local"
+    slurm_partition: str | None = None  # slurm: the partition; None = the cluster's default
+    slurm_time_min: int = 240  # slurm / submitit-local: a job's time limit; a job stopped by it is requeued
+    slurm_cpus_per_task: int = 8  # slurm: CPU cores of each job (data loading, evaluation)
 
     def __post_init__(self) -> None:
         check_ranges(self, "compare", {
             "pretrain_seeds": SEED, "seeds": SEED, "scratch_seeds": SEED, "lr_grid": (0, 10, "(]"),
             "tolerance": (0, 1, "()"), "task_limit": (1, BIG, "[]"), "workers": (1, 1024, "[]"),
             "bpb_docs": (1, BIG, "[]"), "zero_shot_items": (1, BIG, "[]"), "finetune_lr_points": (2, 3, "[]"),
+            "slurm_time_min": (1, BIG, "[]"), "slurm_cpus_per_task": (1, 1024, "[]"),
         })
+        if self.launcher not in LAUNCHERS:
+            raise ConfigInputError(f"compare.launcher={self.launcher} is not one of: {', '.join(LAUNCHERS)}")
 
 
 @dataclass

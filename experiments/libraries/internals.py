@@ -86,3 +86,14 @@ def hf_attention_implementation(config: PretrainedConfig) -> str | None:
     """The attention implementation a Hugging Face model runs (``PretrainedConfig._attn_implementation``:
     ``eager``, ``sdpa``, ...); ``"?"`` when the config has none."""
     return getattr(config, "_attn_implementation", "?")
+
+
+SUBMITIT_LOCAL_PROCESS = ("submitit", "LocalJob._process")
+
+
+def submitit_local_controller(job: object) -> int | None:
+    """The pid of the controller process submitit's local executor starts for ``job`` (``LocalJob._process``), or
+    None. A SIGTERM to it is passed to the job's task, which checkpoints; ``LocalJob.cancel`` sends SIGINT, which
+    makes the controller kill its task before the checkpoint is written."""
+    process = getattr(job, "_process", None)
+    return process.pid if process is not None else None

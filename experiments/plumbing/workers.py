@@ -152,11 +152,15 @@ class Halt:
         """Cancel the jobs not started; signal the workers still running one (again every ``RESEND_S``)."""
         for future in running:
             future.cancel()
-        if isinstance(pool, cf.ProcessPoolExecutor) and time.time() - self._sent > self.RESEND_S:
-            self._sent = time.time()
+        if time.time() - self._sent <= self.RESEND_S:
+            return
+        self._sent = time.time()
+        if isinstance(pool, cf.ProcessPoolExecutor):
             for child in mp.active_children():
                 if child.pid is not None:  # started children have one
                     os.kill(child.pid, signal.SIGTERM)
+        elif hasattr(pool, "interrupt_running"):  # submitit jobs: each stops at its next step
+            pool.interrupt_running()
 
     def outcome(self, run_dir: Path) -> None:
         """Raise what stopped the scheduler: the failure, else ``Preempted`` naming ``run_dir``; nothing if neither."""

@@ -4,7 +4,9 @@ the clock every job writes its phase times to (:class:`Comparison`); the jobs ar
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib.util
 import dataclasses
 import multiprocessing as mp
 import time
@@ -103,6 +105,8 @@ def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], l
         defaults = [d for d in defaults if not d.startswith(f"{WORKERS}=")] + [f"{WORKERS}={per_gpu}"]
         base = compose(family_free, [*defaults, *overrides]).cfg
     placement = place(base.trainer, base.compare.workers, gpus)
+    if base.compare.launcher != "local" and importlib.util.find_spec("submitit") is None:
+        raise ConfigInputError(f"compare.launcher={base.compare.launcher} needs submitit: pip install 'famlab[slurm]'")
     return presets, defaults, base, placement
 
 
@@ -240,6 +244,21 @@ class Clock:
     def fresh(self) -> Clock:
         """A clock for the next job: the same start and counter, no phase time yet."""
         return Clock(self.started, self.total_jobs, self.done)
+
+    def detached(self) -> Clock:
+        """A clock for a job on another machine (a submitit job): the same start, its own count from the jobs done so
+        far (a shared counter does not cross machines)."""
+        return Clock(self.started, self.total_jobs, _Count(self.done.value))
+
+
+class _Count:
+    """A counter with ``multiprocessing.Value``'s interface, for one process."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def get_lock(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
 
 
 @dataclasses.dataclass

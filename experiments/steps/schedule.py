@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import copy
 import dataclasses
 import os
+import pickle
 from concurrent.futures.process import BrokenProcessPool  # not loaded by `import concurrent.futures`
 
 from famlab.experiments.analysis.results import ArmBudget
@@ -63,7 +64,7 @@ def run_jobs(c: Comparison) -> None:
     failure, or ``Preempted``, is raised. Finished jobs stay on disk for ``resume=auto``.
     """
     tune = bool(c.base.compare.lr_grid)
-    pool = workers.executor(c.base.compare.workers, _start_worker, c)
+    pool = make_pool(c)
     pending: dict[cf.Future, Job] = {}
     try:
         with SignalLatch() as latch:
@@ -106,6 +107,70 @@ def run_jobs(c: Comparison) -> None:
         _start_worker(None)
     pool.shutdown(wait=True)
     halt.outcome(c.comp_dir)
+
+
+def make_pool(c: Comparison) -> cf.Executor:
+    """Where the jobs run (``compare.launcher``): worker processes of this machine (``local``), or each job a submitit
+    job (``slurm``; ``submitit-local`` runs the same path as local processes), at most ``compare.workers`` at once."""
+    cmp = c.base.compare
+    if cmp.launcher == "local":
+        return workers.executor(cmp.workers, _start_worker, c)
+    from famlab.experiments.plumbing.submitit_pool import SubmititPool
+
+    # what a job process needs of the comparison, picklable (no shared counters between machines)
+    context = pickle.dumps(dataclasses.replace(c, clock=c.clock.detached(), started_workers=None))
+    cluster = "slurm" if cmp.launcher == "slurm" else "local"
+
+    def prepare(fn: object, args: tuple) -> tuple[SubmittedJob, tuple, str]:
+        (job,) = args
+        return SubmittedJob(), (context, job), job_name(c, job)
+
+    folder = c.comp_dir / STATUS_DIR / "submitit"
+    return SubmititPool(submitit_executor(c, folder, cluster), cmp.workers, folder / "submitted", prepare, cluster)
+
+
+def submitit_executor(c: Comparison, folder: object, cluster: str) -> object:
+    """submitit's executor for ``compare.launcher``: one task per job, ``trainer.devices`` GPUs on SLURM (the job's
+    own ranks are its process group, :func:`~famlab.experiments.steps.compare_jobs.in_job_world`)."""
+    import submitit  # compose_base checked it is installed
+
+    cmp = c.base.compare
+    executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
+    executor.update_parameters(timeout_min=cmp.slurm_time_min, tasks_per_node=1, nodes=1)
+    if cluster == "slurm":
+        executor.update_parameters(slurm_partition=cmp.slurm_partition, gpus_per_node=c.placement.devices_per_job,
+                                   cpus_per_task=cmp.slurm_cpus_per_task)
+    return executor
+
+
+class SubmittedJob:
+    """One job as a submitit job: the comparison's context set up in the job's process, the job run, its exception
+    handed back as itself. Requeued after a timeout or preemption (submitit's ``checkpoint``), it runs again with
+    ``resume=auto``: finished runs are read back, an interrupted one continues from its ``last.ckpt``."""
+
+    def __call__(self, context: bytes, job: Job, resumed: bool = False) -> object:
+        from famlab.experiments.plumbing.submitit_pool import Raised
+
+        c: Comparison = pickle.loads(context)
+        if resumed:
+            c, job = resume_everywhere(c, job)
+        _start_worker(c)
+        try:
+            return run_job(job)
+        except BaseException as e:  # noqa: BLE001 - the scheduler tells a stop from a failure by the exception
+            return Raised(e)
+
+    def checkpoint(self, context: bytes, job: Job, resumed: bool = False) -> object:
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, context, job, True)
+
+
+def resume_everywhere(c: Comparison, job: Job) -> tuple[Comparison, Job]:
+    """The comparison and job with ``resume=auto`` in every config a requeued job reads."""
+    for cfg in [c.base, *c.cfgs.values(), *([job.cfg] if job.cfg else []), *([job.run.cfg] if job.run else [])]:
+        cfg.resume = "auto"
+    return c, job
 
 
 def first_jobs(c: Comparison, tune: bool) -> list[Job]:

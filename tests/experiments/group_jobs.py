@@ -17,3 +17,18 @@ def fail(x: int) -> int:
 
 def stop(x: int) -> int:
     raise Preempted(7, Path("ck/last.ckpt"), signum=15, run_dir=Path("run"))
+
+
+def sleep_until_sigterm(path: str) -> str:
+    """Wait for SIGTERM (at most a minute) after touching ``ready`` beside ``path``; what arrived."""
+    import signal
+    import time
+    from pathlib import Path
+
+    got: list[str] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: got.append("SIGTERM"))
+    Path(path).with_name("ready").touch()
+    deadline = time.time() + 60
+    while not got and time.time() < deadline:
+        time.sleep(0.05)
+    return got[0] if got else "timeout"

@@ -160,7 +160,7 @@ def test_a_comparison_of_two_device_jobs_runs_once_and_finishes_every_job(tmp_pa
     args = [a for a in tiny_inputs(tmp_path) if not a.startswith(dropped)]
     done = _famlab(["compare", *args, f"compare.families={families}", f"compare.workers={workers}", "compare.seeds=[0]",
                     "finetune.probe_seeds=[0]", *DDP], tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     (comp,) = _comparison_dirs(tmp_path)  # never one per rank
     results = json.loads((comp / "results.json").read_text())
     arms = families.strip("[]").split(",")

@@ -196,3 +196,29 @@ def test_last_ckpt_writes_go_through_the_strategy_checkpoint_io(tmp_path):
     torch.testing.assert_close(prev, first)
     torch.testing.assert_close(last, first + 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last-prev.ckpt", "last.ckpt"]
+
+
+def test_submitit_local_jobs_keep_their_controller_process_and_pass_sigterm_to_the_task(tmp_path):
+    """submitit: a LocalJob holds its controller as ``_process``; a SIGTERM to it reaches the job's task (which
+    checkpoints), where ``cancel``'s SIGINT would make the controller kill the task."""
+    import signal
+    import time
+
+    submitit = pytest.importorskip("submitit")
+    library, attribute = internals.SUBMITIT_LOCAL_PROCESS
+    executor = submitit.LocalExecutor(folder=tmp_path)
+    executor.update_parameters(timeout_min=5)
+    from tests.experiments.group_jobs import sleep_until_sigterm
+
+    job = executor.submit(sleep_until_sigterm, str(tmp_path / "got"))
+    pid = internals.submitit_local_controller(job)
+    assert pid is not None, f"{library} changed {attribute}: a LocalJob has no controller process"
+    deadline = time.time() + 120
+    while not (tmp_path / "ready").exists():
+        assert time.time() < deadline and not job.done(), "the job never started"
+        time.sleep(0.1)
+    import os
+
+    os.kill(pid, signal.SIGTERM)
+    assert job.result() == "SIGTERM", f"{library} changed {attribute}: SIGTERM to the controller did not reach the task"
+

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import dataclasses
+import importlib.util
 import multiprocessing as mp
 import time
 from collections.abc import Callable

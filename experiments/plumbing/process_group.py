@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from famlab.experiments.plumbing import plugins
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
@@ -139,7 +139,7 @@ def _main(spec: Path) -> int:
     names, job = pickle.loads(spec.read_bytes())
     plugins.load(names)
     module, name, args = pickle.loads(job)
-    fn = importlib.import_module(module)
+    fn: Any = importlib.import_module(module)
     for part in name.split("."):
         fn = getattr(fn, part)
     rank = env_rank()

@@ -91,7 +91,7 @@ def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Pat
             job.trainer.strategy = "auto"
         return fn(job, *args, **({"evaluate": evaluate} if evaluate is not None else {}))
     threads = max(1, workers.cores() // (job.compare.workers * k))
-    spec = comp_dir / STATUS_DIR / "groups" / Path(job.run_dir).name
+    spec = comp_dir / STATUS_DIR / "groups" / Path(str(job.run_dir)).name
     return process_group.run(fn, job, *args, spec=spec, threads=threads, stop_requested=workers.stop_requested)
 
 

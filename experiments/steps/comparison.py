@@ -224,7 +224,7 @@ class Clock:
 
     started: float
     total_jobs: int
-    done: Synchronized[int]
+    done: Synchronized[int] | _Count
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
     def timed(self, phase: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:

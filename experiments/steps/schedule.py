@@ -10,6 +10,8 @@ import dataclasses
 import os
 import pickle
 from concurrent.futures.process import BrokenProcessPool  # not loaded by `import concurrent.futures`
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from famlab.experiments.analysis.results import ArmBudget
 from famlab.experiments.configuration.config import Config
@@ -26,6 +28,9 @@ from famlab.experiments.steps.compare_jobs import (
     tune_lr,
 )
 from famlab.experiments.steps.comparison import STATUS_DIR, Comparison, PretrainedRun, scratch_configs
+
+if TYPE_CHECKING:
+    import submitit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +134,7 @@ def make_pool(c: Comparison) -> cf.Executor:
     return SubmititPool(submitit_executor(c, folder, cluster), cmp.workers, folder / "submitted", prepare, cluster)
 
 
-def submitit_executor(c: Comparison, folder: object, cluster: str) -> object:
+def submitit_executor(c: Comparison, folder: Path, cluster: str) -> submitit.Executor:
     """submitit's executor for ``compare.launcher``: one task per job, ``trainer.devices`` GPUs on SLURM (the job's
     own ranks are its process group, :func:`~famlab.experiments.steps.compare_jobs.in_job_world`)."""
     import submitit  # compose_base checked it is installed

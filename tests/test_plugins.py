@@ -92,6 +92,22 @@ def test_a_plugin_that_cannot_be_imported_is_one_line_naming_it(fresh_plugins, a
     assert err.count("\n") == 1 and err.startswith(f"famlab: error: {message}"), err
 
 
+@pytest.mark.parametrize(("command", "stored", "content"), [
+    (["pretrain", "gpt", "tiny"], "config.yaml", {"plugins": [PLUGIN], "model": {"pos": "clock"}}),
+    (["compare", "tiny"], "comparison.yaml", {"arms": {"gpt": {"plugins": [PLUGIN]}, "bert": {"plugins": []}}}),
+    (["sweep", "pos_x_family"], "sweep_config.yaml", {"sweep": {}, "plugins": [PLUGIN]}),
+])
+def test_resuming_a_directory_written_with_a_plugin_needs_the_plugin(fresh_plugins, tmp_path, command, stored,
+                                                                     content, capsys):
+    """Refused before composing (which, without the plugin, would fail on the value it registers, not name it)."""
+    (tmp_path / stored).write_text(yaml.safe_dump(content))
+    assert cli.main([*command, f"run_dir={tmp_path}", "resume=auto"]) == 2
+    assert capsys.readouterr().err == (
+        f"famlab: error: resume=auto: {tmp_path / stored} was written with plugins=['{PLUGIN}']; this command does "
+        f"not import {PLUGIN}: resume with --plugin {PLUGIN}\n")
+    assert plugins.loaded() == []
+
+
 def assert_recorded(run_dir: Path) -> None:
     """The run trained with the plugin's scheme and objective, and its config.yaml names the plugin and its file."""
     config = yaml.safe_load((run_dir / "config.yaml").read_text())

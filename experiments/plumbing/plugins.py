@@ -176,8 +176,9 @@ def stored(run_dir: Path) -> tuple[Path, list[str]] | None:
         if not isinstance(data, dict):
             return None
         if name == "comparison.yaml":
-            arms = data.get("arms") if isinstance(data.get("arms"), dict) else {}
-            names = [p for arm in arms.values() if isinstance(arm, dict) for p in arm.get(KEY) or []]
+            arms = data.get("arms")
+            names = [p for arm in (arms.values() if isinstance(arms, dict) else ()) if isinstance(arm, dict)
+                     for p in arm.get(KEY) or []]
         else:
             names = data.get(KEY) or []
         return path, list(dict.fromkeys(str(n) for n in names))

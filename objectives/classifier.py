@@ -13,14 +13,20 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from famlab.families import heads, registry
 from famlab.families.network import Network
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Batch
-from famlab.objectives.optim import OptimSettings, attached_trainer, configure_optimizer, decay_groups
+from famlab.objectives.optim import (
+    ClipsUnscaled,
+    OptimSettings,
+    attached_trainer,
+    configure_optimizer,
+    decay_groups,
+    trainer_precision,
+)
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassMatthewsCorrCoef
@@ -50,7 +56,7 @@ def _metrics(num_classes: int, prefix: str) -> MetricCollection:
     )
 
 
-class ClassifierModule(L.LightningModule):
+class ClassifierModule(ClipsUnscaled):
     """Fine-tune `net` (BERT / GPT / T5) on a `num_classes`-way classification task.
 
     Args:
@@ -155,4 +161,5 @@ class ClassifierModule(L.LightningModule):
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         groups = decay_groups(self.net, self.optim.weight_decay)
         groups += decay_groups(self.head, self.optim.weight_decay, lr=self.head_lr)
-        return configure_optimizer(groups, self.optim)
+        precision, clipping = trainer_precision(self)
+        return configure_optimizer(groups, self.optim, precision=precision, clipping=clipping)

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import lightning as L
 import torch
 from famlab.families.network import Network
 from famlab.objectives.errors import ObjectiveError
 from torch import nn
 
 if TYPE_CHECKING:
-    import lightning as L
     from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
 OPTIMIZERS = ("adamw", "adafactor")
@@ -182,3 +182,18 @@ def attached_trainer(module: L.LightningModule) -> L.Trainer | None:
         return module.trainer
     except RuntimeError:
         return None
+
+
+class ClipsUnscaled(L.LightningModule):
+    """A LightningModule that clips gradients itself where nothing scaled them (32-true, bf16-mixed), so a fused
+    AdamW stays fused: Lightning's ``MixedPrecision.clip_gradients`` refuses any fused optimizer, bf16 included. Under
+    16-mixed the grad scaler unscales first and Lightning clips (:func:`use_fused_adamw` keeps AdamW unfused there).
+    """
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        precision, _ = trainer_precision(self)
+        if gradient_clip_val and precision not in SCALED_PRECISIONS:
+            clip_unscaled(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)

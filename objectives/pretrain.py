@@ -12,17 +12,15 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-import lightning as L
 import torch
 from famlab.families.compile import Guarded, compile_fn
 from famlab.families.network import Network
 from famlab.objectives.corruption import IGNORE
 from famlab.objectives.objective import Batch, Objective
 from famlab.objectives.optim import (
-    SCALED_PRECISIONS,
+    ClipsUnscaled,
     OptimSettings,
     attached_trainer,
-    clip_unscaled,
     configure_optimizer,
     decay_groups,
     trainer_precision,
@@ -31,7 +29,7 @@ from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torchmetrics import SumMetric
 
 
-class PretrainModule(L.LightningModule):
+class PretrainModule(ClipsUnscaled):
     """Pretrain `net` with `objective`.
 
     Args:
@@ -173,14 +171,6 @@ class PretrainModule(L.LightningModule):
         precision, clipping = trainer_precision(self)
         return configure_optimizer(decay_groups(self.net, self.optim.weight_decay), self.optim,
                                    precision=precision, clipping=clipping)
-
-    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
-                                    gradient_clip_algorithm: str | None = None) -> None:
-        precision, _ = trainer_precision(self)
-        if gradient_clip_val and precision not in SCALED_PRECISIONS:  # nothing scaled: a fused AdamW may clip
-            clip_unscaled(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        else:  # 16-mixed: Lightning's scaler unscales first (use_fused_adamw keeps AdamW unfused then)
-            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["famlab_budget"] = {"tokens": self.tokens_seen, "flops": self.flops_seen}

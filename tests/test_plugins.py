@@ -25,13 +25,13 @@ TOY = ["model.pos=clock", "objective.name=half_clm"]  # what only the plugin mak
 DDP = ["trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=ddp"]
 
 
-def famlab(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def famlab(args: list[str], cwd: Path, program: tuple[str, ...] = ("-m", "famlab")) -> subprocess.CompletedProcess[str]:
     """``python -m famlab <args>`` in ``cwd`` (a user's directory, not the repository: ``tests`` is importable
     through PYTHONPATH, as a user's package would be installed)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "FAMLAB_CACHE": str(cwd / "cache"), "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("FAMLAB_RUN_DIR", None)
-    return subprocess.run([sys.executable, "-m", "famlab", *args], cwd=cwd, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, *program, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=900)
 
 
@@ -41,6 +41,7 @@ def objectives_of_gpt(listing: str) -> list[str]:
     return [name.strip() for name in line.split(None, 1)[1].split(",")]
 
 
+@pytest.mark.slow
 def test_presets_lists_what_the_plugin_registers(tmp_path, capsys):
     assert cli.main(["presets"]) == 0
     without = objectives_of_gpt(capsys.readouterr().out)
@@ -65,6 +66,7 @@ def test_the_flags_and_the_key_compose_into_one_list(fresh_plugins, capsys):
     assert plugins.take(["gpt", "--plugin", "a.b", "x=1", "--dry-run"]) == (["a.b"], ["gpt", "x=1", "--dry-run"])
 
 
+@pytest.mark.slow
 def test_a_preset_files_plugins_are_imported_before_it_is_composed(tmp_path):
     """A preset may name a plugin and use what it registers; ``--plugin`` appends to the preset's list."""
     (tmp_path / "base.yaml").write_text(f"plugins: [{PLUGIN}]\nmodel: {{pos: clock}}\n")
@@ -155,3 +157,21 @@ def test_a_ddp_pretraining_imports_the_plugin_on_every_rank_and_resumes_only_wit
     assert_recorded(run_dir)
     refused = famlab([*fast_args(corpus, run_dir, 4), *TOY, *DDP, "resume=auto"], tmp_path)
     assert_refused_without_the_plugin(refused, run_dir / "config.yaml")
+
+
+JOB = """import sys
+from pathlib import Path
+from famlab.experiments.configuration.compose import compose, to_plain
+from famlab.experiments.plumbing import plugins, process_group
+plugins.load([sys.argv[1]])
+cfg = compose(["gpt", "tiny"], ["model.pos=clock"]).cfg
+print(process_group.run(to_plain, cfg.model, spec=Path("job.spec"))["pos"])
+"""
+
+
+@pytest.mark.slow
+def test_a_job_process_group_imports_the_plugins_before_it_reads_its_job(tmp_path):
+    """A comparison job on several devices runs as its own process group (``python -m ...process_group <spec>``):
+    its arguments hold ``PosScheme('clock')``, which the group reads only after importing the spec's plugins."""
+    done = famlab([PLUGIN], tmp_path, program=("-c", JOB))
+    assert done.returncode == 0 and done.stdout == "clock\n", done.stderr[-3000:]

@@ -78,6 +78,23 @@ def test_a_preset_files_plugins_are_imported_before_it_is_composed(tmp_path):
         "clock", "half_clm", [PLUGIN, "json"])
 
 
+def test_a_sweep_passes_its_plugins_to_every_trial(fresh_plugins, tmp_path, monkeypatch, capsys):
+    """Each trial is a ``famlab`` process of its own: its command line carries the sweep's plugins (``json`` stands
+    in for one), and the sweep's settings file keeps them for a resume."""
+    monkeypatch.chdir(tmp_path)
+    spec = {"method": "grid", "parameters": {"optim.lr": {"values": [0.001, 0.002]}},
+            "command": ["famlab", "pretrain", "gpt", "tiny", "${args_no_hyphens}"]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    assert cli.main(["sweep", "s.yaml", "--dry-run", "--plugin", "json", "run_dir=sw"]) == 0
+    commands = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("    famlab")]
+    assert len(commands) == 2 and all(command.count("'plugins=[\"json\"]'") == 1 for command in commands), commands
+    from famlab.experiments.commands.sweep import SETTINGS_FILE, write_settings
+    from famlab.experiments.configuration.compose import compose
+
+    write_settings(tmp_path, compose([], ["plugins=[json]"]).cfg)
+    assert plugins.stored(tmp_path) == (tmp_path / SETTINGS_FILE, ["json"])
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["presets", "--plugin", "tests.plugins.broken_plugin"],
      "plugin tests.plugins.broken_plugin cannot be imported: RuntimeError: this plugin needs a setting that is "

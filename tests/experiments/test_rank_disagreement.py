@@ -125,9 +125,7 @@ def test_a_rank_that_dies_in_a_finetune_is_one_line_and_nothing_hangs(tmp_path):
             "data.text_column=sentence", "data.label_column=topic", "model.dim=32", "model.num_layers=2",
             "data.tokenizer.vocab_size=512", "data.max_len=32", "data.batch_size=8", "finetune.max_steps=6",
             "finetune.val_every=3", "trainer.progress_bar=false", "wandb.mode=disabled", f"run_dir={run_dir}", *DDP]
-    started = time.monotonic()
-    done = _run(args, tmp_path, FAMLAB_FAULT_RAISE_STEP="2", FAMLAB_FAULT_RANKS="1")
-    took = time.monotonic() - started
+    done = _run(args, tmp_path, FAMLAB_FAULT_RAISE_STEP="2", FAMLAB_FAULT_RANKS="1")  # fails the test if it hangs
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.startswith("famlab: rank")]
     assert len(lines) == 1, done.stderr[-3000:]
@@ -136,7 +134,6 @@ def test_a_rank_that_dies_in_a_finetune_is_one_line_and_nothing_hangs(tmp_path):
     assert f"run_dir={run_dir.resolve()} resume=auto" in lines[0]
     assert "FAMLAB_FAULT_RAISE_STEP" in (run_dir / "rank1-error.log").read_text()
     assert "Traceback" not in done.stderr
-    assert took < TIMEOUT_S
 
 
 # --- validation on two ranks ---------------------------------------------------------------------------------------
@@ -161,8 +158,8 @@ def test_two_ranks_validate_a_checkpoint_to_one_processs_loss_on_uneven_shards(t
     same loss and perplexity. The split has an odd number of blocks, so the ranks' shards are uneven; together they
     hold every block once (no duplicate padding, docs/scale.md). Tolerance: the loss is a token-weighted sum of
     per-batch losses, computed over other batch boundaries and summed across ranks in another order, float32
-    rounding about 1e-7 relative per operation (measured: equal to the last digit); a duplicated or missing block
-    moves it by ~1e-3 and more."""
+    rounding about 1e-7 relative per operation (measured: equal to the last digit); padding rank 1's shard with one
+    duplicated block (a ``DistributedSampler``) moved it by 1e-4 relative (measured)."""
     corpus = write_corpus(tmp_path / "corpus.txt")
     trained = tmp_path / "trained"
     done = _run([*fast_args(corpus, trained, 8), *SPLIT, "trainer.accelerator=cpu"], tmp_path)

@@ -98,6 +98,11 @@ COMMANDS: dict[str, Command | tuple[str, ...]] = {
     "report": Command(
         "famlab.experiments.analysis.report:main", "rebuild the comparison report from run directories",
         args="<comparison or run dir>... [out=<dir>]"),
+    "dashboard": Command(
+        "famlab.experiments.commands.dashboard:main", "create a comparison's W&B workspace view and Report",
+        args="<comparison dir> [entity=<W&B entity>] [project=<W&B project>]",
+        details="Reads <dir>/wandb-dashboard.json (written by the comparison) or builds it from results.json; run it "
+                "after `wandb sync <dir>/wandb`. Needs the extra famlab[dashboard] (wandb-workspaces)."),
     "bench": Command(
         "famlab.experiments.perf.bench:main", "throughput / MFU benchmarks against Hugging Face",
         args="[--option=value]... [--profile]", flags=None,

@@ -84,6 +84,7 @@ READS: dict[str, tuple[str, ...]] = {
     "fill": ("text", "max_new_tokens", "temperature", "top_k", "top_p", "seed"),
     "export": ("seed",),
     "report": ("out",),
+    "dashboard": ("entity", "project"),
     "presets": (),
 }
 # their keys are config keys

@@ -37,6 +37,7 @@ from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import Init, load_network, parse_init
 from famlab.experiments.steps.pretrain import pretrain
 from famlab.experiments.steps.probe import probe
+from famlab.experiments.tracking.wandb_dashboard import dashboard_step
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs
 from famlab.objectives.evaluation import byte_score
 
@@ -214,6 +215,7 @@ def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
     build_report([c.comp_dir], c.comp_dir)
     failures.optional(c.comp_dir, StepFailure(step="W&B report"), log_report_run, c.base, c.comp_dir, group=c.group,
                       name=f"{c.comp_dir.name}-report", sources=pretraining_dirs(c.comp_dir), say=log)
+    failures.optional(c.comp_dir, StepFailure(step="W&B dashboard"), dashboard_step, c.base, c.comp_dir, say=log)
     log(f"done in {time.time() - c.clock.started:.0f} s: {c.comp_dir / 'report.md'}")
 
 

@@ -27,6 +27,7 @@ from famlab.experiments.plumbing.reliability import (
     Preempted,
     check_checkpoint_matches,
     resolve_resume,
+    save_last,
 )
 from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
 from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, precision
@@ -225,6 +226,8 @@ def fit(
     except (Preempted, NonFiniteError):
         close_wandb(loggers)  # the checkpoint is written; finish the W&B run so its files are complete
         raise
+    if trainer.global_step % int(trainer.val_check_interval):  # steps after the last validation: checkpoint them,
+        save_last(trainer, run_dir / "checkpoints")  # since fine-tunes, export and generate read last.ckpt
     if trainer.global_step != cfg.trainer.max_steps:  # a silently short run would be reported as complete
         planned = cfg.trainer.max_steps
         raise RuntimeError(f"training stopped at step {trainer.global_step}, planned trainer.max_steps={planned}")

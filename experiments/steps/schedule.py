@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from famlab.experiments.analysis.results import ArmBudget
 from famlab.experiments.configuration.config import Config
-from famlab.experiments.plumbing import failures, live, workers
+from famlab.experiments.plumbing import failures, live, plugins, workers
 from famlab.experiments.plumbing.console import quiet_libraries
 from famlab.experiments.plumbing.rundir import write_json
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
@@ -127,8 +127,8 @@ def make_pool(c: Comparison) -> cf.Executor:
     cluster = "slurm" if cmp.launcher == "slurm" else "local"
 
     def prepare(fn: object, args: tuple) -> tuple[SubmittedJob, tuple, str]:
-        (job,) = args
-        return SubmittedJob(), (context, job), job_name(c, job)
+        (job,) = args  # the job's process imports the plugins before it reads the job (a plugin's enum members)
+        return SubmittedJob(), (plugins.Carried((context, job), plugins.loaded()),), job_name(c, job)
 
     folder = c.comp_dir / STATUS_DIR / "submitit"
     return SubmititPool(submitit_executor(c, folder, cluster), cmp.workers, folder / "submitted", prepare, cluster)
@@ -153,9 +153,10 @@ class SubmittedJob:
     handed back as itself. Requeued after a timeout or preemption (submitit's ``checkpoint``), it runs again with
     ``resume=auto``: finished runs are read back, an interrupted one continues from its ``last.ckpt``."""
 
-    def __call__(self, context: bytes, job: Job, resumed: bool = False) -> object:
+    def __call__(self, carried: plugins.Carried[tuple[bytes, Job]], resumed: bool = False) -> object:
         from famlab.experiments.plumbing.submitit_pool import Raised
 
+        context, job = carried.value
         c: Comparison = pickle.loads(context)
         if resumed:
             c, job = resume_everywhere(c, job)
@@ -165,10 +166,10 @@ class SubmittedJob:
         except BaseException as e:  # noqa: BLE001 - the scheduler tells a stop from a failure by the exception
             return Raised(e)
 
-    def checkpoint(self, context: bytes, job: Job, resumed: bool = False) -> object:
+    def checkpoint(self, carried: plugins.Carried[tuple[bytes, Job]], resumed: bool = False) -> object:
         import submitit
 
-        return submitit.helpers.DelayedSubmission(self, context, job, True)
+        return submitit.helpers.DelayedSubmission(self, carried, True)
 
 
 def resume_everywhere(c: Comparison, job: Job) -> tuple[Comparison, Job]:

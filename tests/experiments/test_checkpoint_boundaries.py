@@ -58,4 +58,5 @@ def test_sigterm_between_accumulated_micro_batches_checkpoints_at_a_step_boundar
     assert cli.main(args) == PREEMPTED_EXIT
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     position = ckpt["PretrainDataModule"]["train_sampler"]["position"]  # blocks consumed by this rank
-    assert position == ckpt["global_step"] * accumulate * batch, "checkpoint taken between micro-batches"
+    # the global batch of each step, read in `accumulate` micro-batches of batch / accumulate
+    assert position == ckpt["global_step"] * batch, "checkpoint taken between micro-batches"

@@ -92,8 +92,8 @@ def test_ddp_run_interrupted_and_resumed_finishes_the_plan_seeing_every_sample_o
     uninterrupted run's."""
     corpus = write_corpus(tmp_path / "corpus.txt")  # 135 blocks of 33 tokens: 8 batches of 8 per rank and epoch
     run_dir = tmp_path / "ddp-resume"
-    plan, cut, batch, seed = 12, 5, 8, 3
-    extra = [*DDP, "data.shuffle=true", f"data.seed={seed}"]
+    plan, cut, batch, seed = 12, 5, 8, 3  # batch: per rank, of the global data.batch_size=16
+    extra = [*DDP, "data.shuffle=true", f"data.seed={seed}", f"data.batch_size={2 * batch}"]
     args = [*fast_args(corpus, run_dir, plan), *extra]
     first, seen1 = _traced(args, tmp_path, tmp_path / "trace1", FAMLAB_FAULT_SIGTERM_STEP=str(cut))
     assert first.returncode == PREEMPTED_EXIT, first.stderr[-3000:]

@@ -11,6 +11,7 @@ from famlab.experiments.configuration.config import Config
 from famlab.experiments.perf.allocator import keep_freed_memory
 from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
 from famlab.experiments.plumbing.launch_env import note_world
+from famlab.experiments.plumbing.world import planned_world
 
 if TYPE_CHECKING:
     from famlab.objectives import PretrainModule
@@ -57,6 +58,12 @@ def tune_process(cfg: Config) -> None:
     fp32_matmul_precision(cfg)
 
 
+def syncs_batchnorm(cfg: Config) -> bool:
+    """A fine-tune's standardising head (BatchNorm) sees the global batch's statistics under DDP, as on one device.
+    torch's SyncBatchNorm runs on GPUs only, so a CPU (gloo) DDP run standardises per rank (docs/scale.md)."""
+    return trains_on_cuda(cfg) and planned_world(cfg.trainer) > 1
+
+
 def make_trainer(
     cfg: Config,
     run_dir: Path,
@@ -84,8 +91,7 @@ def make_trainer(
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
                             *reliability_callbacks(cfg, checkpoint_dir)]
-    # a bar only on a terminal; else (a log file, CI, a comparison's worker) a line a minute
-    bar = progress_bar(t.progress_bar)
+    bar = progress_bar(t.progress_bar)  # a bar only on a terminal; else (a log file, a worker) a line a minute
     callbacks.append(RichProgressBar(leave=True) if bar else Heartbeat(run_dir.name, heartbeat_seconds()))
     trainer = L.Trainer(
         default_root_dir=str(run_dir),
@@ -112,6 +118,7 @@ def make_trainer(
         # no_grad instead of inference_mode for evaluation: metric states reset inside trainer.validate()
         # (validate_first) would otherwise be inference tensors that fit's validation cannot update
         inference_mode=False,
+        sync_batchnorm=syncs_batchnorm(cfg),
         plugins=cluster_plugins(),
     )
     note_world(trainer.world_size)  # a failure after fit is still reported as one rank's (plumbing/rank_failure.py)

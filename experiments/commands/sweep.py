@@ -63,6 +63,7 @@ from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
 from famlab.experiments.plumbing import live, plugins
 from famlab.experiments.plumbing.console import heartbeat_seconds
+from famlab.experiments.tracking.wandb_dashboard import sweep_dashboard_step
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from omegaconf import OmegaConf
 
@@ -286,6 +287,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         r["status"] = "ok" if rc == 0 else f"failed ({rc})"
     print(write_report(sweep_dir, spec, records, name=path.stem, group=group), end="")
     log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
+    sweep_dashboard_step(cfg, sweep_dir)
     print_wandb_commands(sweep_dir)
     failed = sum(rc != 0 for rc in statuses)
     if failed:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,10 @@ class DashboardSpec:
     probe_gains: list[GainBar]
     zero_shot: list[ZeroShotTask]
     tables: dict[str, str]  # which W&B table of the report run holds each: {"finetune_gains": "tables/..."}
+    # the runs are grouped by these config keys (a comparison: family, and objective where a family has several
+    # arms; a sweep: the trial's name), and each first-level group gets this colour (its family's)
+    group_by: list[str] = dataclasses.field(default_factory=lambda: ["model.family"])
+    group_colors: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def palette(self) -> dict[str, str]:
@@ -110,13 +115,17 @@ def _results(comp_dir: Path) -> dict[str, Any]:
     return data
 
 
-def _wandb_settings(comp_dir: Path) -> dict[str, Any]:
-    """The pretraining runs' ``wandb`` settings (group, project, entity), from the first run's ``config.yaml``."""
-    for path in sorted(comp_dir.glob("*-pretrain-*/config.yaml")):
-        section = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("wandb") or {}
+def _config(path: Path) -> dict[str, Any]:
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+
+
+def _wandb_settings(comp_dir: Path, pattern: str = "*-pretrain-*/config.yaml") -> dict[str, Any]:
+    """The runs' ``wandb`` settings (group, project, entity), from the first run's ``config.yaml`` that has them."""
+    for path in sorted(comp_dir.glob(pattern)):
+        section = _config(path).get("wandb") or {}
         if section.get("group"):
             return section
-    raise ConfigInputError(f"famlab dashboard: no pretraining run with a wandb.group under {comp_dir}")
+    raise ConfigInputError(f"famlab dashboard: no run with a wandb.group under {comp_dir}")
 
 
 def _gains(rows: list[dict[str, Any]], arms: dict[str, Arm]) -> list[GainBar]:
@@ -145,7 +154,10 @@ def _table_keys(comp_dir: Path, tables: dict[str, str]) -> dict[str, str]:
 
 
 def dashboard_spec(comp_dir: Path) -> DashboardSpec:
-    """The dashboard of the finished comparison in ``comp_dir`` (raises ConfigInputError naming what is missing)."""
+    """The dashboard of the finished comparison (or ``famlab sweep`` directory) in ``comp_dir`` (raises
+    ConfigInputError naming what is missing)."""
+    if (comp_dir / "sweep.yaml").is_file():
+        return sweep_spec(comp_dir)
     data = _results(comp_dir)
     settings = _wandb_settings(comp_dir)
     arms = {a: Arm(name=a, family=r["family"], objective=r.get("objective"), color=family_color(r["family"]))
@@ -158,7 +170,31 @@ def dashboard_spec(comp_dir: Path) -> DashboardSpec:
         arms=list(arms.values()), finetune_gains=_gains(data.get("gains") or [], arms),
         probe_gains=_gains(data.get("probe_gains") or [], arms),
         zero_shot=_zero_shot(data.get("zero_shot") or {}, arms),
-        tables={k: v for k, v in {"finetune_gains": keys.get("gains"), "probe_gains": keys.get("probe")}.items() if v})
+        tables={k: v for k, v in {"finetune_gains": keys.get("gains"), "probe_gains": keys.get("probe")}.items() if v},
+        group_by=["model.family"] + (["objective.name"] if len({a.family for a in arms.values()}) < len(arms) else []),
+        group_colors={a.family: a.color for a in arms.values()})
+
+
+def sweep_spec(sweep_dir: Path) -> DashboardSpec:
+    """A sweep's dashboard: one loss-vs-budget line per trial (its run directory), coloured by the trial's family;
+    a sweep has no gains or zero-shot table of its own."""
+    path = sweep_dir / "results.json"
+    if not path.is_file():
+        raise ConfigInputError(f"famlab dashboard: {path} not found (a finished sweep writes it)")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    trials = [t["name"] for t in data.get("trials") or [] if (sweep_dir / t["name"] / "config.yaml").is_file()]
+    if not trials:
+        raise ConfigInputError(f"famlab dashboard: no trial run directory with a config.yaml under {sweep_dir}")
+    configs = {t: _config(sweep_dir / t / "config.yaml") for t in trials}
+    settings = _wandb_settings(sweep_dir, "*/config.yaml")
+    arms = [Arm(name=t, family=str(c["model"]["family"]), objective=(c.get("objective") or {}).get("name"),
+                color=family_color(str(c["model"]["family"]))) for t, c in configs.items()]
+    tokens = any((c.get("compare") or {}).get("match") == "tokens" for c in configs.values())
+    return DashboardSpec(
+        name=sweep_dir.resolve().name, entity=settings.get("entity"), project=settings.get("project") or "famlab",
+        group=str(data.get("group") or settings["group"]), x_axis="budget/tokens" if tokens else "budget/flops",
+        arms=arms, finetune_gains=[], probe_gains=[], zero_shot=[], tables={}, group_by=["name"],
+        group_colors={a.name: a.color for a in arms})
 
 
 def write_spec(comp_dir: Path) -> Path:
@@ -217,20 +253,15 @@ def _zero_shot_bars(spec: DashboardSpec, task: ZeroShotTask) -> tuple[list[str],
     return list(colors), colors
 
 
-def _groupby(spec: DashboardSpec) -> list[str]:
-    """Group the runs by family, and by objective too where a family has several arms (one line per arm)."""
-    families = [a.family for a in spec.arms]
-    return ["model.family"] + (["objective.name"] if len(set(families)) < len(families) else [])
-
-
 def build_workspace(spec: DashboardSpec) -> Any:
     """The saved workspace view (``wandb_workspaces.workspaces.Workspace``), not yet saved."""
     ws, wr = import_workspaces()
     from wandb_workspaces import expr
 
-    sections = [ws.Section(name=name, panels=panels, is_open=True) for name, panels in _panels(spec, wr).items()]
+    sections = [ws.Section(name=name, panels=panels, is_open=True)
+                for name, panels in _panels(spec, wr).items() if panels]
     runs = ws.RunsetSettings(filters=f"Group = '{spec.group}'",
-                             groupby=[expr.Config(k) for k in _groupby(spec)], group_colors=spec.palette)
+                             groupby=[expr.Config(k) for k in spec.group_by], group_colors=spec.group_colors)
     return ws.Workspace(entity=spec.entity or "", project=spec.project, name=f"famlab {spec.name}",
                         sections=sections, runset_settings=runs)
 
@@ -244,9 +275,9 @@ def build_report(spec: DashboardSpec) -> Any:
     """The Report (``wandb_workspaces.reports.v2.Report``), not yet saved: one panel grid per section, over the
     comparison's group, the runs coloured by family."""
     _, wr = import_workspaces()
-    keys = _groupby(spec)
+    keys = spec.group_by
     colors = {wr.RunsetGroup(runset_name="comparison", keys=(wr.RunsetGroupKey(key=wr.Config(keys[0]), value=f),)): c
-              for f, c in spec.palette.items()}
+              for f, c in spec.group_colors.items()}
     blocks: list[Any] = [wr.P(f"W&B group {spec.group}: every run of the comparison; one colour per family "
                               f"({', '.join(f'{f} {c}' for f, c in spec.palette.items())}).")]
     for name, panels in _panels(spec, wr).items():
@@ -255,7 +286,7 @@ def build_report(spec: DashboardSpec) -> Any:
         runset = wr.Runset(entity=spec.entity or "", project=spec.project, name="comparison",
                            filters=f"Group = '{spec.group}'", groupby=[f"config.{k}" for k in keys])
         blocks += [wr.H2(name), wr.PanelGrid(runsets=[runset], panels=panels, custom_run_colors=colors)]
-        if name == "What pretraining bought":
+        if name == "What pretraining bought" and spec.finetune_gains + spec.probe_gains:
             md = _interval_lines("fine-tuned", spec.finetune_gains) + _interval_lines("probe", spec.probe_gains)
             blocks.append(wr.MarkdownBlock(text="\n".join(md)))
     return wr.Report(entity=spec.entity or "", project=spec.project, title=f"famlab comparison {spec.name}"[:128],
@@ -298,3 +329,13 @@ def dashboard_step(cfg: Config, comp_dir: Path) -> Path | None:
     else:
         print(f"W&B dashboard: after wandb sync {comp_dir / 'wandb'}, famlab dashboard {comp_dir}")
     return path
+
+
+def sweep_dashboard_step(cfg: Config, sweep_dir: Path) -> Path | None:
+    """:func:`dashboard_step` for a sweep, never raising: its trouble is one warning line (the sweep's report and
+    runs stand on their own, as its W&B report run does)."""
+    try:
+        return dashboard_step(cfg, sweep_dir)
+    except Exception as e:  # noqa: BLE001 - W&B trouble never stops famlab (docs/config.md, W&B)
+        print(f"famlab: WARNING W&B dashboard not created ({type(e).__name__}: {e})", file=sys.stderr)
+        return None

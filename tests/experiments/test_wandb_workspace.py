@@ -241,6 +241,29 @@ def test_a_comparison_online_creates_the_dashboard_with_its_entity_and_project(c
     assert [(c["entityName"], c["projectName"]) for c in server.calls if "spec" in c] == [("lab", "cmp-project")] * 2
 
 
+def test_a_sweep_draws_one_line_per_trial_coloured_by_its_family(tmp_path):
+    """A ``famlab sweep`` directory: every trial a loss-vs-budget line (the runs grouped by their name), each the
+    colour of its family; no gain or zero-shot panel (a sweep has none)."""
+    sweep = tmp_path / "sweep-families-20260101-000000"
+    sweep.mkdir()
+    (sweep / "sweep.yaml").write_text("method: grid\n")
+    trials = {"trial-000": "gpt", "trial-001": "bert", "trial-002": "gpt"}
+    for name, family in trials.items():
+        (sweep / name).mkdir()
+        config = {"name": name, "model": {"family": family}, "wandb": {"group": "sw-1", "project": "famlab-test"}}
+        (sweep / name / "config.yaml").write_text(yaml.safe_dump(config))
+    records = [{"name": n, "params": {"model.family": f}, "run_dir": f"x/{n}", "status": "ok"}
+               for n, f in trials.items()]
+    (sweep / "results.json").write_text(json.dumps({"group": "sw-1", "trials": records}))
+    spec = dashboard_spec(sweep)
+    assert (spec.group, spec.group_by, spec.x_axis) == ("sw-1", ["name"], "budget/flops")
+    assert spec.group_colors == {n: family_color(f) for n, f in trials.items()}
+    workspace = wandb_dashboard.build_workspace(spec)
+    assert [s.name for s in workspace.sections] == ["Pretraining"]
+    assert [g.name for g in workspace.runset_settings.groupby] == ["name"]
+    assert workspace.runset_settings.group_colors == spec.group_colors
+
+
 def test_without_wandb_workspaces_the_command_says_how_to_install_it(comparison, monkeypatch, capsys):
     import sys
 

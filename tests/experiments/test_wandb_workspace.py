@@ -7,6 +7,7 @@ The comparison is built as ``test_plan_cost`` builds one: run directories writte
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -30,6 +31,9 @@ from famlab.experiments.tracking import wandb_dashboard
 from famlab.experiments.tracking.wandb_dashboard import SPEC_FILE, dashboard_spec, dashboard_step, family_color
 from famlab.experiments.tracking.wandb_report import markdown_tables
 
+# the workspace view and Report need the extra famlab[dashboard] (the [test] extra installs it); the spec does not
+needs_workspaces = pytest.mark.skipif(importlib.util.find_spec("wandb_workspaces") is None,
+                                      reason="wandb-workspaces is not installed (pip install -e '.[test]')")
 GROUP = "compare-cmp-20260101-120000"
 ARMS = {"gpt": "clm", "t5": "span"}
 FT = {"gpt": ([0.70, 0.80, 0.75], [0.50, 0.55, 0.45]), "t5": ([0.65, 0.60, 0.70], [0.52, 0.48, 0.50])}
@@ -169,6 +173,7 @@ def test_the_spec_names_the_report_runs_gain_tables(comparison):
         assert [r[0] for r in rows] == list(ARMS)
 
 
+@needs_workspaces
 def test_the_workspace_and_report_show_every_arm_with_one_colour_per_family(comparison):
     """The real workspace view and Report from wandb-dashboard.json: the loss panel draws val/loss against
     budget/flops for the group's runs grouped by family, every gain bar reads the report run's table of one row per
@@ -204,6 +209,7 @@ def test_the_workspace_and_report_show_every_arm_with_one_colour_per_family(comp
             assert f"- {arm} ({arm}): {diff:+.4g} [{low:+.4g}, {high:+.4g}]" in md
 
 
+@needs_workspaces
 def test_the_command_saves_the_view_and_the_report(comparison, server, capsys):
     """``famlab dashboard <dir>`` uploads one workspace view and one Report to the spec's entity and project,
     their specs the ones built offline; entity= and project= on the command line win."""
@@ -234,6 +240,7 @@ def test_a_comparison_offline_writes_the_spec_and_names_the_command(comparison, 
     assert not (comparison / SPEC_FILE).exists()
 
 
+@needs_workspaces
 def test_a_comparison_online_creates_the_dashboard_with_its_entity_and_project(comparison, server):
     """Online, the same step saves the view and the Report, to the comparison's wandb.entity / wandb.project."""
     cfg = compose([], ["wandb.mode=online", "wandb.entity=lab", "wandb.project=cmp-project"]).cfg
@@ -241,6 +248,7 @@ def test_a_comparison_online_creates_the_dashboard_with_its_entity_and_project(c
     assert [(c["entityName"], c["projectName"]) for c in server.calls if "spec" in c] == [("lab", "cmp-project")] * 2
 
 
+@needs_workspaces
 def test_a_sweep_draws_one_line_per_trial_coloured_by_its_family(tmp_path):
     """A ``famlab sweep`` directory: every trial a loss-vs-budget line (the runs grouped by their name), each the
     colour of its family; no gain or zero-shot panel (a sweep has none)."""

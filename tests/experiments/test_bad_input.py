@@ -74,8 +74,8 @@ CASES = [
                            "run_dir={d}/mbs", *BASE], "trainer.max_bad_steps=0 must be in [1, "),
     ("no compare workers", ["compare", "compare.workers=0", "data.corpus={d}/corpus.txt"],
      "compare.workers=0 must be in [1, "),
-    ("compare workers x devices", ["compare", "compare.workers=2", "trainer.devices=2", "data.corpus={d}/corpus.txt"],
-     "compare.workers=2 runs every job in one process; it cannot run on trainer.devices=2"),
+    ("compare device ids", ["compare", "compare.workers=2", "trainer.devices=0,1", "data.corpus={d}/corpus.txt"],
+     "trainer.devices=0,1: famlab compare gives each worker its own devices; give a count"),
 ]
 
 

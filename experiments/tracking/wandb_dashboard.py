@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.tracking.wandb_guard import wandb_mode
-from famlab.experiments.tracking.wandb_report import _slug, markdown_tables
+from famlab.experiments.tracking.wandb_report import table_slug, markdown_tables
 
 SPEC_FILE = "wandb-dashboard.json"
 INSTALL = "the W&B dashboard needs wandb-workspaces: pip install 'famlab[dashboard]' (or wandb-workspaces>=0.4)"
@@ -149,7 +149,7 @@ def _table_keys(comp_dir: Path, tables: dict[str, str]) -> dict[str, str]:
         mine = markdown_tables(md) if isinstance(md, str) else []
         match = [t for t, h, r in logged if mine and (h, r) == mine[0][1:]]
         if match:
-            out[name] = f"tables/{_slug(match[0])}"
+            out[name] = f"tables/{table_slug(match[0])}"
     return out
 
 

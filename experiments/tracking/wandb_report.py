@@ -56,7 +56,7 @@ def _cell(text: str) -> Cell:
         return text
 
 
-def _slug(text: str) -> str:
+def table_slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "table"
 
 
@@ -134,10 +134,10 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
                              settings=settings, reinit="create_new")
         logged: dict[str, wandb.Table | wandb.Image] = {}
         for title, header, rows in markdown_tables(md):
-            logged[f"tables/{_slug(title)}"] = wandb.Table(columns=header, data=rows, allow_mixed_types=True)
+            logged[f"tables/{table_slug(title)}"] = wandb.Table(columns=header, data=rows, allow_mixed_types=True)
         images = report_images(out_dir, md)
         for path in images:
-            logged[f"plots/{_slug(path.stem)}"] = wandb.Image(str(path), caption=path.stem)
+            logged[f"plots/{table_slug(path.stem)}"] = wandb.Image(str(path), caption=path.stem)
         run.log(logged)
         run.summary.update(report_summary(out_dir / "results.json"))
         art = wandb.Artifact(f"report-{group}", type="report")

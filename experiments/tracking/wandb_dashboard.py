@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.tracking.wandb_guard import wandb_mode
-from famlab.experiments.tracking.wandb_report import table_slug, markdown_tables
+from famlab.experiments.tracking.wandb_report import markdown_tables, table_slug
 
 SPEC_FILE = "wandb-dashboard.json"
 INSTALL = "the W&B dashboard needs wandb-workspaces: pip install 'famlab[dashboard]' (or wandb-workspaces>=0.4)"

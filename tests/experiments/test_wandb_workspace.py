@@ -165,7 +165,7 @@ def test_the_spec_names_the_report_runs_gain_tables(comparison):
     rows are results.json's gain tables, one row per arm."""
     spec = dashboard_spec(comparison)
     results = json.loads((comparison / "results.json").read_text())
-    logged = {f"tables/{wandb_dashboard._slug(t)}": (h, r) for t, h, r in
+    logged = {f"tables/{wandb_dashboard.table_slug(t)}": (h, r) for t, h, r in
               markdown_tables((comparison / "report.md").read_text())}
     for kind, table in (("finetune_gains", "gains"), ("probe_gains", "probe")):
         header, rows = logged[spec.tables[kind]]

@@ -8,7 +8,11 @@ per-step ones travel together: :func:`any_over_ranks` reduces several flags in o
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
+
+T = TypeVar("T")
 
 
 def dist_info() -> tuple[bool, int, int]:
@@ -38,3 +42,14 @@ def any_over_ranks(flags: torch.Tensor) -> list[bool]:
         flags = flags.to("cuda" if torch.distributed.get_backend() == "nccl" else "cpu", torch.float32)
         torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
     return [value > 0 for value in flags.tolist()]
+
+
+def from_rank_zero(value: T) -> T:
+    """Rank 0's ``value`` on every rank (pickled over the process group); ``value`` itself in one process. Every rank
+    calls it at the same point."""
+    ok, _, world = dist_info()
+    if not ok or world == 1:
+        return value
+    shared: list[object] = [value]
+    torch.distributed.broadcast_object_list(shared, src=0)
+    return shared[0]  # type: ignore[return-value]  # what rank 0 sent: a T

@@ -4,7 +4,6 @@ probe and fine-tune it on a task, fine-tune a family from scratch; and the compa
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -80,15 +79,16 @@ def _pretrain_one(
 
 def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Path,
                  evaluate: Callable[[Path, Config], ByteScore | None] | None = None) -> T:
-    """``fn(cfg, *args)`` (a step that fits: pretraining or a fine-tune) on the job's devices
+    """``fn(cfg, *args)`` (a step that fits: pretraining or a fine-tune; ``cfg`` the job's own copy) on its devices
     (:mod:`famlab.experiments.configuration.placement`): one device in this process; several as the job's own DDP
     world, a child process group (:mod:`famlab.experiments.plumbing.process_group`), so that Lightning's launcher
     re-runs the job, never ``famlab compare``. ``evaluate`` (scoring while the W&B run is open) runs in this process
     only; a job on several devices is scored afterwards (:func:`evaluate_pretrained`)."""
-    k = devices_per_job(cfg.trainer, tuple(visible_gpus(cfg.trainer.accelerator)))
-    # a one-rank world has nothing to synchronise; the other sections are cfg's own (what the job reads of them)
-    strategy = "auto" if k == 1 and cfg.trainer.strategy.startswith("ddp") else cfg.trainer.strategy
-    job = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, devices=k, strategy=strategy))
+    job = cfg  # the job's own copy (its caller's), given its devices
+    k = devices_per_job(job.trainer, tuple(visible_gpus(job.trainer.accelerator)))
+    job.trainer.devices = k
+    if k == 1 and job.trainer.strategy.startswith("ddp"):  # a one-rank world has nothing to synchronise
+        job.trainer.strategy = "auto"
     if k == 1:
         return fn(job, *args, **({"evaluate": evaluate} if evaluate is not None else {}))
     threads = max(1, workers.cores() // (job.compare.workers * k))

@@ -39,6 +39,7 @@ from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig
+from famlab.experiments.plumbing.collective import from_rank_zero
 from famlab.experiments.plumbing.data_cache import get_bundle, set_vocab, token_ids
 from famlab.experiments.plumbing.loggers import make_loggers
 from famlab.experiments.plumbing.prepare_once import env_rank
@@ -162,9 +163,10 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
     grid = _Grid(_Job(cfg, init, task, bundle, pooling, written), run_dir)
     chosen = grid.run()
-    grid.drop_unselected(chosen)
     results = grid.result(chosen, started)
-    write_json(run_dir / "results.json", results.to_json())
+    if env_rank() == 0:  # the other ranks' files are rank 0's
+        grid.drop_unselected(chosen)
+        write_json(run_dir / "results.json", results.to_json())
     return results
 
 
@@ -246,10 +248,12 @@ class _Grid:
                     for seed in self.selecting:
                         self.stop_if_requested(latch)
                         self.train(point, seed, latch)
+                self.agree()
                 chosen = select_point(self.val, self.job.mode)
                 for seed in self.seeds[len(self.selecting):]:  # the seeds that did not select: chosen point only
                     self.stop_if_requested(latch)
                     self.train(chosen, seed, latch)
+                self.agree()
                 if len(self.points) > 1:  # the test split is read once, after selection, by the selected point only
                     self.test_selected(chosen, latch)
         except Preempted as e:
@@ -259,6 +263,11 @@ class _Grid:
             for loggers, _ in self.held.values():
                 close_wandb(loggers)
         return chosen
+
+    def agree(self) -> None:
+        """Under DDP: every rank takes rank 0's validation scores and best checkpoints, so all select the same point
+        and test the checkpoint files rank 0 kept (each rank's own ``ModelCheckpoint`` record need not name them)."""
+        self.val, self.best = from_rank_zero((self.val, self.best))
 
     def stop_if_requested(self, latch: SignalLatch) -> None:
         if latch.requested():

@@ -3,7 +3,6 @@ run writes; optional steps that fail are isolated and named in the report; setti
 
 import json
 import os
-import random
 import shlex
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from test_compare import strip_time_columns, tiny_inputs
 SETTINGS = ["compare.families=[gpt,t5]", "trainer.max_steps=60", "trainer.val_check_interval=10",
             "compare.bpb_docs=8", "compare.zero_shot_items=12", "finetune.probe_seeds=[0,1]"]
 TABLES = ("pretrain", "finetune", "gains", "probe")
+SLOW = pytest.mark.slow
 
 
 def inputs(root: Path) -> list[str]:
@@ -87,20 +87,30 @@ def between_jobs(out: Path, k: int):
     return lambda: f"[{k}/" in out.read_text()
 
 
-# (signal, where, workers): the kill point is drawn from a seeded generator so that reruns are reproducible
-RNG = random.Random(20261203)
+def inside_finetune(comp_dir: Path, run: str):
+    """Ready once a job of the fine-tune ``run`` (a grid point x seed) wrote its first checkpoint, before the fine-tune
+    wrote its results."""
+    def ready() -> bool:
+        return any((comp_dir / run).glob("**/checkpoints/last.ckpt")) and not (comp_dir / run / "results.json").exists()
+
+    return ready
+
+
+# (signal, where, workers), every kill point named: inside each family's pretraining, inside a fine-tune (the
+# scratch baseline's, which starts while the other family pretrains), between jobs
 CASES = [
-    (signal.SIGTERM, "pretraining", 1),
-    (signal.SIGKILL, "pretraining", 1),
-    (signal.SIGKILL, "between jobs", 1),
-    (signal.SIGTERM, "between jobs", 2),
+    (signal.SIGTERM, "pretraining gpt", 1),
+    (signal.SIGKILL, "pretraining t5", 1),
+    (signal.SIGTERM, "fine-tune t5-scratch", 2),
+    (signal.SIGKILL, "between jobs 2", 1),
+    (signal.SIGTERM, "between jobs 3", 2),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "where", "workers"), CASES, ids=[f"{s.name}-{w}-{n}w" for s, w, n in CASES])
 def test_killed_comparison_resumes_to_the_uninterrupted_report(root, reference, sig, where, workers):
-    """Killed at a random point, the comparison resumes with the command it printed (or the same command plus
+    """Killed at a named point, the comparison resumes with the command it printed (or the same command plus
     run_dir and resume=auto after SIGKILL) and its tables equal the uninterrupted run's."""
     name = f"cmp-{sig.name}-{where.replace(' ', '-')}-{workers}"
     comp_dir, out = root / name, root / f"{name}.out"
@@ -111,10 +121,13 @@ def test_killed_comparison_resumes_to_the_uninterrupted_report(root, reference, 
         env = famlab_env(root) | {"FAMLAB_FAULT_STEP_SLEEP": "0.05"}
         proc = subprocess.Popen(famlab(root, *args), cwd=root, env=env, stdout=stdout, stderr=subprocess.PIPE,
                                 text=True)
-        if where == "pretraining":
-            ready = inside_pretraining(comp_dir, RNG.choice(["gpt", "t5"]), RNG.uniform(0, 1))
+        kind, at = where.rsplit(" ", 1)
+        if kind == "pretraining":
+            ready = inside_pretraining(comp_dir, at, 0.5)
+        elif kind == "fine-tune":
+            ready = inside_finetune(comp_dir, at)
         else:
-            ready = between_jobs(out, RNG.randint(1, 4))
+            ready = between_jobs(out, int(at))
         kill_when(proc, ready, sig)
         _, err = proc.communicate(timeout=600)
     if sig == signal.SIGKILL:
@@ -307,24 +320,38 @@ def test_a_retried_evaluation_clears_the_failure_of_a_step_whose_result_is_kept(
     assert json.loads((run_dir / "eval.json").read_text()) == {**kept, "zero_shot": {}}
 
 
-def test_a_comparison_stopped_inside_pretraining_resumes_to_the_uninterrupted_tables(tmp_path, monkeypatch, capsys):
-    """The fast loop's comparison resume: one family at the generated-data budget with dropout on (so the resumed
-    pretraining must restore the RNG too), SIGTERM after step 3 of its pretraining (the test hook, in this
-    process), exit 3; ``resume=auto`` finishes it with the tables of the comparison that was not stopped."""
+# (family, fit, step): the fit of the comparison's process that is stopped after that step - fit 1 is the family's
+# pretraining (8 steps), fit 2 the first job of its scratch baseline's fine-tune (2 steps; jobs run in this order
+# with one worker)
+STOPS = [pytest.param("gpt", 1, 3, id="gpt-pretraining"),
+         pytest.param("bert", 1, 3, id="bert-pretraining", marks=SLOW),
+         pytest.param("t5", 1, 3, id="t5-pretraining", marks=SLOW),
+         pytest.param("gpt", 2, 1, id="gpt-finetune", marks=SLOW)]
+
+
+@pytest.mark.parametrize(("family", "fit", "step"), STOPS)
+def test_a_comparison_stopped_inside_a_fit_resumes_to_the_uninterrupted_tables(tmp_path, monkeypatch, capsys, family,
+                                                                               fit, step):
+    """Comparison resume inside each family's pretraining and inside a fine-tune (gpt's pretraining in the fast loop):
+    one family at the generated-data budget with dropout on (so the resumed fit must restore the RNG too), SIGTERM
+    after a step of the named fit (the test hook, in this process), exit 3; ``resume=auto`` finishes it with the
+    tables of the comparison that was not stopped."""
     from test_generated_compare import BUDGET
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
-    args = ["compare", *tiny_inputs(tmp_path), *BUDGET, "compare.families=[gpt]", "model.dropout=0.1"]
+    args = ["compare", *tiny_inputs(tmp_path), *BUDGET, f"compare.families=[{family}]", "model.dropout=0.1"]
     assert cli.main([*args, "run_dir=ref"]) == 0
-    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_STEP", "3")
-    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_FIT", "1")  # the first fit of this process: gpt's pretraining
+    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_STEP", str(step))
+    monkeypatch.setenv("FAMLAB_FAULT_SIGTERM_FIT", str(fit))
     monkeypatch.setattr(faults, "FITS_STARTED", [0])  # count this comparison's fits only
     assert cli.main([*args, "run_dir=cut"]) == 3
     assert "famlab: resume with: famlab compare " in capsys.readouterr().err
     assert not (tmp_path / "cut" / "report.md").exists()
-    stopped = torch.load(tmp_path / "cut" / "gpt-pretrain-s0" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert stopped["global_step"] == 3
+    stopped_in = f"{family}-pretrain-s0" if fit == 1 else f"{family}-scratch"
+    (checkpoint,) = [p for p in (tmp_path / "cut" / stopped_in).glob("**/checkpoints/last.ckpt")
+                     if not (p.parent.parent / "job.json").exists()]  # the one job that did not finish
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == step
     for knob in ("FAMLAB_FAULT_SIGTERM_STEP", "FAMLAB_FAULT_SIGTERM_FIT"):
         monkeypatch.delenv(knob)
     assert cli.main([*args, "run_dir=cut", "resume=auto"]) == 0

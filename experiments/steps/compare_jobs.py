@@ -92,7 +92,9 @@ def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Pat
     if k == 1:
         return fn(job, *args, **({"evaluate": evaluate} if evaluate is not None else {}))
     threads = max(1, workers.cores() // (job.compare.workers * k))
-    spec = comp_dir / STATUS_DIR / "groups" / Path(str(job.run_dir)).name
+    run = Path(str(job.run_dir)).resolve()  # a suite's tasks hold runs of the same name in folders of their own
+    name = "__".join(run.relative_to(comp_dir.resolve()).parts) if run.is_relative_to(comp_dir.resolve()) else run.name
+    spec = comp_dir / STATUS_DIR / "groups" / name
     return process_group.run(fn, job, *args, spec=spec, threads=threads, stop_requested=workers.stop_requested)
 
 

@@ -16,23 +16,15 @@ from __future__ import annotations
 
 import os
 
+from famlab.experiments.configuration.compare_defaults import visible_gpus
 from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
-
-
-def visible_cuda_devices(accelerator: str) -> int:
-    """CUDA GPUs a run with ``trainer.accelerator=accelerator`` may use (0 for the CPU or another accelerator)."""
-    if accelerator not in ("auto", "gpu", "cuda"):
-        return 0
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() or torch.cuda.device_count() > 0 else 0
 
 
 def devices_per_node(t: TrainerConfig) -> int:
     """The processes Lightning starts on one node for ``trainer.devices``: a count, the length of an id list, every
     visible GPU for ``auto`` / ``-1`` on a GPU machine, one process for ``auto`` on a CPU."""
     text = str(t.devices).strip()
-    gpus = visible_cuda_devices(t.accelerator)
+    gpus = len(visible_gpus(t.accelerator))
     if text in ("auto", "-1"):
         return max(1, gpus) if text == "auto" or gpus else (os.cpu_count() or 1)
     if text.lstrip("-").isdigit():

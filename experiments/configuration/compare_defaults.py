@@ -66,9 +66,14 @@ def comparison_presets(presets: list[str], overrides: list[str]) -> tuple[list[s
         presets = ["tiny", *presets]
     if "tiny" not in presets:
         return presets, []
-    user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
-    named = user_flat | {key for p in presets if p not in SIZES for key in preset_keys(p)}
+    named = user_keys(presets, overrides)
     return presets, [d for d in TINY_DEFAULTS if d.split("=", 1)[0] not in named]
+
+
+def user_keys(presets: list[str], overrides: list[str]) -> set[str]:
+    """The dotted keys the user set: by an override, or in a preset they named that is not a size preset."""
+    user_flat = {t.lstrip("-").split("=", 1)[0] for t in overrides}
+    return user_flat | {key for p in presets if p not in SIZES for key in preset_keys(p)}
 
 
 def preset_keys(preset: str) -> set[str]:

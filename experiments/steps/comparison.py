@@ -19,10 +19,9 @@ from famlab.datamodules.suite import TaskSpec
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import Plan, PretrainResult
 from famlab.experiments.configuration.compare_defaults import (
-    SIZES,
     WORKERS,
     comparison_presets,
-    preset_keys,
+    user_keys,
     visible_gpus,
 )
 from famlab.experiments.configuration.compose import compose, parse_overrides
@@ -97,9 +96,7 @@ def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], l
     family_free = [p for p in presets if p not in family_names()]
     base = compose(family_free, [*defaults, *overrides]).cfg
     gpus = visible_gpus(base.trainer.accelerator)
-    named = {t.lstrip("-").split("=", 1)[0] for t in overrides}
-    named |= {key for p in family_free if p not in SIZES for key in preset_keys(p)}
-    workers_set = WORKERS in named
+    workers_set = WORKERS in user_keys(presets, overrides)
     if len(gpus) >= 2 and not workers_set:
         per_gpu = max(1, len(gpus) // devices_per_job(base.trainer, tuple(gpus)))
         defaults = [d for d in defaults if not d.startswith(f"{WORKERS}=")] + [f"{WORKERS}={per_gpu}"]

@@ -11,11 +11,12 @@ one per architecture (:class:`Arch`), and owns:
 - how the network reads a classification batch (:meth:`InputFormat.extra_inputs`, :meth:`InputFormat.pooled`), the
   poolings it offers and the part of the network each one reads (:meth:`InputFormat.body`: what a classifier holds);
 - the zero-shot scoring input: the measure (``bits_per_byte`` or BERT's ``pll_bits_per_byte``), the tokens a scored
-  text is conditioned on (:meth:`InputFormat.byte_context`), the cloze rule (:meth:`InputFormat.cloze_rule`) and the
-  pseudo-log-likelihood row (:meth:`InputFormat.wrap`); the scorers themselves are in ``famlab.objectives``.
+  text is conditioned on under a :class:`Rule` (:meth:`InputFormat.byte_context`) and the pseudo-log-likelihood row
+  (:meth:`InputFormat.wrap`); the scorers themselves are in ``famlab.objectives``.
 
-A new family of an existing architecture reuses a class with its own template; objective names (``span``, ``ul2``,
-``prefix_lm``) select the conditioning tokens as their corruption trained them (``objectives/``). Pure torch.
+A new family of an existing architecture reuses a class with its own template. Which rule applies is the objective's
+to say, not the format's: each objective declares its rules (:class:`Reading` and :class:`Rule`, defined here as plain
+data so this layer never imports ``objectives/``), and a format only turns a rule into tokens. Pure torch.
 
 Legend: B batch, T sequence length, C model dim.
 """
@@ -104,10 +105,34 @@ def template_pieces(template: str) -> list[tuple[str, int]]:
     return pieces
 
 
-def causal_lead(objective: str, ids: SpecialIds) -> int:
-    """The token a causal model scores a text after: ``[S]`` for UL2 (its language-model mode), else ``[EOS]`` (the
-    document separator GPT's objectives join documents with)."""
-    return ids.s if objective == "ul2" else ids.eos
+class Reading(str, Enum):
+    """How a network reads a text under the objective that trained it: what an objective declares for scoring and
+    for prompting (``famlab.objectives``: ``ObjectiveRules``), and what a format turns into tokens here."""
+
+    MASKED = "masked"  # one [MASK] at a time: an encoder's pseudo-log-likelihood (scoring) or per-[MASK] argmax (fill)
+    CAUSAL = "causal"  # token by token after the lead tokens, under the causal mask
+    SENTINEL = "sentinel"  # T5's span format: the blank (the whole text, the end of a prompt) as one masked span
+    PREFIX = "prefix"  # a prefix LM: the lead tokens and the prefix read bidirectionally, the rest continued
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One reading with the special tokens put first (template names, e.g. ``("[S]",)`` for UL2's S mode).
+
+    For :attr:`Reading.CAUSAL` the lead is what the text is scored (or continued) after; for the others it goes
+    first in the (encoder) input, before the prefix or the corrupted text."""
+
+    reading: Reading
+    lead: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.lead if name not in TOKEN_NAMES]
+        if unknown:
+            raise ValueError(f"rule lead {unknown} holds no special token name (known: {', '.join(TOKEN_NAMES)})")
+
+    def lead_ids(self, ids: SpecialIds) -> list[int]:
+        """The lead tokens' ids."""
+        return [getattr(ids, TOKEN_NAMES[name]) for name in self.lead]
 
 
 @dataclass(frozen=True)
@@ -219,16 +244,13 @@ class InputFormat:
             raise ValueError(f"the classifier's network weights do not fit the model: missing {missing[:3]}, "
                              f"unexpected {list(unexpected)[:3]}")
 
-    def byte_context(self, objective: str, ids: SpecialIds) -> tuple[list[int], list[int]]:
-        """``(encoder, given)``: what a text scored for bits per byte is conditioned on (``objectives/evaluation.py``
-        ``bits_per_byte``)."""
+    def byte_context(self, rule: Rule, ids: SpecialIds) -> tuple[list[int], list[int]]:
+        """``(encoder, given)``: what a text scored for bits per byte under ``rule`` (the text rule of the objective
+        that trained the network) is conditioned on (``objectives/evaluation.py`` ``bits_per_byte``)."""
         raise ValueError(f"a {self.arch.value} network has no likelihood of a text (its measure is {self.measure})")
 
-    def cloze_rule(self, objective: str) -> str:
-        """How a cloze item is scored (``objectives/zeroshot.py``): ``pll`` (pseudo-log-likelihood of the span),
-        ``causal`` (the text's likelihood), ``sentinel`` (the blank as one masked span) or ``continuation`` (the
-        decoder continues the prefix)."""
-        raise NotImplementedError
+    def _rule_error(self, rule: Rule) -> ValueError:
+        return ValueError(f"a {self.arch.value} network cannot read a text by the {rule.reading.value} rule")
 
 
 @dataclass(frozen=True)
@@ -244,14 +266,12 @@ class EncoderFormat(InputFormat):
                   compute_logits=False)
         return heads.pool(out.hidden, mask, pooling)
 
-    def cloze_rule(self, objective: str) -> str:
-        return "pll"
 
 
 @dataclass(frozen=True)
 class DecoderFormat(InputFormat):
-    """A causal decoder (GPT): a text is scored after :func:`causal_lead`; a decoder trained with ``span`` reads T5's
-    span format as a bidirectional prefix."""
+    """A causal decoder (GPT): a text is scored after its rule's lead tokens; a decoder whose objective reads T5's
+    span format (decoder-only ``span``) reads the corrupted input as a bidirectional prefix."""
 
     arch: ClassVar[Arch] = Arch.DECODER
 
@@ -262,13 +282,12 @@ class DecoderFormat(InputFormat):
         out = net(batch["input_ids"], attention_mask=mask, position_ids=positions, compute_logits=False)
         return heads.pool(out.hidden, mask, pooling)
 
-    def byte_context(self, objective: str, ids: SpecialIds) -> tuple[list[int], list[int]]:
-        if objective == "span":  # as T5's span rule, in one sequence with a prefix mask
-            return [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
-        return [], [causal_lead(objective, ids)]
-
-    def cloze_rule(self, objective: str) -> str:
-        return "sentinel" if objective == "span" else "causal"
+    def byte_context(self, rule: Rule, ids: SpecialIds) -> tuple[list[int], list[int]]:
+        if rule.reading is Reading.SENTINEL:  # as T5's span rule, in one sequence with a prefix mask
+            return [*rule.lead_ids(ids), ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
+        if rule.reading is Reading.CAUSAL:
+            return [], rule.lead_ids(ids)
+        raise self._rule_error(rule)
 
 
 @dataclass(frozen=True)
@@ -295,14 +314,13 @@ class EncoderDecoderFormat(InputFormat):
     def unused(self, pooling: str) -> tuple[str, ...]:
         return ("head",) if pooling == "decoder" else ("decoder", "head")
 
-    def byte_context(self, objective: str, ids: SpecialIds) -> tuple[list[int], list[int]]:
-        if objective == "span":  # the whole text is one masked span
-            return [ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
-        return ([ids.s, ids.eos] if objective == "ul2" else [ids.eos]), []  # prefix_lm: an empty prefix
+    def byte_context(self, rule: Rule, ids: SpecialIds) -> tuple[list[int], list[int]]:
+        if rule.reading is Reading.SENTINEL:  # the whole text is one masked span
+            return [*rule.lead_ids(ids), ids.sentinel_ids[0], ids.eos], [ids.sentinel_ids[0]]
+        if rule.reading is Reading.PREFIX:  # the continuation of an empty prefix
+            return [*rule.lead_ids(ids), ids.eos], []
+        raise self._rule_error(rule)
 
-    def cloze_rule(self, objective: str) -> str:
-        return "continuation" if objective == "prefix_lm" else "sentinel"
 
-
-__all__ = ["Arch", "DecoderFormat", "EncoderDecoderFormat", "EncoderFormat", "InputFormat", "SpecialIds",
-           "causal_lead", "template_pieces", "truncate_pair"]
+__all__ = ["Arch", "DecoderFormat", "EncoderDecoderFormat", "EncoderFormat", "InputFormat", "Reading", "Rule",
+           "SpecialIds", "template_pieces", "truncate_pair"]

@@ -26,10 +26,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from famlab.families.formats import Arch, Reading, Rule
 from famlab.families.network import Network
 from famlab.objectives.corruption import span_corrupt, span_counts
 from famlab.objectives.errors import ObjectiveError
-from famlab.objectives.objective import Batch, LossOutput, MaskedLM, Objective, dense_lm_loss, stack_samples
+from famlab.objectives.objective import (
+    SPAN_RULES,
+    Batch,
+    LossOutput,
+    MaskedLM,
+    Objective,
+    ObjectiveRules,
+    dense_lm_loss,
+    stack_samples,
+)
 from famlab.objectives.prefix import (
     decoder_batch,
     encoder_decoder_batch,
@@ -100,6 +110,9 @@ class GPTPrefixLM(_DecoderOnly):
     or `round(prefix_fraction * T)` for every row."""
 
     name = "prefix_lm"
+    # scored as GPT's clm (after [EOS], causal); a prompt is read bidirectionally after [EOS], as in training
+    rules = ObjectiveRules(text=Rule(Reading.CAUSAL, ("[EOS]",)), cloze=Rule(Reading.CAUSAL, ("[EOS]",)),
+                           generate=Rule(Reading.PREFIX, ("[EOS]",)))
 
     def __init__(self, ids: TokenIds, seq_len: int, prefix_fraction: float | None, generator: torch.Generator | None):
         super().__init__(ids, seq_len, generator)
@@ -122,6 +135,7 @@ class GPTSpan(_DecoderOnly):
     """
 
     name = "span"
+    rules = SPAN_RULES
 
     def __init__(self, ids: TokenIds, seq_len: int, density: float, mean_span: float, generator):
         super().__init__(ids, seq_len, generator)
@@ -154,6 +168,8 @@ class T5PrefixLM(_EncoderDecoder):
     """T5 prefix LM on a raw block of `seq_len - 1` tokens: encoder `block[:P] [EOS]`, decoder `block[P:] [EOS]`."""
 
     name = "prefix_lm"
+    # the encoder reads `prefix [EOS]` (for bits per byte an empty prefix), the decoder continues
+    rules = ObjectiveRules(text=Rule(Reading.PREFIX), cloze=Rule(Reading.PREFIX), generate=Rule(Reading.PREFIX))
 
     def __init__(self, ids: TokenIds, seq_len: int, prefix_fraction: float | None, generator: torch.Generator | None):
         super().__init__(ids, seq_len, generator)
@@ -181,6 +197,20 @@ class UL2(Objective):
     """
 
     name = "ul2"
+
+    @classmethod
+    def rules_on(cls, arch: Arch) -> ObjectiveRules:
+        """A prompt is continued in the S mode (``[S]`` first, a prefix LM) and ``[MASK]`` s are filled in the R mode
+        (``[R]`` first, regular span corruption). A text is scored in the S mode: after ``[S]`` (GPT, causal) or as
+        the continuation of ``[S] [EOS]`` (T5); a blank is scored causally after ``[S]`` (GPT) or as the R mode's
+        one masked span (T5)."""
+        s_mode, r_mode = ("[S]",), ("[R]",)
+        if arch is Arch.DECODER:
+            text = cloze = Rule(Reading.CAUSAL, s_mode)
+        else:
+            text, cloze = Rule(Reading.PREFIX, s_mode), Rule(Reading.SENTINEL, r_mode)
+        return ObjectiveRules(text=text, cloze=cloze, generate=Rule(Reading.PREFIX, s_mode),
+                              fill=Rule(Reading.SENTINEL, r_mode))
 
     def __init__(
         self,

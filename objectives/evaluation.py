@@ -57,7 +57,14 @@ from famlab.objectives.corruption import span_counts
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.objective import Objective
 from famlab.objectives.prefix import prefix_lm_mask
-from famlab.objectives.registry import SETTINGS, ObjectiveSettings, entry, make_objective
+from famlab.objectives.registry import (
+    SETTINGS,
+    ObjectiveSettings,
+    default_objective,
+    entry,
+    make_objective,
+    rules_of,
+)
 from famlab.objectives.tokens import TokenIds
 
 if TYPE_CHECKING:
@@ -137,6 +144,12 @@ def _result(measure: str, log_prob: float, num_bytes: int, num_tokens: int, num_
         reason = f"no text to score ({num_skipped} empty or encoded to no tokens)"
         return ByteScore(measure, math.nan, 0.0, 0, 0, 0, num_skipped, reason)
     return ByteScore(measure, bits / num_bytes, bits, num_bytes, num_tokens, num_texts, num_skipped)
+
+
+def _not_scored(measure: str, family: str, objective: str | None, num_texts: int) -> ByteScore:
+    """The score of texts under an objective that declares no text rule (``ObjectiveRules.text``): NaN, none scored."""
+    name = objective or default_objective(family)
+    return ByteScore(measure, math.nan, 0.0, 0, 0, 0, num_texts, f"objective {name} declares no text rule: not scored")
 
 
 def _config(net: Network) -> ModelConfig:
@@ -231,7 +244,10 @@ def bits_per_byte(
         names = " or ".join(families_of(Arch.DECODER, Arch.ENCODER_DECODER))
         raise ObjectiveError(f"bits_per_byte needs a {names} network; a {spec.name} network has {fmt.measure} (not a "
                              "likelihood)")
-    encoder, given = fmt.byte_context(objective or spec.defaults.objective, ids)
+    rule = rules_of(spec.name, objective).text  # the objective's own rule (ObjectiveRules), never another's
+    if rule is None:
+        return _not_scored(fmt.measure, spec.name, objective, len(texts))
+    encoder, given = fmt.byte_context(rule, ids)
     # tokens scored per chunk: a decoder reads encoder + given + chunk[:-1], T5's decoder [PAD] + given + chunk[:-1]
     if spec.arch is Arch.DECODER:
         max_len = _max_len(net, max_len, len(encoder) + len(given) - 1)
@@ -312,7 +328,10 @@ def byte_score(
 ) -> ByteScore:
     """`pll_bits_per_byte` for BERT, `bits_per_byte` for GPT and T5 (the family's input format's `measure`) — check
     `ByteScore.measure` before putting two scores on one axis."""
-    if _spec(net).input_format.measure == "pll_bits_per_byte":
+    spec = _spec(net)
+    if spec.input_format.measure == "pll_bits_per_byte":
+        if rules_of(spec.name, objective).text is None:
+            return _not_scored(spec.input_format.measure, spec.name, objective, len(texts))
         return pll_bits_per_byte(net, texts, encode, ids, max_len=max_len)
     return bits_per_byte(net, texts, encode, ids, objective=objective, max_len=max_len)
 

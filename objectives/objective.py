@@ -4,6 +4,12 @@ Each family's own objective, as one of three small classes sharing the `Objectiv
 (docs/interfaces.md): `raw_block_len` (tokens per sample the data module must cut), `separator_id`
 (joined after every document), `collate(samples)`, `loss(net, batch)` and `tokens_in(batch)`.
 
+An objective also owns how a network it trained is read afterwards (`ObjectiveRules`, `Objective.rules_on`): how
+zero-shot scoring and bits per byte put a text to it, how `famlab generate` continues a prompt and `famlab fill`
+fills a `[MASK]`, and the report's label of its bits per byte. Every reader asks the objective, looked up through
+the registry by the run's family x objective (`famlab.objectives.registry.rules_of`); a rule left undeclared means
+"not scored" / "cannot generate", never another objective's rule.
+
 Legend: B batch, T model sequence length, Tt target length, N label tokens in the batch,
 K MLM positions per row, V vocab, C model dim.
 """
@@ -12,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from famlab.families.formats import Arch, Reading, Rule
 from famlab.families.kernels.dispatch import Kernel, use_fast
 from famlab.families.kernels.linear_cross_entropy import linear_cross_entropy
 from famlab.families.network import Network
@@ -77,12 +85,56 @@ def stack_samples(samples: Sequence[torch.Tensor], length: int) -> torch.Tensor:
     return block
 
 
+NOT_SCORED = "not scored"  # the bits-per-byte label of an objective that declares no text rule
+
+
+@dataclass(frozen=True)
+class ObjectiveRules:
+    """How a network an objective trained is read afterwards; None: the objective declares no such rule.
+
+    Attributes:
+        text: bits per byte (``objectives/evaluation.py``): how a whole text is scored (its tokens given what the
+            rule puts before them). None: bits per byte is not scored.
+        cloze: zero-shot multiple choice (``objectives/zeroshot.py``): how a text with one blank is scored.
+            None: every item is skipped as not scored.
+        generate: ``famlab generate``: how a prompt is continued (:attr:`Reading.CAUSAL` under the causal mask,
+            :attr:`Reading.PREFIX` as a prefix LM, :attr:`Reading.SENTINEL` as one masked span at its end).
+            None: ``famlab generate`` refuses the run.
+        fill: ``famlab fill``: how ``[MASK]`` s anywhere in a text are filled (:attr:`Reading.MASKED`: one token
+            each; :attr:`Reading.SENTINEL`: one sentinel span each). None: only a prefix LM's one ``[MASK]`` at the
+            end (a continuation), else ``famlab fill`` refuses the run.
+    """
+
+    text: Rule | None = None
+    cloze: Rule | None = None
+    generate: Rule | None = None
+    fill: Rule | None = None
+
+    @property
+    def bpb_label(self) -> str:
+        """The report's name of how bits per byte scored a text under :attr:`text`: ``PLL`` (one mask at a time),
+        ``one span`` (the whole text as the one masked span of an empty input), ``causal`` (token by token from the
+        text's start, after the lead tokens or an empty prefix) or ``not scored``."""
+        if self.text is None:
+            return NOT_SCORED
+        return {Reading.MASKED: "PLL", Reading.SENTINEL: "one span"}.get(self.text.reading, "causal")
+
+
 class Objective:
-    """Base class; see the module docstring. Subclasses set `name`, `raw_block_len`, `separator_id`."""
+    """Base class; see the module docstring. Subclasses set `name`, `raw_block_len`, `separator_id`, and declare
+    `rules` (or override `rules_on` when they read differently per architecture); the base declares none."""
 
     name: str
     raw_block_len: int
     separator_id: int
+    rules: ClassVar[ObjectiveRules] = ObjectiveRules()
+    # whether validation logs `val/mlm_acc`: the share of labels the argmax of its sparse logits gets right
+    token_accuracy: ClassVar[bool] = False
+
+    @classmethod
+    def rules_on(cls, arch: Arch) -> ObjectiveRules:
+        """This objective's rules on a network of ``arch`` (the class's :attr:`rules` unless it overrides this)."""
+        return cls.rules
 
     def __init__(self, ids: TokenIds, seq_len: int, generator: torch.Generator | None = None) -> None:
         self.ids = ids
@@ -105,6 +157,8 @@ class MaskedLM(Objective):
     """BERT's masked LM: `[CLS]` + a raw block of `seq_len - 1` tokens, 15 % selected, 80/10/10."""
 
     name = "mlm"
+    rules = ObjectiveRules(text=Rule(Reading.MASKED), cloze=Rule(Reading.MASKED), fill=Rule(Reading.MASKED))
+    token_accuracy = True
 
     def __init__(self, ids: TokenIds, seq_len: int, mask_rate: float, generator: torch.Generator | None) -> None:
         super().__init__(ids, seq_len, generator)
@@ -142,6 +196,9 @@ class CausalLM(Objective):
     """GPT's causal LM: a raw block of `seq_len + 1` tokens gives inputs `block[:-1]`, labels `block[1:]`."""
 
     name = "clm"
+    # scored and continued after [EOS], the document separator its blocks join documents with
+    rules = ObjectiveRules(text=Rule(Reading.CAUSAL, ("[EOS]",)), cloze=Rule(Reading.CAUSAL, ("[EOS]",)),
+                           generate=Rule(Reading.CAUSAL, ("[EOS]",)))
 
     def __init__(self, ids: TokenIds, seq_len: int, generator: torch.Generator | None) -> None:
         super().__init__(ids, seq_len, generator)
@@ -157,10 +214,16 @@ class CausalLM(Objective):
         return dense_lm_loss(net, hidden, batch["labels"])
 
 
+# A span-corruption model (T5's, or decoder-only): a text, a blank and the end of a prompt are each one masked span.
+SPAN_RULES = ObjectiveRules(text=Rule(Reading.SENTINEL), cloze=Rule(Reading.SENTINEL),
+                            generate=Rule(Reading.SENTINEL), fill=Rule(Reading.SENTINEL))
+
+
 class SpanCorruption(Objective):
     """T5's span corruption: raw length from `t5_lengths` so the encoder inputs are `seq_len` with no padding."""
 
     name = "span"
+    rules = SPAN_RULES
 
     def __init__(
         self, ids: TokenIds, seq_len: int, density: float, mean_span: float, generator: torch.Generator | None
@@ -190,5 +253,6 @@ class SpanCorruption(Objective):
 
 
 __all__ = [
-    "Batch", "LossOutput", "Objective", "MaskedLM", "CausalLM", "SpanCorruption", "dense_lm_loss", "stack_samples",
+    "Batch", "LossOutput", "Objective", "ObjectiveRules", "MaskedLM", "CausalLM", "SpanCorruption", "NOT_SCORED",
+    "SPAN_RULES", "dense_lm_loss", "stack_samples",
 ]

@@ -142,7 +142,7 @@ class PretrainModule(ClipsUnscaled):
         self.val_nll.update(out.loss.detach().float() * out.num_label_tokens)
         self.val_tokens.update(out.num_label_tokens)
         valid = out.labels != IGNORE
-        if self.objective.name in ("mlm", "span_mlm") and out.logits is not None:
+        if self.objective.token_accuracy and out.logits is not None:
             self.val_correct.update(((out.logits.argmax(-1) == out.labels) & valid).sum())
         if self.unigram_log_probs is not None:
             self.val_unigram_nll.update(-self.unigram_log_probs[out.labels[valid]].double().sum())
@@ -153,7 +153,7 @@ class PretrainModule(ClipsUnscaled):
             loss = self.val_nll.compute() / count
             self.log("val/loss", loss, prog_bar=True)
             self.log("val/ppl", torch.exp(loss))
-            if self.objective.name in ("mlm", "span_mlm"):
+            if self.objective.token_accuracy:
                 self.log("val/mlm_acc", self.val_correct.compute() / count)
             if self.unigram_log_probs is not None:
                 self.log("val/unigram_loss", self.val_unigram_nll.compute() / count)

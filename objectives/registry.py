@@ -23,7 +23,7 @@ from famlab.families.registry import family, family_names
 from famlab.objectives.corruption import t5_lengths
 from famlab.objectives.denoisers import UL2, GPTPrefixLM, GPTSpan, SpanMaskedLM, T5PrefixLM
 from famlab.objectives.errors import ObjectiveError
-from famlab.objectives.objective import CausalLM, MaskedLM, Objective, SpanCorruption
+from famlab.objectives.objective import CausalLM, MaskedLM, Objective, ObjectiveRules, SpanCorruption
 from famlab.objectives.tokens import TokenIds
 
 if TYPE_CHECKING:
@@ -218,6 +218,26 @@ def entry(name: str, family: str | None) -> Entry:
     if family not in families:
         raise ObjectiveError(f"objective.name={name} needs model.family {' or '.join(families)}, got {family}")
     return REGISTRY[family][name]
+
+
+def arch_rules(arch: Arch, name: str) -> ObjectiveRules:
+    """The rules objective ``name`` declares on a network of ``arch`` (``Objective.rules_on``): how scoring,
+    generation and the report read a network it trained.
+
+    Raises:
+        ObjectiveError: ``name`` is not registered for ``arch``.
+    """
+    found = BY_ARCH[arch].get(name)
+    if found is None:
+        raise ObjectiveError(f"objective.name={name} is not one of the {arch.value} objectives {sorted(BY_ARCH[arch])}")
+    return found.cls.rules_on(arch)
+
+
+def rules_of(family_name: str, name: str | None = None) -> ObjectiveRules:
+    """The rules of objective ``name`` (None: the family's default) on ``family_name``'s network, looked up through
+    the family x objective table (:func:`entry`)."""
+    name = name or default_objective(family_name)
+    return entry(name, family_name).cls.rules_on(family(family_name).arch)
 
 
 def make_objective(

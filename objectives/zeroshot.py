@@ -23,6 +23,10 @@ Scoring rules (log-probabilities in nats; ``encode`` gives ids without special t
   ``log p(token | rest)``. It is not a likelihood, but it ranks candidates the same way for every item.
 - :class:`BigramLM`: as GPT's rules, with ``log p(t_i | t_{i-1})``.
 
+Which rule applies is the objective's to say (``ObjectiveRules.cloze``, looked up through the registry by the
+network's family and the objective that trained it), never inferred from its name: an objective that declares no
+cloze rule has every item skipped as not scored (:func:`not_scored`), not scored by another objective's rule.
+
 Per candidate the scorer returns the summed log-probability, the tokens scored and the UTF-8 bytes they
 cover (the whole text for GPT ``full``, the span otherwise), so accuracy can use the raw score, the score per
 token or the score per byte. A candidate wins only with a score strictly above every other: a tie is wrong.
@@ -67,12 +71,12 @@ import numpy as np
 import torch
 from famlab.families import registry
 from famlab.families.config import ModelConfig, PosScheme
-from famlab.families.formats import Arch, InputFormat, causal_lead
+from famlab.families.formats import Arch, InputFormat, Reading, Rule
 from famlab.families.network import CausalDecoder, EncoderDecoder, Network
 from famlab.families.registry import family_names
 from famlab.objectives.errors import ObjectiveError
 from famlab.objectives.prefix import prefix_lm_mask
-from famlab.objectives.registry import default_objective
+from famlab.objectives.registry import arch_rules, default_objective, rules_of
 from famlab.objectives.tokens import TokenIds
 from torch import Tensor, nn
 
@@ -156,6 +160,9 @@ class BigramLM(nn.Module):
     """
 
     family = "bigram"
+    keys: Tensor
+    counts: Tensor
+    unigram: Tensor
 
     def __init__(self, vocab_size: int, keys: Tensor, counts: Tensor, unigram: Tensor, k: float) -> None:
         super().__init__()
@@ -226,7 +233,24 @@ def _config(net: Network) -> ModelConfig:
     return net.config
 
 
+def _device(net: Network | BigramLM) -> torch.device:
+    """Where ``net``'s tensors sit: a bigram's counts, a network's parameters."""
+    tensors = net.buffers() if isinstance(net, BigramLM) else cast(nn.Module, net).parameters()
+    return next(iter(tensors)).device
+
+
 EMPTY_CANDIDATE = "a candidate encodes to no tokens"
+# The cloze readings each architecture's scorer implements (a bigram: causal only).
+READINGS: dict[Arch, tuple[Reading, ...]] = {
+    Arch.ENCODER: (Reading.MASKED,),
+    Arch.DECODER: (Reading.CAUSAL, Reading.SENTINEL),
+    Arch.ENCODER_DECODER: (Reading.SENTINEL, Reading.PREFIX),
+}
+
+
+def not_scored(objective: str) -> str:
+    """The skip reason of every item under an objective that declares no cloze rule (``ObjectiveRules.cloze``)."""
+    return f"objective {objective} declares no scoring rule: not scored"
 
 
 class _TooLong(ObjectiveError):
@@ -282,13 +306,19 @@ class Scorer:
             raise ObjectiveError(f"expected a famlab network or BigramLM, got {type(net).__name__}")
         self.net, self.encode, self.ids, self.rule, self.family = net, encode, ids, rule, str(family)
         self.format: InputFormat | None = None if bigram else registry.family(self.family).input_format
+        # The objective's own cloze rule (ObjectiveRules); None: it declares none, and every item is not scored.
+        self.cloze: Rule | None
         if self.format is None:  # the bigram is causal: it scores as a decoder (trained with clm by default)
             self.arch, self.objective = Arch.DECODER, objective or "clm"
-            self.cloze = "sentinel" if self.objective == "span" else "causal"
+            self.cloze = arch_rules(self.arch, self.objective).cloze
         else:
             self.arch, self.objective = self.format.arch, objective or default_objective(self.family)
-            self.cloze = self.format.cloze_rule(self.objective)  # pll | causal | sentinel | continuation
-        self.device = next(iter(net.buffers() if bigram else net.parameters())).device
+            self.cloze = rules_of(self.family, self.objective).cloze
+        readable = READINGS[self.arch] if self.format is not None else (Reading.CAUSAL,)
+        if self.cloze is not None and self.cloze.reading not in readable:
+            raise ObjectiveError(f"objective {self.objective}'s cloze rule ({self.cloze.reading.value}) cannot score a "
+                                 f"{self.arch.value if self.format is not None else 'bigram'} model")
+        self.device = _device(net)
 
     def _ids(self, text: str) -> list[int]:
         return list(self.encode(text)) if text else []
@@ -300,6 +330,9 @@ class Scorer:
         An item with a candidate that encodes to no tokens, or one that needs more positions than the network's
         absolute position table, comes back skipped (:meth:`ChoiceScores.skip`, the reason in ``skipped``).
         """
+        if self.cloze is None:
+            return ChoiceScores.skip(len(item.choices), not_scored(self.objective))
+        cloze = self.cloze
         pieces = [split_blank(item.text, c) for c in item.choices]
         prefix, suffix = self._ids(pieces[0][0]), self._ids(pieces[0][2])
         spans = [self._ids(span) for _, span, _ in pieces]
@@ -318,27 +351,28 @@ class Scorer:
         was_training = self.net.training
         self.net.eval()
         try:
-            if self.cloze == "pll":
+            if cloze.reading is Reading.MASKED:
                 scored = self._pll(prefix, unique, suffix)
                 counts = [len(s) for s in unique]
-            elif self.cloze in ("sentinel", "continuation"):
-                scored, counts = self._sentinel(prefix, unique, suffix, text_follows=text_follows)
+            elif cloze.reading is Reading.CAUSAL:
+                scored, counts = self._causal(cloze, prefix, unique, suffix)
             else:
-                scored, counts = self._causal(prefix, unique, suffix)
+                scored, counts = self._sentinel(cloze, prefix, unique, suffix, text_follows=text_follows)
         except _TooLong as e:
             return ChoiceScores.skip(len(spans), str(e))
         finally:
             self.net.train(was_training)
         log_prob, tokens = [scored[j] for j in slot], [counts[j] for j in slot]
-        whole = self.cloze == "causal" and self.rule == "full"
+        whole = cloze.reading is Reading.CAUSAL and self.rule == "full"
         pieces_scored = [p + s + x if whole else s for p, s, x in pieces]
-        if self.cloze == "continuation" and self.rule == "full":
+        if cloze.reading is Reading.PREFIX and self.rule == "full":
             pieces_scored = [s + x for _, s, x in pieces]
         return ChoiceScores(log_prob, tokens, [len(t.encode("utf-8")) for t in pieces_scored], token_class)
 
-    def _causal(self, prefix: list[int], spans: list[list[int]], suffix: list[int]) -> tuple[list[float], list[int]]:
+    def _causal(self, cloze: Rule, prefix: list[int], spans: list[list[int]], suffix: list[int]
+                ) -> tuple[list[float], list[int]]:
         """GPT / bigram: ``[lead] prefix`` once, then the K continuations ``span suffix`` from its cache."""
-        context = [causal_lead(self.objective, self.ids), *prefix]
+        context = [*cloze.lead_ids(self.ids), *prefix]
         conts = [s + suffix for s in spans]
         scored = [[True] * len(s) + [self.rule == "full"] * len(suffix) for s in spans]
         if self.format is None:
@@ -368,7 +402,9 @@ class Scorer:
         mask = None
         if bidirectional:  # prefix-LM: the context's first `bidirectional` positions read each other
             mask = prefix_lm_mask(torch.tensor([bidirectional], device=self.device), len(context))
-        ctx_logits = net(ctx, attention_mask=mask, cache=cache).logits[0]  # (S, V)
+        out = net(ctx, attention_mask=mask, cache=cache).logits
+        assert out is not None  # compute_logits defaults to True
+        ctx_logits = out[0]  # (S, V)
         ctx_lp = float(_token_log_probs(ctx_logits[:-1], ctx[0, 1:]).sum()) if not bidirectional else 0.0
         K = len(conts)
         for layer in cache:  # the shared context's keys and values serve every candidate
@@ -380,17 +416,16 @@ class Scorer:
         rest = _token_log_probs(logits, rows[:, 1:]) if logits is not None else first.new_zeros(K, 0)  # (K, T - 1)
         return ctx_lp, torch.cat([first[:, None], rest], 1)
 
-    def _sentinel(self, prefix: list[int], spans: list[list[int]], suffix: list[int], text_follows: bool
+    def _sentinel(self, cloze: Rule, prefix: list[int], spans: list[list[int]], suffix: list[int], text_follows: bool
                   ) -> tuple[list[float], list[int]]:
-        """T5's span format (or T5 prefix_lm's continuation); GPT-span in one sequence."""
-        ids, s0 = self.ids, self.ids.sentinel_ids[0]
-        if self.cloze == "continuation":
-            encoder, given = [*prefix, ids.eos], []
+        """T5's span format (or a T5 prefix LM's continuation); GPT-span in one sequence."""
+        ids, s0, lead = self.ids, self.ids.sentinel_ids[0], cloze.lead_ids(self.ids)
+        if cloze.reading is Reading.PREFIX:
+            encoder, given = [*lead, *prefix, ids.eos], []
             targets = [s + suffix for s in spans]
             scored = [[True] * len(s) + [self.rule == "full"] * len(suffix) for s in spans]
         else:
             close = ids.sentinel_ids[1] if text_follows else ids.eos
-            lead = [ids.r] if self.objective == "ul2" else []
             encoder, given = [*lead, *prefix, s0, *suffix, ids.eos], [s0]
             targets = [s + [close] for s in spans]
             scored = [[True] * len(t) for t in targets]

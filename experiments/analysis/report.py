@@ -51,6 +51,7 @@ from famlab.experiments.analysis.zeroshot_table import Row, zero_shot_rows, zero
 from famlab.experiments.configuration.compose import family_settings, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.configuration.task import load_configured_task
+from famlab.objectives.registry import rules_of
 
 if TYPE_CHECKING:
     from typing_extensions import NotRequired, Required  # typing's own from Python 3.11
@@ -259,7 +260,8 @@ def pretrain_row(pre: list[RunRecord], planned: ArmBudget | None) -> PretrainRow
     loss_at = {}
     for k in ("2x", "4x"):  # length extrapolation (None where the position scheme cannot reach it)
         losses = [((r.length_extrapolation or {}).get(k) or {}).get("loss") for r in res]
-        loss_at[k] = statistics.fmean(losses) if losses and None not in losses else None
+        known = [float(x) for x in losses if x is not None]
+        loss_at[k] = statistics.fmean(known) if losses and len(known) == len(losses) else None
     row = PretrainRow(
         pretrain_seeds=len(pre),
         params=res[0].num_params,
@@ -504,8 +506,8 @@ def plot_pretraining(
                 seed = r.config.seed
                 ax.plot(tx, ty, color=colors[fam], alpha=0.35, lw=1, label="train loss" if i == 0 else None)
                 ax.plot(vx, vy, "o-", color=colors[fam], ms=3, label=f"val loss (seed {seed})")
-            row = families[arm].pretrain
-            floor = row.unigram_loss if row is not None else None
+            pre_row = families[arm].pretrain
+            floor = pre_row.unigram_loss if pre_row is not None else None
             if floor is not None and not math.isnan(floor):
                 ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor {floor:.2f}")
             ax.set_xlabel(unit)
@@ -772,12 +774,12 @@ def architecture_departures(runs: list[RunRecord]) -> str:
 
 
 def bpb_rule(family: str, objective: str) -> str:
-    """How bits per byte scored an arm's validation text (objectives/evaluation.py): ``PLL`` (BERT, one mask at a
-    time), ``one span`` (a span-corruption model: the whole text as the one masked span of an empty input) or
-    ``causal`` (the text token by token from its start: GPT, and T5 trained as a prefix LM or UL2)."""
-    if family == "bert":
-        return "PLL"
-    return "one span" if objective == "span" else "causal"
+    """How bits per byte scored an arm's validation text (objectives/evaluation.py), as the arm's objective declares
+    it (``ObjectiveRules.bpb_label``, looked up by family x objective): ``PLL`` (a masked LM, one mask at a time),
+    ``one span`` (a span-corruption model: the whole text as the one masked span of an empty input), ``causal`` (the
+    text token by token from its start: GPT, and T5 trained as a prefix LM or UL2) or ``not scored`` (an objective
+    that declares no text rule)."""
+    return rules_of(family, objective).bpb_label
 
 
 def pretraining_section(pre_table: str, crossed: bool) -> list[str]:

@@ -17,7 +17,7 @@ import statistics
 
 from famlab.experiments.analysis.results import RunRecord, ZeroShotResult, ZeroShotScores
 from famlab.experiments.analysis.stats import holm, paired_bootstrap
-from famlab.objectives.zeroshot import headline
+from famlab.objectives.zeroshot import headline, not_scored
 
 EXPLAINER = (
     "Each cell is accuracy on multiple-choice items from WordNet synsets that pretraining never saw, each "
@@ -31,6 +31,21 @@ EXPLAINER = (
 
 
 Row = dict[str, float]  # column (task, task/group) -> accuracy; an arm's row also holds ``seeds``
+NOT_SCORED = "not_scored"  # in an arm's row (1.0): its objective declares no cloze rule, so no task was scored
+META = ("seeds", NOT_SCORED)  # an arm's row keys that are not columns
+
+
+def _not_scored(result: ZeroShotResult) -> bool:
+    """Whether every item of ``result`` was skipped because the run's objective declares no cloze rule
+    (``famlab.objectives.zeroshot.not_scored``)."""
+    count = (result.skipped or {}).get(not_scored(str(result.objective)))
+    return count is not None and count == result.num_items
+
+
+def _unscored(evals: list[dict[str, ZeroShotResult]]) -> bool:
+    """Whether an arm's objective declares no cloze rule: no item of any task of any seed was scored."""
+    results = [result for e in evals for result in e.values()]
+    return bool(results) and all(_not_scored(result) for result in results)
 
 
 def _headline(result: ZeroShotScores, task: str) -> float:
@@ -54,16 +69,19 @@ def zero_shot_rows(arm_runs: dict[str, list[RunRecord]]) -> dict[str, Row]:
         evals = _evals(runs)
         if not evals:
             continue
-        row: Row = {"seeds": len(evals)}
+        unscored = _unscored(evals)  # the references still hold: they are the items', not the arm's
+        row: Row = {"seeds": len(evals)} | ({NOT_SCORED: 1.0} if unscored else {})
         for task in evals[0]:
             first = evals[0][task]
-            row[task] = statistics.fmean(_headline(e[task], task) for e in evals)
+            if not unscored:
+                row[task] = statistics.fmean(_headline(e[task], task) for e in evals)
             _references(reference, task, first)
             if first.bigram is not None:
                 reference["bigram"][task] = _headline(first.bigram, task)
             for group, scores in (first.groups or {}).items():
                 key = f"{task}/{group}"
-                row[key] = statistics.fmean(_headline(_group(e[task], group), task) for e in evals)
+                if not unscored:
+                    row[key] = statistics.fmean(_headline(_group(e[task], group), task) for e in evals)
                 _references(reference, key, scores)
                 if first.bigram is not None:
                     reference["bigram"][key] = _headline(_group(first.bigram, group), task)
@@ -88,8 +106,8 @@ def _references(reference: dict[str, Row], column: str, scores: ZeroShotScores) 
 
 def zero_shot_markdown(rows: dict[str, Row], stats: dict[str, dict[str, dict[str, float]]] | None = None) -> str:
     """A markdown table: arms, then chance, the bigram floor and length alone; one column per task (and
-    minimal-pair group)."""
-    columns = sorted({k for r in rows.values() for k in r if k != "seeds"})
+    minimal-pair group). An arm whose objective declares no cloze rule reads ``not scored`` in every column."""
+    columns = sorted({k for r in rows.values() for k in r if k not in META})
     lines = ["| arm | " + " | ".join(c.replace("wordnet-", "") for c in columns) + " |",
              "|---|" + "---|" * len(columns)]
     for arm, row in rows.items():
@@ -97,6 +115,8 @@ def zero_shot_markdown(rows: dict[str, Row], stats: dict[str, dict[str, dict[str
         cis = (stats or {}).get(arm, {})
 
         def cell(c: str, row: Row = row, cis: dict[str, dict[str, float]] = cis) -> str:
+            if NOT_SCORED in row:
+                return "not scored"
             if c not in row:
                 return "-"
             ci = cis.get(c)
@@ -109,7 +129,7 @@ def zero_shot_markdown(rows: dict[str, Row], stats: dict[str, dict[str, dict[str
 def zero_shot_summary(rows: dict[str, Row]) -> dict[str, float]:
     """``{"zero_shot/<task>/<arm>": accuracy}`` for every cell of the table (arms, ``chance``, ``bigram``)."""
     return {f"zero_shot/{column}/{arm}": float(value) for arm, row in rows.items()
-            for column, value in row.items() if column != "seeds"}
+            for column, value in row.items() if column not in META}
 
 
 def _items(result: ZeroShotScores, task: str) -> list[float] | None:
@@ -140,9 +160,10 @@ def zero_shot_uncertainty(arm_runs: dict[str, list[RunRecord]]) -> dict[str, dic
     out: dict[str, dict[str, dict[str, float]]] = {}
     for arm, runs in arm_runs.items():
         evals = [e for e in _evals(runs) if e]
-        if not evals:
+        if not evals or _unscored(evals):  # not scored: no accuracy to put a CI on
             continue
-        columns = [(t, None) for t in evals[0]] + [(t, g) for t in evals[0] for g in evals[0][t].groups or {}]
+        columns: list[tuple[str, str | None]] = [(t, None) for t in evals[0]]
+        columns += [(t, g) for t in evals[0] for g in evals[0][t].groups or {}]
         for task, group in columns:
             model, floor = _cells(evals, task, group)
             if not model:
@@ -152,8 +173,8 @@ def zero_shot_uncertainty(arm_runs: dict[str, list[RunRecord]]) -> dict[str, dic
             if floor is not None and len(floor) == len(model):
                 cell.update(zip(("diff", "diff_low", "diff_high", "p"), paired_bootstrap(model, floor), strict=True))
             out.setdefault(arm, {})[task if group is None else f"{task}/{group}"] = cell
-    columns = {c for cells in out.values() for c in cells}
-    for column in columns:  # Holm across arms: a reader compares every arm with the floor at once
+    keys = {c for cells in out.values() for c in cells}
+    for column in keys:  # Holm across arms: a reader compares every arm with the floor at once
         arms = [a for a in out if "p" in out[a].get(column, {})]
         for arm, p in zip(arms, holm([out[a][column]["p"] for a in arms]), strict=True):
             out[arm][column]["p_holm"] = p

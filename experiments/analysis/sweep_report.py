@@ -48,11 +48,14 @@ class SweepMetric(TypedDict, total=False):
 
 
 class SweepSpec(TypedDict, total=False):
-    """The sweep file (``sweep.yaml``, W&B's sweep format): the keys the report reads."""
+    """The sweep file (``sweep.yaml``, W&B's sweep format): the keys famlab reads (W&B's others are kept as given)."""
 
-    method: str  # grid | random
+    method: str  # grid | random (| bayes, run by W&B's server)
     metric: SweepMetric
     parameters: dict[str, dict[str, object]]  # swept key -> its values or distribution
+    command: list[object]  # the trials' command line: tokens and W&B's macros (``${args_no_hyphens}``)
+    program: str  # what ``${program}`` in ``command`` stands for
+    run_cap: int  # random search: the trials drawn when ``sweep.count`` is unset
 
 
 class SweepRecord(TypedDict, total=False):
@@ -114,7 +117,7 @@ class Cell:
         out = []
         for t in self.ok:
             if what == "learned":
-                v = None if t.floor is None else t.floor - t.value
+                v = None if t.floor is None or t.value is None else t.floor - t.value  # t.ok: value is set
             elif what in ("value", "floor"):
                 v = getattr(t, what)
             elif what in t.lengths:

@@ -64,7 +64,7 @@ class Command(NamedTuple):
     details: str = ""  # further help text
 
 
-COMMANDS: dict[str, Command | tuple[str, ...]] = {
+COMMANDS: dict[str, Command | tuple[str, str]] = {  # a plain entry: ("module:function", "summary")
     "pretrain": Command(
         "famlab.experiments.commands.pretrain:main", "pretrain one family on a corpus",
         details="Trains the tokenizer (cached), tokenizes the corpus (cached), pretrains, writes a run directory."),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import yaml
@@ -38,7 +38,7 @@ from famlab.families.heads import ClassificationHead
 from famlab.families.hf import to_hf
 from famlab.families.hf_classifier import classifier_to_hf, folded_classifier
 from famlab.families.hf_roformer import check_roformer_expressible, is_roformer, roformer_to_hf
-from famlab.families.hf_settings import check_expressible
+from famlab.families.hf_settings import check_expressible, hf_adapter
 from famlab.families.network import Network
 from famlab.families.registry import FamilySpec, HFAdapter, family
 from omegaconf import OmegaConf
@@ -132,9 +132,9 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigInputError(f"{out} exists and is not an empty directory")
     saved = yaml.safe_load((src / "config.yaml").read_text(encoding="utf-8"))
-    model = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
+    model: ModelConfig = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
     (check_roformer_expressible if is_roformer(model) else check_expressible)(model)
-    adapter = family(model.family).hf
+    adapter = hf_adapter(model.family.value, "export")  # the checks above refused a family without one
     if adapter.always_tied and not model.tie_embeddings:
         # e.g. transformers 5 re-ties T5's lm_head to the shared embedding when it loads a folder
         raise ConfigInputError(f"export: model.tie_embeddings=false has no Hugging Face {adapter.lm_class} "
@@ -191,12 +191,15 @@ def body_to_hf(net: Network, plan: ExportPlan) -> PreTrainedModel:
     import transformers
 
     assert plan.classifier is not None
-    pooling = plan.classifier["pooling"]
+    pooling, hf = plan.classifier["pooling"], plan.hf
     lm = roformer_to_hf(net) if is_roformer(plan.model) else to_hf(net)
-    if plan.hf.encoder_class is None:
-        body = lm.base_model  # BertModel (no pooler) / RoFormerModel / GPT2Model, sharing the LM's weights
+    body: PreTrainedModel
+    if hf.encoder_class is None:  # BertModel (no pooler) / RoFormerModel / GPT2Model, sharing the LM's weights
+        body = cast("PreTrainedModel", lm.base_model)  # transformers types it as a Module; it is the LM's body
     else:  # T5Model when the decoder pools, else T5EncoderModel
-        body = getattr(transformers, plan.hf.body_class if pooling == "decoder" else plan.hf.encoder_class)(lm.config)
+        body_class = hf.body_class if pooling == "decoder" else hf.encoder_class
+        assert body_class is not None, "an HFAdapter with an encoder_class names its body_class"
+        body = getattr(transformers, body_class)(lm.config)
         keys = body.state_dict().keys()
         body.load_state_dict({k: v for k, v in lm.state_dict().items() if k in keys})
     config = body.config
@@ -294,8 +297,8 @@ def body_class(plan: ExportPlan) -> str:
     """The transformers class that loads a classifier's body: ``AutoModel``, but ``T5EncoderModel`` for a T5 that
     pools its encoder (``AutoModel`` would build a ``T5Model`` with a decoder the classifier never trained)."""
     assert plan.classifier is not None
-    encoder = plan.hf.encoder_class is not None and plan.classifier["pooling"] != "decoder"
-    return plan.hf.encoder_class if encoder else "AutoModel"
+    encoder = plan.hf.encoder_class
+    return encoder if encoder is not None and plan.classifier["pooling"] != "decoder" else "AutoModel"
 
 
 def body_usage(plan: ExportPlan) -> list[str]:
@@ -331,6 +334,7 @@ def export(plan: ExportPlan) -> PreTrainedModel:
     if plan.body_only:
         from safetensors.torch import save_file
 
+        assert isinstance(ours, tuple), "a classifier is built as its network and head"
         save_file(head_tensors(ours[1]), str(plan.out_dir / HEAD_FILE))
     fast_tokenizer(plan).save_pretrained(str(plan.out_dir))
     (plan.out_dir / "README.md").write_text(model_card(plan, type(model).__name__), encoding="utf-8")
@@ -343,7 +347,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         extra = f" ({presets[2]!r} is one too many)" if len(presets) > 2 else ""
         raise ConfigInputError(f"usage: famlab export <run_dir> <out_dir> [seed=<s>]; got {len(presets)} paths{extra}")
     options = parse_overrides(overrides)
-    unknown = [k for k in options if k != "seed"]
+    unknown = [str(k) for k in options if k != "seed"]
     if unknown:
         raise ConfigInputError(f"famlab export takes only seed=<s>; unknown {unknown[0]}=")
     seed = str(options["seed"]) if "seed" in options else None

@@ -43,11 +43,12 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from pathlib import Path
+from typing import cast
 from urllib.parse import urlparse
 
 import yaml
 from famlab.experiments.analysis.results import JsonDict
-from famlab.experiments.analysis.sweep_report import SWEEP_FILE, metric_warning, write_report
+from famlab.experiments.analysis.sweep_report import SWEEP_FILE, SweepRecord, SweepSpec, metric_warning, write_report
 from famlab.experiments.configuration.compare_defaults import visible_gpus
 from famlab.experiments.configuration.compose import (
     compose,
@@ -78,22 +79,22 @@ class SweepError(ConfigInputError):
     """A bad sweep file (unknown method, parameter, distribution)."""
 
 
-def load_sweep(path: Path, *, remote: bool = False) -> JsonDict:
+def load_sweep(path: Path, *, remote: bool = False) -> SweepSpec:
     """Read and check a sweep file; every parameter must be a famlab config key.
 
     ``remote`` (``--wandb``): the file goes to W&B's server, which also runs ``method: bayes``.
     """
     if not path.is_file():
         raise SweepError(f"sweep file {path} does not exist")
-    spec = OmegaConf.to_container(load_yaml(path))
-    assert isinstance(spec, dict)
-    method = spec.get("method")
+    data = OmegaConf.to_container(load_yaml(path))
+    assert isinstance(data, dict)
+    method = data.get("method")
     if method not in METHODS:
         raise SweepError(f"{path}: method={method!r} is not one of: {', '.join(METHODS)}")
     if method == "bayes" and not remote:
         raise SweepError(f"{path}: method=bayes needs W&B's server to choose trials; register it with "
                          f"`famlab sweep {path} --wandb` and run the `wandb agent` command it prints")
-    params = spec.get("parameters")
+    params = data.get("parameters")
     if not isinstance(params, dict) or not params:
         raise SweepError(f"{path}: parameters must be a non-empty mapping of config keys")
     keys = schema()
@@ -106,11 +107,12 @@ def load_sweep(path: Path, *, remote: bool = False) -> JsonDict:
                 grid_values(key, p)
         except ConfigInputError as e:
             raise SweepError(f"{path}: {e}") from None
-    if "command" not in spec and "program" not in spec:
+    if "command" not in data and "program" not in data:
         raise SweepError(f"{path}: no command; add e.g. `command: [famlab, pretrain, ${{args_no_hyphens}}]` "
                          "(block list form, one token per line)")
-    if not isinstance(spec.get("command", []), list):
+    if not isinstance(data.get("command", []), list):
         raise SweepError(f"{path}: command must be a list of tokens")
+    spec = cast(SweepSpec, data)  # a W&B sweep file: its method, parameters and command are checked above
     target = famlab_command(spec)
     if target in READS:  # W&B's agent passes every parameter to the command: each must be a key it reads
         try:
@@ -120,7 +122,7 @@ def load_sweep(path: Path, *, remote: bool = False) -> JsonDict:
     return spec
 
 
-def famlab_command(spec: JsonDict) -> str | None:
+def famlab_command(spec: SweepSpec) -> str | None:
     """The famlab command a sweep file's trials run (``pretrain`` in ``[famlab, pretrain, tiny, ...]``), or None
     for another program."""
     tokens = [str(t) for t in spec.get("command") or ["${program}", "${args_no_hyphens}"]]
@@ -180,7 +182,7 @@ def _token(key: str, value: object) -> str:
     return f"{key}={value}"
 
 
-def trial_command(spec: JsonDict, trial: Mapping[str, object], extra: list[str]) -> list[str]:
+def trial_command(spec: SweepSpec, trial: Mapping[str, object], extra: list[str]) -> list[str]:
     """The file's command with W&B's macros expanded; ``famlab`` runs as ``python -m famlab``."""
     args = [_token(k, v) for k, v in trial.items()] + extra
     out: list[str] = []
@@ -225,7 +227,7 @@ def run_trial(cmd: list[str], log_path: Path, devices: str | None = None, append
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
 
 
-def register_wandb(spec: JsonDict, project: str, entity: str | None) -> str:
+def register_wandb(spec: SweepSpec, project: str, entity: str | None) -> str:
     """Register the sweep with the W&B server; returns the ``wandb agent`` command. Fails clearly offline."""
     base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
     url = urlparse(base)
@@ -239,7 +241,7 @@ def register_wandb(spec: JsonDict, project: str, entity: str | None) -> str:
     import wandb
 
     try:
-        sweep_id = wandb.sweep(spec, project=project, entity=entity)
+        sweep_id = wandb.sweep(dict(spec), project=project, entity=entity)
     except Exception as e:  # noqa: BLE001 - auth / server errors become one line
         raise SweepError(f"--wandb: registering the sweep failed: {str(e).splitlines()[0] if str(e) else e}") from None
     where = f"{entity}/{project}" if entity else project
@@ -263,7 +265,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     if resuming:
         check_resumed_sweep(sweep_dir, spec, cfg)
     fixed = spec["parameters"].get("wandb.group", {}).get("value")  # a file that names its group keeps it
-    group = cfg.wandb.group or fixed or sweep_dir.name  # default: one group per sweep directory (name + timestamp)
+    # default: one group per sweep directory (name + timestamp)
+    group = cfg.wandb.group or (str(fixed) if fixed else sweep_dir.name)
     extra = forwarded_settings(cfg, overrides) + (["resume=auto"] if resuming else [])
     records, commands = trial_commands(spec, trials, sweep_dir, group, cfg.wandb.dir, extra)
     done = {r["name"] for r in records if resuming and (Path(r["run_dir"]) / DONE_FILE).is_file()}
@@ -347,7 +350,7 @@ def write_settings(sweep_dir: Path, cfg: Config) -> None:
     (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
 
 
-def check_resumed_sweep(sweep_dir: Path, spec: JsonDict, cfg: Config) -> None:
+def check_resumed_sweep(sweep_dir: Path, spec: SweepSpec, cfg: Config) -> None:
     """Refuse to resume ``sweep_dir`` with a sweep file or trial-choosing settings other than the stored ones.
 
     A resumed sweep skips the trials its directory says are finished: under another file, another grid or other
@@ -382,7 +385,7 @@ def forwarded_settings(cfg: Config, overrides: list[str]) -> list[str]:
     return forwarded + ([plugins.override(cfg.plugins)] if cfg.plugins else [])  # every trial imports them too
 
 
-def expand_trials(spec: JsonDict, cfg: Config, path: Path) -> list[dict[str, object]]:
+def expand_trials(spec: SweepSpec, cfg: Config, path: Path) -> list[dict[str, object]]:
     """The file's trials (grid, or ``sweep.count`` random draws), each once per ``sweep.seeds`` entry."""
     params = spec["parameters"]
     if spec["method"] == "grid":
@@ -397,16 +400,17 @@ def expand_trials(spec: JsonDict, cfg: Config, path: Path) -> list[dict[str, obj
 
 
 def trial_commands(
-    spec: JsonDict, trials: list[dict[str, object]], sweep_dir: Path, group: str, wandb_dir: str | None,
+    spec: SweepSpec, trials: list[dict[str, object]], sweep_dir: Path, group: str, wandb_dir: str | None,
     settings: Sequence[str] = (),
-) -> tuple[list[JsonDict], list[list[str]]]:
+) -> tuple[list[SweepRecord], list[list[str]]]:
     """Each trial's record (name, params, run_dir) and command line, every command composed first so a bad
     trial fails before anything runs.
 
     ``settings`` (``key=value`` tokens: the sweep's ``wandb.*`` settings, ``resume=auto``) go to every trial after
     its own run directory, group and W&B directory, except where the trial sets the key itself.
     """
-    records, commands = [], []
+    records: list[SweepRecord] = []
+    commands: list[list[str]] = []
     target = famlab_command(spec)
     for i, trial in enumerate(trials):
         trial_name = f"trial-{i:03d}"
@@ -424,7 +428,7 @@ def trial_commands(
 
 
 def run_trials(
-    records: list[JsonDict], commands: list[list[str]], trials: list[dict[str, object]], sweep_dir: Path,
+    records: list[SweepRecord], commands: list[list[str]], trials: list[dict[str, object]], sweep_dir: Path,
     parallel: int, done: Collection[str] = (), resumed: bool = False,
 ) -> list[int]:
     """Run the trials, ``parallel`` at a time on disjoint device slots; returns their exit statuses.

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from famlab.experiments.configuration.checks import check_fits_memory, check_inputs
@@ -28,8 +28,11 @@ from famlab.experiments.libraries.internals import config_child
 from famlab.families import registry
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults, family_model_settings
-from omegaconf import DictConfig, Node, OmegaConf
+from omegaconf import Container, DictConfig, Node, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"  # experiments/configs
 
@@ -77,7 +80,7 @@ def preset_node(name: str) -> DictConfig:
     source = registry.family(name).preset or (name if (PRESET_DIR / f"{name}.yaml").is_file() else None)
     node = load_yaml(preset_path(source)) if source is not None else OmegaConf.create({})
     if _family_of(node) != name:
-        node = OmegaConf.merge(node, {"model": {"family": name}})
+        node = merge_configs(node, {"model": {"family": name}})
     return node
 
 
@@ -202,7 +205,7 @@ def parse_overrides(tokens: list[str]) -> DictConfig:
         except (OmegaConfBaseException, yaml.YAMLError) as e:
             problem = getattr(e, "problem", None) or _first_line(e)
             raise ConfigInputError(f"cannot parse override {token!r}: {problem}") from None
-    return OmegaConf.merge(*parsed) if parsed else OmegaConf.create({})
+    return merge_configs(*parsed) if parsed else OmegaConf.create({})
 
 
 def _check_nesting(keys: DictConfig, token: str, key: str, value: str) -> None:
@@ -277,23 +280,37 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         if by_family is not None and resolved in by_family:
             others.append(by_family[resolved])
     try:
-        merged = OmegaConf.merge(schema(), family_node(resolved), own_preset, *others, over)
-        explicit = OmegaConf.merge(*others, over) if others or over else OmegaConf.create({})
+        merged = merge_configs(schema(), family_node(resolved), own_preset, *others, over)
+        explicit = merge_configs(*others, over) if others or over else OmegaConf.create({})
     except OmegaConfBaseException as e:
         raise ConfigInputError(format_omegaconf_error(e)) from None
     except TypeError as e:  # OmegaConf merging a mapping into a list field (or back) raises a plain TypeError
         raise ConfigInputError(f"{e} (a key=value override gives a mapping where the key holds a list, or the other "
                                f"way round: {' '.join(overrides)})") from None
-    model_explicit = OmegaConf.to_container(explicit.get("model", OmegaConf.create({})))
+    model_explicit = section_dict(explicit.get("model", OmegaConf.create({})))
     cfg = to_dataclass(merged)
     cross_checks(cfg)
     check_lightning_settings(cfg.trainer)  # before any work: a bad strategy must not cost a tokenizer and a W&B run
     check_inputs(cfg)
     check_fits_memory(cfg)
-    return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=dict(model_explicit))
+    return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=model_explicit)
 
 
-def to_dataclass(merged: DictConfig) -> Any:
+def merge_configs(*layers: DictConfig | Mapping[str, Any]) -> DictConfig:
+    """``OmegaConf.merge`` of mapping layers, the first a DictConfig: the DictConfig it returns, typed as one."""
+    merged = OmegaConf.merge(*layers)
+    assert isinstance(merged, DictConfig), "OmegaConf.merge gives the type of its first layer"
+    return merged
+
+
+def section_dict(node: DictConfig) -> dict[str, Any]:
+    """``OmegaConf.to_container`` (unresolved) of a mapping node: a plain dict, its keys the node's (str) keys."""
+    data = OmegaConf.to_container(node, resolve=False)
+    assert isinstance(data, dict), "OmegaConf.to_container gives a dict for a DictConfig"
+    return {str(key): value for key, value in data.items()}
+
+
+def to_dataclass(merged: Container) -> Any:
     """``OmegaConf.to_object`` with errors turned into one line (runs ModelConfig's own checks)."""
     try:
         return OmegaConf.to_object(merged)
@@ -397,8 +414,8 @@ def format_omegaconf_error(e: OmegaConfBaseException) -> str:
     return msg
 
 
-def to_plain(cfg: Config | DictConfig) -> dict[str, Any]:
-    """A plain nested dict (enums as their values) for YAML, JSON and W&B."""
+def to_plain(cfg: DataclassInstance | DictConfig) -> dict[str, Any]:
+    """A plain nested dict (enums as their values) for YAML, JSON and W&B, of a config or one of its sections."""
     node = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
     return _plain(OmegaConf.to_container(node, resolve=True))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 from famlab.experiments.configuration.config import ConfigInputError
@@ -102,7 +103,7 @@ def ppf(name: str, p: dict[str, Any], x: float) -> object:
     from scipy import stats
 
     dist = distribution(name, p)
-    get = {**DEFAULTS, **p}.get
+    get: Callable[[str], Any] = {**DEFAULTS, **p}.get  # a YAML value (any type), None where unset
     lo, hi, q = get("min"), get("max"), get("q")
     if dist == "constant":
         return p["value"]

@@ -18,7 +18,9 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.tracking.wandb_artifacts import ARTIFACTS_FILE, use_run_artifacts
@@ -103,7 +105,7 @@ def report_summary(results: Path) -> dict[str, float]:
     return dict(summary) if isinstance(summary, dict) else {}
 
 
-def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources: list[Path] = ()) -> str | None:
+def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources: Sequence[Path] = ()) -> str | None:
     """Log the report in ``out_dir`` as a ``job_type=report`` run in ``group``; returns its run id or None.
 
     Args:
@@ -119,6 +121,8 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
     report = out_dir / "report.md"
     if mode == "disabled" or not report.is_file():
         return None
+    # wandb_mode gives online, offline or disabled; wandb.init's mode is typed as those names
+    init_mode: Literal["online", "offline"] = "online" if mode == "online" else "offline"
     try:
         import wandb
 
@@ -126,7 +130,7 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
         settings = wandb.Settings(init_timeout=30.0, silent=True)
         try:
             run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=group, job_type="report",
-                             name=name, dir=str(out_dir), mode=mode, tags=[*cfg.wandb.tags, "report"],
+                             name=name, dir=str(out_dir), mode=init_mode, tags=[*cfg.wandb.tags, "report"],
                              settings=settings, reinit="create_new")
         except Exception:  # noqa: BLE001 - an unreachable server: the report goes offline like every run
             run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=group, job_type="report",
@@ -134,7 +138,8 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
                              settings=settings, reinit="create_new")
         logged: dict[str, wandb.Table | wandb.Image] = {}
         for title, header, rows in markdown_tables(md):
-            logged[f"tables/{table_slug(title)}"] = wandb.Table(columns=header, data=rows, allow_mixed_types=True)
+            columns: list[str | int] = list(header)  # wandb.Table's column keys: str or int
+            logged[f"tables/{table_slug(title)}"] = wandb.Table(columns=columns, data=rows, allow_mixed_types=True)
         images = report_images(out_dir, md)
         for path in images:
             logged[f"plots/{table_slug(path.stem)}"] = wandb.Image(str(path), caption=path.stem)

@@ -64,6 +64,7 @@ from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
 from famlab.experiments.plumbing import live, plugins
 from famlab.experiments.plumbing.console import heartbeat_seconds
+from famlab.experiments.plumbing.resume import check_directory_resume
 from famlab.experiments.tracking.wandb_dashboard import sweep_dashboard_step
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
 from omegaconf import OmegaConf
@@ -322,12 +323,9 @@ def sweep_directory(cfg: Config, path: Path) -> tuple[Path, bool]:
         SweepError: ``resume=auto`` without ``run_dir``, a checkpoint path as ``resume``, a non-empty ``run_dir``
             without ``resume=auto``, or one that holds something other than a sweep.
     """
-    if cfg.resume not in ("never", "auto"):
-        raise SweepError(f"resume={cfg.resume}: a sweep resumes each trial from the trial's own last.ckpt; use "
-                         "resume=auto with run_dir=<the sweep's directory>")
+    check_directory_resume(cfg, "a sweep resumes each trial from the trial's own last.ckpt", "the sweep's directory",
+                           "runs/sweep-<name>-<time>", SweepError)
     if not cfg.run_dir:
-        if cfg.resume == "auto":
-            raise SweepError("resume=auto needs run_dir=<the sweep's directory> (runs/sweep-<name>-<time>)")
         sweep_dir = Path("runs") / f"sweep-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         while sweep_dir.exists():  # two sweeps started in the same second
             sweep_dir = sweep_dir.with_name(sweep_dir.name + "x")

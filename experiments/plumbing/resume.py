@@ -108,3 +108,19 @@ def check_resumed_config(run_dir: Path, config: Mapping[str, object]) -> None:
                                "resume with the original settings, or start a new run_dir")
 
 
+
+
+def check_directory_resume(cfg: Config, whole: str, directory: str, example: str,
+                           error: type[ConfigInputError] = ConfigInputError) -> None:
+    """``resume=`` of a command whose ``run_dir`` holds many runs (a sweep, a comparison): ``never`` or ``auto``
+    (a checkpoint path would name one run), and ``auto`` only with ``run_dir`` naming ``directory``.
+
+    Args:
+        whole: how that command resumes (``a comparison resumes as a whole``), for a checkpoint path's message.
+        directory: what ``run_dir`` names (``the comparison directory``); ``example``: its default name.
+        error: the ConfigInputError subclass raised.
+    """
+    if cfg.resume not in ("never", "auto"):
+        raise error(f"resume={cfg.resume}: {whole}; use resume=auto with run_dir=<{directory}>")
+    if not cfg.run_dir and cfg.resume == "auto":
+        raise error(f"resume=auto needs run_dir=<{directory}> ({example})")

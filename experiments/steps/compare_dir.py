@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
-from famlab.experiments.plumbing.resume import RESUME_FREE_KEYS
+from famlab.experiments.plumbing.resume import RESUME_FREE_KEYS, check_directory_resume
 
 SETTINGS_FILE = "comparison.yaml"
 # what a resumed comparison may change besides where it runs and how it reports: the tokenizer path is set by the
@@ -41,12 +41,8 @@ def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
         ConfigInputError: ``resume`` other than never / auto; ``resume=auto`` without ``run_dir``; a non-empty
             ``run_dir`` without ``resume=auto`` or that holds no comparison; settings that differ from it.
     """
-    if base.resume not in ("never", "auto"):
-        raise ConfigInputError(f"resume={base.resume}: a comparison resumes as a whole; use resume=auto with "
-                               "run_dir=<the comparison directory>")
+    check_directory_resume(base, "a comparison resumes as a whole", "the comparison directory", "runs/compare-...")
     if not base.run_dir:
-        if base.resume == "auto":
-            raise ConfigInputError("resume=auto needs run_dir=<the comparison directory> (runs/compare-...)")
         return make_compare_dir(base, cfgs), False
     path = Path(base.run_dir).expanduser()
     if path.exists() and not path.is_dir():

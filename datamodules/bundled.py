@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
+
+from famlab.datamodules.jsonl import JsonRecord, read_jsonl
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 WORDNET_CORPUS = DATA_DIR / "wordnet-corpus.jsonl.gz"
@@ -20,10 +20,9 @@ BUNDLED_TASKS = {"wordnet-supersense": WORDNET_TASK, "wordnet-pairs": WORDNET_PA
 BundledRow = tuple[str, str, str | None, str]
 
 
-def read_jsonl_gz(path: Path) -> list[dict]:
-    """All rows of a gzip-compressed JSONL file."""
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_jsonl_gz(path: Path) -> list[JsonRecord]:
+    """All rows of a gzip-compressed JSONL file (:func:`~famlab.datamodules.jsonl.read_jsonl`)."""
+    return [row for _, row in read_jsonl(path)]
 
 
 def read_bundled_task(name: str) -> list[BundledRow]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import logging
 import re
 import warnings
@@ -44,6 +43,7 @@ import numpy as np
 from famlab.datamodules.bundled import WORDNET_CORPUS
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.hf import load_hf
+from famlab.datamodules.jsonl import decode_lines, parse_jsonl
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -165,7 +165,7 @@ def line_problem(chunk: bytes, number: int, offset: int) -> str:
 class CountingReader(io.RawIOBase):
     """A binary file that counts the bytes read from it (progress on compressed files counts compressed bytes)."""
 
-    def __init__(self, f: IO[bytes], counter: Callable[[int], None] | None) -> None:
+    def __init__(self, f: io.BufferedIOBase, counter: Callable[[int], None] | None) -> None:
         self.f, self.counter = f, counter
 
     def readable(self) -> bool:
@@ -194,10 +194,10 @@ def open_binary(path: Path, compression: str, counter: Callable[[int], None] | N
         raw: IO[bytes] = io.BufferedReader(CountingReader(open(path, "rb"), counter), buffer_size=READ_BLOCK)
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror})") from None
-    if compression == ".gz":
+    if compression == ".gz":  # a GzipFile reads like IO[bytes], but typeshed declares it a BufferedIOBase only
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if compression == ".zst":
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BLOCK)
     return raw
 
 
@@ -380,19 +380,9 @@ def jsonl_documents(path: Path, compression: str, stats: ReadStats, report: bool
     """The stripped, non-empty ``text`` fields of a ``.jsonl`` file, cut when over-long."""
     rep = FileReport(path)
     with open_binary(path, compression, counter) as f:
-        for number, line, continues in text_lines(path, f, rep, MAX_JSON_LINE_BYTES):
-            if continues:
-                raise DataError(f"{path} line {number}: longer than {MAX_JSON_LINE_BYTES >> 20} MiB (a JSONL line "
-                                "must fit in memory; split the record)")
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path} line {number}: not JSON ({e.msg})") from e
-            if not isinstance(row, dict) or "text" not in row:
-                keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise DataError(f"{path} line {number}: no 'text' field (found {keys})")
+        for number, row in parse_jsonl(path, _whole_lines(path, f, rep)):
+            if "text" not in row:
+                raise DataError(f"{path} line {number}: no 'text' field (found {sorted(row)})")
             if not isinstance(row["text"], str):
                 raise DataError(f"{path} line {number}: 'text' is {type(row['text']).__name__}, not a string")
             text = row["text"].strip()
@@ -402,6 +392,15 @@ def jsonl_documents(path: Path, compression: str, stats: ReadStats, report: bool
                 yield from pieces
     stats.skipped_lines += rep.bad
     rep.finish(report)
+
+
+def _whole_lines(path: Path, f: IO[bytes], report: FileReport) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of the UTF-8 lines of a JSON Lines file; a line too long to hold is an error."""
+    for number, line, continues in text_lines(path, f, report, MAX_JSON_LINE_BYTES):
+        if continues:
+            raise DataError(f"{path} line {number}: longer than {MAX_JSON_LINE_BYTES >> 20} MiB (a JSONL line "
+                            "must fit in memory; split the record)")
+        yield number, line
 
 
 def parquet_documents(path: Path, stats: ReadStats, counter: Callable[[int], None] | None = None) -> Iterator[str]:
@@ -430,9 +429,8 @@ def parquet_documents(path: Path, stats: ReadStats, counter: Callable[[int], Non
 def wordnet_documents(counter: Callable[[int], None] | None = None) -> Iterator[str]:
     """The bundled corpus's ``text`` fields, as they are (``datamodules/bundled.py``)."""
     with open_binary(WORDNET_CORPUS, "", counter) as raw, gzip.GzipFile(fileobj=raw) as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)["text"]
+        for _, row in parse_jsonl(WORDNET_CORPUS, decode_lines(WORDNET_CORPUS, f)):
+            yield row["text"]
 
 
 def path_documents(spec: str, stats: ReadStats, *, report: bool = True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import csv
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 from famlab.datamodules.bundled import BUNDLED_TASKS, read_bundled_task
 from famlab.datamodules.errors import DataError
 from famlab.datamodules.hf import load_hf
+from famlab.datamodules.jsonl import JsonRecord, parse_jsonl
 
 SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "dev": "val", "test": "test"}
 # GLUE column conventions, tried in order when the configured text column is absent.
@@ -96,6 +96,14 @@ def load_task(
     if spec.startswith("hf:"):
         rows, names = _hf_rows(spec, text_column, text_pair_column, label_column)
         return _build(spec, rows, val_fraction, test_fraction, seed, label_order=names)
+    records = _file_records(spec)
+    rows = [_file_row(where, record, text_column, text_pair_column, label_column, split_column)
+            for where, record in records]
+    return _build(spec, rows, val_fraction, test_fraction, seed)
+
+
+def _file_records(spec: str) -> list[tuple[str, dict]]:
+    """``(where, record)`` of every row of a task file (``.csv`` / ``.jsonl``), ``where`` naming file and line."""
     path = Path(spec)
     if not path.is_file():
         if not path.suffix and len(path.parts) == 1:  # a bare name: a misspelt bundled task, most likely
@@ -110,19 +118,22 @@ def load_task(
         raise DataError(f"{path}: unsupported task file type '{path.suffix}' (use .csv, .jsonl or hf:<name>)")
     if not records:
         raise DataError(f"{path}: empty task file (no rows)")
-    rows = []
-    for where, record in records:
-        _check_columns(where, record, {"text": text_column, "label": label_column, "text pair": text_pair_column})
-        label = record[label_column]
-        if label is None or (isinstance(label, str) and not label.strip()):
-            raise DataError(f"{where}: empty label in column '{label_column}'")
-        split = record.get(split_column)
-        if split is not None and str(split).strip().lower() not in SPLIT_NAMES:
-            raise DataError(f"{where}: split '{split}' is not one of train, val, validation, test")
-        pair = None if text_pair_column is None else str(record[text_pair_column])
-        split_name = None if split is None else SPLIT_NAMES[str(split).strip().lower()]
-        rows.append((split_name, str(record[text_column]), pair, label, where))
-    return _build(spec, rows, val_fraction, test_fraction, seed)
+    return records
+
+
+def _file_row(where: str, record: dict, text_column: str, text_pair_column: str | None, label_column: str,
+              split_column: str) -> _Row:
+    """One task-file record as a row, its configured columns checked."""
+    _check_columns(where, record, {"text": text_column, "label": label_column, "text pair": text_pair_column})
+    label = record[label_column]
+    if label is None or (isinstance(label, str) and not label.strip()):
+        raise DataError(f"{where}: empty label in column '{label_column}'")
+    split = record.get(split_column)
+    if split is not None and str(split).strip().lower() not in SPLIT_NAMES:
+        raise DataError(f"{where}: split '{split}' is not one of train, val, validation, test")
+    pair = None if text_pair_column is None else str(record[text_pair_column])
+    split_name = None if split is None else SPLIT_NAMES[str(split).strip().lower()]
+    return split_name, str(record[text_column]), pair, label, where
 
 
 def _read_text(path: Path) -> str:
@@ -144,20 +155,10 @@ def _csv_records(path: Path) -> list[tuple[str, dict]]:
         raise DataError(f"{path} line {reader.line_num}: not CSV ({e})") from None
 
 
-def _jsonl_records(path: Path) -> list[tuple[str, dict]]:
-    records = []
+def _jsonl_records(path: Path) -> list[tuple[str, JsonRecord]]:
     # JSON Lines end at "\n" only: str.splitlines would also break at U+2028, U+0085 ... inside a raw UTF-8 string
-    for number, line in enumerate(_read_text(path).split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path} line {number}: not JSON ({e.msg})") from e
-        if not isinstance(row, dict):
-            raise DataError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
-        records.append((f"{path} line {number}", row))
-    return records
+    lines = enumerate(_read_text(path).split("\n"), 1)
+    return [(f"{path} line {number}", row) for number, row in parse_jsonl(path, lines)]
 
 
 def _check_columns(where: str, record: dict, columns: dict[str, str | None]) -> None:

@@ -3,7 +3,6 @@ evaluation run): reading items, scoring a run, summarising with bootstrap interv
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 import yaml
 from famlab.datamodules.bundled import WORDNET_MINIMAL_PAIRS, WORDNET_REVERSE_DICTIONARY
+from famlab.datamodules.jsonl import JsonlError, JsonRecord, read_jsonl
 from famlab.experiments.analysis.results import BigramScores, NormAccuracy, ZeroShotResult, ZeroShotScores
 from famlab.experiments.analysis.stats import bootstrap_ci
 from famlab.experiments.configuration.compose import to_dataclass
@@ -48,28 +48,18 @@ class EvalInputError(ConfigInputError):
 
 def read_items(path: Path) -> list[Item]:
     """Items of a JSONL (optionally ``.gz``) file; any malformed line raises naming the file and line."""
-    import gzip
-
     if not path.is_file():
         raise EvalInputError(f"data.eval={path}: no such file (bundled tasks: {', '.join(BUNDLED)})")
-    opener = gzip.open if path.suffix == ".gz" else open
-    items = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                items.append(_parse(line, f"{path}:{n}"))
+    try:
+        items = [_parse(row, f"{path}:{n}") for n, row in read_jsonl(path)]
+    except JsonlError as e:
+        raise EvalInputError(f"{e.path}:{e.line}: {e.problem}") from None
     if not items:
         raise EvalInputError(f"{path}: no items (the file is empty)")
     return items
 
 
-def _parse(line: str, where: str) -> Item:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise EvalInputError(f"{where}: not valid JSON ({e.msg})") from None
-    if not isinstance(row, dict):
-        raise EvalInputError(f"{where}: expected a JSON object with text, choices, label")
+def _parse(row: JsonRecord, where: str) -> Item:
     text, choices, label = row.get("text"), row.get("choices"), row.get("label")
     if not isinstance(text, str) or text.count(BLANK) != 1:
         count = text.count(BLANK) if isinstance(text, str) else 0

@@ -44,7 +44,7 @@ def test_empty_file_and_bad_json_exit_2(tmp_path, capsys):
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps(GOOD) + "\n{oops\n")
     assert main(["eval", str(tmp_path / "run"), f"data.eval={broken}"]) == 2
-    assert f"{broken}:2: not valid JSON" in capsys.readouterr().err
+    assert f"{broken}:2: not JSON" in capsys.readouterr().err
 
 
 def test_bad_options_exit_2(tmp_path, capsys):

@@ -34,13 +34,13 @@ from famlab.experiments.plumbing.data_cache import cache_dir, prepare_settings
 from famlab.experiments.plumbing.trainer import precision
 from famlab.experiments.plumbing.workers import cores
 from famlab.experiments.steps.finetune import grid_points
-from famlab.experiments.steps.pretrain import objective_settings
+from famlab.experiments.steps.pretrain import objective_name, objective_settings
 from famlab.objectives import Objective, TokenIds, make_objective
 
 
 def make_objective_for(cfg: Config, ids: TokenIds) -> Objective:
     """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
-    return make_objective(cfg.objective.name, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
+    return make_objective(objective_name(cfg), ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
                           **objective_settings(cfg))
 
 
@@ -108,6 +108,7 @@ def arm_budget(cfg: Config, cost: StepCost) -> ArmBudget:
     """What the arm's config trains: steps, FLOPs and corpus tokens (per step and in all), sizes, batch shape."""
     total, non_emb = count_params(cfg.model)
     steps = cfg.trainer.max_steps
+    assert cfg.model.ffn_dim is not None  # ModelConfig derives it when unset
     return ArmBudget(
         family=cfg.model.family.value, objective=cfg.objective.name, steps=steps, flops_per_step=cost.flops,
         corpus_tokens_per_step=cost.corpus_tokens, flops=cost.flops * steps, corpus_tokens=cost.corpus_tokens * steps,

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.experiments.analysis.suite_table import SUITE_FILE
@@ -109,7 +110,15 @@ def task_config(cfg: Config, task: SuiteTask | None) -> Config:
     return out
 
 
-def _split(cfg: Config) -> dict[str, float | int | None]:
+class _Split(TypedDict):
+    """The split settings :func:`famlab.datamodules.suite.load_suite_task` takes, from the data section."""
+
+    seed: int
+    val_fraction: float
+    test_fraction: float
+
+
+def _split(cfg: Config) -> _Split:
     d = cfg.data
     return {"seed": d.seed, "val_fraction": d.val_fraction if d.val_fraction is not None else 0.1,
             "test_fraction": d.test_fraction}

@@ -69,6 +69,7 @@ from famlab.experiments.steps.init import (
 from famlab.experiments.tracking.wandb_loggers import close_wandb, stop_console_capture, wandb_use_pretrained
 from famlab.experiments.tracking.wandb_metrics import record_selection
 from famlab.objectives import ClassificationCollator, ClassifierModule, OptimSettings
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 log = logging.getLogger("famlab")
@@ -271,7 +272,8 @@ class _Grid:
 
     def stop_if_requested(self, latch: SignalLatch) -> None:
         if latch.requested():
-            raise Preempted(*(self.last or (0, None)), signum=latch.signum)
+            step, checkpoint = self.last if self.last is not None else (0, None)
+            raise Preempted(step, checkpoint, signum=latch.signum)
 
     def train(self, point: GridPoint, seed: int, latch: SignalLatch) -> None:
         """Fit one job, or read its ``job.json`` under ``resume=auto``; note its validation score and checkpoint."""
@@ -327,6 +329,7 @@ class _Grid:
     def result(self, chosen: GridPoint, started: float) -> FinetuneResult:
         """The fine-tune's results: the grid's validation scores, the selection, the test scores per seed."""
         job, per_seed, val = self.job, self.per_seed, self.val
+        assert job.cfg.init is not None  # parse_init refused a missing init= before the fine-tune began
         return FinetuneResult(
             family=job.family,
             init=job.cfg.init,
@@ -368,6 +371,12 @@ def _write_job(seed_dir: Path, record: JobRecord) -> None:
     tmp = seed_dir / f"{JOB_FILE}.tmp"
     write_json(tmp, record)
     os.replace(tmp, seed_dir / JOB_FILE)
+
+
+def _callbacks(trainer: L.Trainer) -> list[Callback]:
+    """``trainer.callbacks``: Lightning's callback connector sets it on the instance; the class does not declare it."""
+    callbacks: list[Callback] = vars(trainer)["callbacks"]
+    return callbacks
 
 
 def _drop_checkpoints(checkpoint_dir: Path) -> None:
@@ -436,13 +445,14 @@ class _Job:
             check_world(self.world, trainer.world_size)
             trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
             # a signal after the last step boundary let the job finish: the fine-tune stops before the next one
-            preemption = next(c for c in trainer.callbacks if isinstance(c, PreemptionCallback))
+            preemption = next(c for c in _callbacks(trainer) if isinstance(c, PreemptionCallback))
             latch.note(preemption.signal)
             if preemption.saved is None or preemption.saved[0] != trainer.global_step:
                 # last.ckpt is only rewritten with a new best one: make it the final step, so a job stopped before
                 # its job.json is written resumes without training again
                 save_last(trainer, seed_dir / "checkpoints")
             callback = trainer.checkpoint_callback
+            assert isinstance(callback, ModelCheckpoint)  # make_trainer's first checkpoint callback
             record: JobRecord = {
                 "lr": point.lr, "head_lr": point.head_lr, "seed": seed,
                 "val": float(callback.best_model_score) if callback.best_model_score is not None else math.nan,

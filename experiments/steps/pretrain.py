@@ -71,6 +71,14 @@ def unigram_log_probs(counts: np.ndarray) -> torch.Tensor:
     return (smoothed / smoothed.sum()).log().float()
 
 
+def objective_name(cfg: Config) -> str:
+    """``objective.name``, which composing the config set to the family's default when the user left it unset
+    (``famlab.experiments.configuration.compose.cross_checks``)."""
+    name = cfg.objective.name
+    assert name is not None, "objective.name is set when the config is composed"
+    return name
+
+
 def objective_settings(cfg: Config) -> dict[str, Any]:
     """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
     evaluation, which rebuilds the objective at other lengths)."""
@@ -86,7 +94,7 @@ def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Conf
     beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.
     """
     points = length_extrapolation(
-        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=cfg.objective.name,
+        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=objective_name(cfg),
         train_seq_len=cfg.data.seq_len, max_tokens=16_384, seed=cfg.data.seed, **settings,
     )
     return {f"{p.multiple}x": {"seq_len": p.seq_len, "loss": p.loss, "reason": p.reason} for p in points}
@@ -119,6 +127,7 @@ def pretrain(
         limit_val_batches=cfg.trainer.limit_val_batches,
     )
     first, setup_s = fit(cfg, trainer, module, dm, run_dir, loggers, started)
+    assert module.flops_per_step is not None  # make_module set it from step_cost
     results = PretrainResult(
         family=cfg.model.family.value,
         objective=cfg.objective.name,
@@ -136,6 +145,7 @@ def pretrain(
     if trainer.is_global_zero:
         # fit's teardown left the network on the CPU: evaluate it on the device it trained on
         net = module.net.to(eval_device(cfg.trainer.accelerator))
+        assert dm.val_tokens is not None  # prepare_data set the data module up for fitting
         results.length_extrapolation = length_points(net, dm.val_tokens, token_ids(bundle), cfg,
                                                      objective_settings(cfg))
         if evaluate is not None:
@@ -162,7 +172,7 @@ def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
     """The objective and the data module of ``corpus`` encoded with ``bundle`` (``model.vocab_size`` set from it),
     its streams written by rank 0 if new and set up for fitting: a corpus too small for a batch fails here."""
     set_vocab(cfg, bundle.vocab_size)
-    objective = make_objective(cfg.objective.name, token_ids(bundle), seq_len=cfg.data.seq_len,
+    objective = make_objective(objective_name(cfg), token_ids(bundle), seq_len=cfg.data.seq_len,
                                family=cfg.model.family.value, **objective_settings(cfg))
     dm = PretrainDataModule(
         corpus,

@@ -107,12 +107,12 @@ def fit_probe(
     acc, c, clf = best
     pred = clf.predict(x_te)
     labels = list(range(num_classes))
-    test = {
+    scores = {
         "test/acc": float(accuracy_score(y_te, pred)),
         "test/f1": float(f1_score(y_te, pred, average="macro", labels=labels, zero_division=0)),
         "test/mcc": float(matthews_corrcoef(y_te, pred)),
     }
-    return ProbeScore(c=float(c), val_acc=acc, test=test)
+    return ProbeScore(c=float(c), val_acc=acc, test=scores)
 
 
 def probe(cfg: Config, init: Init) -> ProbeResult:
@@ -145,6 +145,7 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
     for seed in cfg.finetune.probe_seeds:
         torch.manual_seed(seed)
         random[str(seed)] = score(build_network(cfg.model).to(device))  # built on the CPU: the same init as before
+    assert cfg.init is not None  # parse_init refused a missing init= before the probe began
     results = ProbeResult(
         family=family,
         init=cfg.init,
@@ -217,7 +218,7 @@ def log_wandb(cfg: Config, init: Init, run_dir: Path, written: Mapping[str, obje
         })
         record_summary(loggers, {"probe_seeds": len(results.random), "task": results.task,
                                  "pooling": results.pooling})
-        columns = ["body", "seed", "c", "val_acc", *METRICS]
+        columns: list[str | int] = ["body", "seed", "c", "val_acc", *METRICS]
         rows = [["pretrained", None, *_row(results.pretrained)]]
         rows += [["random-init", int(seed), *_row(r)] for seed, r in results.random.items()]
         for logger in loggers:

@@ -1,8 +1,9 @@
 """Reference scores of a classification task that need no network: majority class, TF-IDF, overlap and length.
 
 - majority: the training split's most frequent label, predicted for every test example;
-- TF-IDF + logistic regression on word 1-2 grams. For a sentence pair the features are ``[v(a), v(b), v(a) * v(b)]``
-  (the element-wise product lets a linear model see which words the two texts share);
+- TF-IDF + logistic regression on word 1-2 grams (:func:`tfidf`, the one TF-IDF reference: the baselines, a
+  suite's references and the report's all call it). For a sentence pair the features are
+  ``[v(a), v(b), v(a) * v(b)]`` (the element-wise product lets a linear model see which words the two texts share);
 - overlap + length: logistic regression on ``[Jaccard(a, b), shared words, len(a), len(b), len(b) - len(a)]``
   (words), or on the text's length alone for a single-sentence task. A pair task whose labels this predicts
   well would be solvable without reading the texts.
@@ -54,8 +55,22 @@ def _fit_score(task: Task, x_train: csr_matrix | NDArray[np.float64], x_test: cs
     return scores([e.label for e in task.test], clf.predict(x_test).tolist(), task.num_classes)
 
 
+TFIDF_RULE = "tfidf/v1: word 1-2 grams, min_df 2, sublinear tf, LR C=10; pair = [v(a), v(b), v(a)*v(b)]"
+"""Names the rule :func:`tfidf` follows; a cached TF-IDF score is keyed by it, so changing the rule (and this
+string with it) recomputes every cached reference instead of reusing one computed the old way."""
+
+
 def tfidf(task: Task, *, second_only: bool = False) -> dict[str, float]:
     """TF-IDF (word 1-2 grams) + logistic regression; pairs as ``[v(a), v(b), v(a) * v(b)]``.
+
+    The reference every caller reports (``test/acc``, ``test/f1``, ``test/mcc``, see :func:`scores`). A sentence
+    pair is vectorised one text at a time with one vectorizer fit on both sides of the training pairs, and the
+    classifier reads ``[v(a), v(b), v(a) * v(b)]``. Not the pair joined into one text (``a [SEP] b``): a linear
+    model over one bag of both texts cannot tell whether a word occurs in both texts or twice in one, so it is
+    blind to the word overlap that decides paraphrase and entailment pairs (the product features are exactly that
+    overlap, weighted); it also loses which text a word came from, learns bigrams that straddle the two texts,
+    and reads the separator as the word "sep". Keeping the sides apart also makes ``second_only`` the same rule
+    restricted to ``v(b)``.
 
     Args:
         second_only: pair tasks: read only the second text (does it alone give the label away?).

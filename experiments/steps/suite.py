@@ -36,7 +36,7 @@ from typing import TypedDict
 import yaml
 from famlab.datamodules.suite import SUITE_FORM, TaskSpec, is_suite, load_suite_task, parse_suite, suite_specs
 from famlab.datamodules.tasks import Task
-from famlab.experiments.analysis.baselines import tfidf
+from famlab.experiments.analysis.baselines import TFIDF_RULE, tfidf
 from famlab.experiments.analysis.suite_score import (
     TaskResult,
     reference_suite,
@@ -175,10 +175,12 @@ def _task_config(cfg: Config, spec: TaskSpec, run_dir: Path) -> Config:
 
 
 def tfidf_reference(cfg: Config, spec: TaskSpec, task: Task) -> dict[str, float]:
-    """TF-IDF + logistic regression test scores of a task, cached under the cache directory by task and split."""
+    """TF-IDF + logistic regression test scores of a task (:func:`famlab.experiments.analysis.baselines.tfidf`),
+    cached under the cache directory by task, split and the rule (``baselines.TFIDF_RULE``)."""
     d = cfg.data
     key = {"spec": dataclasses.asdict(spec), "seed": d.seed, "val_fraction": d.val_fraction,
-           "test_fraction": d.test_fraction, "sizes": [len(task.train), len(task.val), len(task.test)]}
+           "test_fraction": d.test_fraction, "sizes": [len(task.train), len(task.val), len(task.test)],
+           "rule": TFIDF_RULE}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir(cfg) / "references" / f"tfidf-{spec.name}-{digest}.json"
     if path.is_file():
@@ -193,9 +195,9 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSu
     """Fine-tune every task of ``specs`` in turn; returns the suite results written to ``results.json``."""
     started = time.time()
     d = cfg.data
-    split = {"seed": d.seed, "val_fraction": d.val_fraction if d.val_fraction is not None else 0.1,
-             "test_fraction": d.test_fraction}
-    tasks = {spec.name: load_suite_task(spec, **split) for spec in specs}  # fail before any training
+    val_fraction = d.val_fraction if d.val_fraction is not None else 0.1
+    tasks = {spec.name: load_suite_task(spec, seed=d.seed, val_fraction=val_fraction, test_fraction=d.test_fraction)
+             for spec in specs}  # fail before any training
     suite_name = "suite" if cfg.data.task == "suite" else Path(cfg.data.task).stem.replace(",", "+")
     suite_dir = make_run_dir(cfg, run_name(cfg, "finetune", suite_name))
     rows: list[SuiteTaskRow] = []

@@ -73,23 +73,27 @@ class ClassificationDataModule(SamplerStateMixin[ClassificationItem], pl.Lightni
 
     def setup(self, stage: str | None = None) -> None:
         """Tokenize every split once."""
+        self.tokenized()
+
+    def tokenized(self) -> dict[str, list[ClassificationItem]]:
+        """Every split's items, tokenized on the first call."""
         if self.items is None:
             self.items = {s: tokenize_examples(getattr(self.task, s), self.bundle) for s in ("train", "val", "test")}
+        return self.items
 
     def train_dataloader(self) -> DataLoader:
-        self.setup()
-        data = self.items["train"]
+        data = self.tokenized()["train"]
         self._new_train_sampler(ResumableSampler(len(data), shuffle=True, seed=self.seed, drop_last=True))
         return PositionTrackingLoader(data, batch_size=self.batch_size, sampler=self._train_sampler,
                                        collate_fn=self._train_collate(self.collate_fn, self.num_workers),
                                        num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        self.setup()
-        data = self.items[split]
+        data = self.tokenized()[split]
         sampler = ResumableSampler(len(data), shuffle=False, drop_last=False)
-        return DataLoader(data, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collate_fn,
-                          num_workers=self.num_workers)
+        # A list is a map-style dataset (the loader indexes it); torch's stub asks for a Dataset subclass.
+        return DataLoader(data, batch_size=self.batch_size, sampler=sampler,  # type: ignore[arg-type]
+                          collate_fn=self.collate_fn, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val")

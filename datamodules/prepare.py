@@ -752,7 +752,7 @@ def gather(fd: int, dtype: np.dtype, starts: np.ndarray, lengths: np.ndarray, se
     """Tokens ``[starts[i], starts[i] + lengths[i])`` of the open token file ``fd``, each followed by
     ``separator_id``, concatenated."""
     out = np.empty(int(lengths.sum()) + len(lengths), dtype=dtype)
-    view = memoryview(out).cast("B")
+    view = out.data.cast("B")  # the array's own buffer, as bytes
     size, pos = dtype.itemsize, 0
     for start, n in zip(starts.tolist(), lengths.tolist(), strict=True):
         lo, hi = pos * size, (pos + n) * size

@@ -165,8 +165,8 @@ class PretrainDataModule(SamplerStateMixin[torch.Tensor], pl.LightningDataModule
     def prepare_data(self) -> None:
         """Write the token files once (skipped when they exist): a prepared dataset's streams for this separator,
         or a ``Corpus`` tokenized."""
-        if self.prepared is not None:
-            self.prepared.ensure_streams(self.separator_id)
+        if isinstance(self.corpus, PreparedDataset):  # self.prepared
+            self.corpus.ensure_streams(self.separator_id)
             return
         meta = self.token_dir / "meta.json"
         if meta.exists():
@@ -184,26 +184,31 @@ class PretrainDataModule(SamplerStateMixin[torch.Tensor], pl.LightningDataModule
 
     def setup(self, stage: str | None = None) -> None:
         """Open the token files as memory maps and check there is enough data for one batch."""
-        if self.train_tokens is not None:
-            return
+        self.token_streams()
+
+    def token_streams(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ``(train, val)`` token streams, memory maps opened (and checked) on the first call."""
+        if self.train_tokens is not None and self.val_tokens is not None:
+            return self.train_tokens, self.val_tokens
         if not self.ready_file.exists():
             self.prepare_data()
         dtype = token_dtype(self.bundle.vocab_size)
         train_file, val_file = self.token_files()
-        self.train_tokens = self._open(train_file, dtype)
-        self.val_tokens = self._open(val_file, dtype)
+        self.train_tokens = train = self._open(train_file, dtype)
+        self.val_tokens = val = self._open(val_file, dtype)
         _, world = dist_rank_world()
-        blocks = len(self.train_tokens) // self.block_len
+        blocks = len(train) // self.block_len
         if blocks // world < self.batch_size:
             raise DataError(
-                f"corpus {self.corpus.name} too small: {len(self.train_tokens)} training tokens make {blocks} blocks "
+                f"corpus {self.corpus.name} too small: {len(train)} training tokens make {blocks} blocks "
                 f"of block_len={self.block_len}, fewer than one batch (batch_size={self.batch_size} x {world} ranks)"
             )
-        if len(self.val_tokens) < self.block_len:
+        if len(val) < self.block_len:
             raise DataError(
-                f"corpus {self.corpus.name}: validation split has {len(self.val_tokens)} tokens "
+                f"corpus {self.corpus.name}: validation split has {len(val)} tokens "
                 f"({len(self.corpus.val)} documents), fewer than one block of block_len={self.block_len}"
             )
+        return train, val
 
     @staticmethod
     def _open(path: Path, dtype: np.dtype) -> np.ndarray:
@@ -215,21 +220,21 @@ class PretrainDataModule(SamplerStateMixin[torch.Tensor], pl.LightningDataModule
     @property
     def num_train_blocks(self) -> int:
         """Number of ``block_len`` blocks in the training split (before sharding)."""
-        self.setup()
-        return len(self.train_tokens) // self.block_len
+        train, _ = self.token_streams()
+        return len(train) // self.block_len
 
     def train_token_counts(self) -> np.ndarray:
         """Unigram counts ``(V,)`` of the training token stream (separators included)."""
-        self.setup()
+        train, _ = self.token_streams()
         if self._counts is None and self.prepared is not None:
             self._counts = self.prepared.train_counts(self.separator_id, self.bundle.vocab_size)
         if self._counts is None:
-            self._counts = np.bincount(np.asarray(self.train_tokens), minlength=self.bundle.vocab_size)
+            self._counts = np.bincount(np.asarray(train), minlength=self.bundle.vocab_size)
         return self._counts
 
     def train_dataloader(self) -> DataLoader:
-        self.setup()
-        dataset = BlockDataset(self.train_tokens, self.block_len)
+        train, _ = self.token_streams()
+        dataset = BlockDataset(train, self.block_len)
         self._new_train_sampler(ResumableSampler(len(dataset), shuffle=self.shuffle, seed=self.seed, drop_last=True))
         return PositionTrackingLoader(
             dataset, batch_size=self.batch_size, sampler=self._train_sampler,
@@ -238,9 +243,9 @@ class PretrainDataModule(SamplerStateMixin[torch.Tensor], pl.LightningDataModule
         )
 
     def val_dataloader(self) -> DataLoader:
-        self.setup()
+        _, val = self.token_streams()
         num = None if self.val_batches is None else self.val_batches * self.batch_size
-        dataset = BlockDataset(self.val_tokens, self.block_len, num)
+        dataset = BlockDataset(val, self.block_len, num)
         # Sequential, every block once, shards uneven rather than padded with duplicates.
         sampler = ResumableSampler(len(dataset), shuffle=False, drop_last=False)
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler,

@@ -142,20 +142,31 @@ class PositionTrackingLoader(DataLoader):
             kwargs["generator"] = torch.Generator()
         super().__init__(*args, **kwargs)
 
-    def __iter__(self) -> Iterator[Any]:
-        sampler: ResumableSampler = self.sampler  # type: ignore[assignment]
+    @property
+    def resumable_sampler(self) -> ResumableSampler:
+        """The sampler whose position this loader tracks."""
+        if not isinstance(self.sampler, ResumableSampler):
+            raise TypeError(f"PositionTrackingLoader needs a ResumableSampler, got {type(self.sampler).__name__}")
+        return self.sampler
+
+    # DataLoader.__iter__ is typed to return its _BaseDataLoaderIter; a generator over it is an iterator all the
+    # same, which is all that for-loops and Lightning's fetchers ask of a loader.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        sampler, batch_size = self.resumable_sampler, self.batch_size
+        if batch_size is None:
+            raise TypeError("PositionTrackingLoader needs a batch_size (it counts the samples of each batch)")
         start, total = sampler._start, len(sampler)
         for k, batch in enumerate(super().__iter__(), 1):
-            sampler.position = min(start + k * self.batch_size, total)
+            sampler.position = min(start + k * batch_size, total)
             yield batch
 
     # Lightning saves and restores a loader that has these (and warns on mid-epoch resume otherwise);
     # the state is the sampler's, the same that the DataModule's own state_dict carries.
     def state_dict(self) -> dict[str, int]:
-        return self.sampler.state_dict()  # type: ignore[union-attr]
+        return self.resumable_sampler.state_dict()
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        self.sampler.load_state_dict(state)  # type: ignore[union-attr]
+        self.resumable_sampler.load_state_dict(state)
 
 
 class CollationStream(Generic[ItemT]):

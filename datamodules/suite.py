@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from famlab.datamodules.bundled import BUNDLED_TASKS
 from famlab.datamodules.errors import DataError
@@ -182,7 +183,8 @@ def _parse_entry(entry: object, where: str, base_dir: Path | None) -> TaskSpec:
     for key in ("name", "metric", *COLUMNS):
         if key in raw and not _is_text(raw[key], optional=key in ("name", "text_pair_column")):
             raise DataError(f"{where}: {key}: {raw[key]!r} is not a {'column name' if key in COLUMNS else key}")
-    values = {k: (v if v is None or k == "pair" else str(v)) for k, v in raw.items() if k != "task"}
+    # checked above: known field names; pair a bool, the rest strings or None
+    values: dict[str, Any] = {k: (v if v is None or k == "pair" else str(v)) for k, v in raw.items() if k != "task"}
     spec = TaskSpec(name=str(values.pop("name", None) or _short_name(raw["task"])), task=task, **values)
     _check_name(spec.name, where)
     if spec.metric not in METRICS:

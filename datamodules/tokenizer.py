@@ -197,6 +197,7 @@ def train_tokenizer(docs: list[str], *, kind: str, vocab_size: int, num_sentinel
     """Train a ``kind`` tokenizer: specials at ids 0-9, then the learned vocabulary, then sentinels."""
     specials = list(SPECIAL_TOKENS.values())
     learned = vocab_size - num_sentinels
+    trainer: trainers.Trainer
     if kind == "bpe":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -255,8 +256,10 @@ def load_tokenizer(path: str | Path, *, num_sentinels: int = 100) -> TokenizerBu
         tok = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception on bad JSON
         raise DataError(f"{path}: not a tokenizers tokenizer.json ({str(e).splitlines()[0][:120]})") from e
-    missing = [t for t in SPECIAL_TOKENS.values() if tok.token_to_id(t) is None]
-    absent = [i for i in range(num_sentinels) if tok.token_to_id(sentinel_token(i)) is None]
+    special = {key: tok.token_to_id(t) for key, t in SPECIAL_TOKENS.items()}
+    sentinels = [tok.token_to_id(sentinel_token(i)) for i in range(num_sentinels)]
+    missing = [SPECIAL_TOKENS[key] for key, i in special.items() if i is None]
+    absent = [i for i, sentinel in enumerate(sentinels) if sentinel is None]
     if absent:
         missing.append(f"{len(absent)} sentinels ({sentinel_token(absent[0])} ... {sentinel_token(absent[-1])})")
     if missing:
@@ -266,6 +269,6 @@ def load_tokenizer(path: str | Path, *, num_sentinels: int = 100) -> TokenizerBu
         path=path,
         hash=hashlib.sha256(data).hexdigest(),
         vocab_size=tok.get_vocab_size(with_added_tokens=True),
-        special_ids={key: tok.token_to_id(t) for key, t in SPECIAL_TOKENS.items()},
-        sentinel_ids=[tok.token_to_id(sentinel_token(i)) for i in range(num_sentinels)],
+        special_ids={key: i for key, i in special.items() if i is not None},  # all of them: checked above
+        sentinel_ids=[i for i in sentinels if i is not None],
     )

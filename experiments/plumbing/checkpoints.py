@@ -36,9 +36,9 @@ class KeepPreviousCheckpointIO(CheckpointIO):
             os.replace(file, file.with_name(PREV_NAME))
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
-    # the inner plugin's defaults (map_location) apply
-    def load_checkpoint(self, path: str | Path, **kwargs: Any) -> dict[str, Any]:
-        return self.inner.load_checkpoint(path, **kwargs)
+    # only what the caller passes is forwarded, so the inner plugin's defaults (map_location) apply
+    def load_checkpoint(self, path: str | Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.inner.load_checkpoint(path, *args, **kwargs)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         self.inner.remove_checkpoint(path)

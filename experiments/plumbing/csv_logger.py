@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 from famlab.experiments.libraries.internals import continue_csv_header
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+
+class _RankZeroOnly(Protocol):
+    rank: int  # the global rank: Lightning sets it on import and each strategy at setup
 
 
 class AppendingCSVLogger(CSVLogger):
@@ -23,8 +27,9 @@ class AppendingCSVLogger(CSVLogger):
         self._continued = False  # the writer exists and the kept file is back in place
 
     @property
-    def experiment(self) -> Any:  # type: ignore[override]
-        if self._continued or rank_zero_only.rank != 0:  # Lightning asks every rank; only rank 0 touches the file
+    def experiment(self) -> Any:
+        # Lightning asks every rank; only rank 0 touches the file
+        if self._continued or cast(_RankZeroOnly, rank_zero_only).rank != 0:
             return super().experiment
         path = Path(self.log_dir) / "metrics.csv"
         kept = path.read_text(encoding="utf-8") if path.is_file() else None

@@ -41,7 +41,10 @@ class RankStates(_RankStates, total=False):
 
 def rng_state() -> GlobalStates:
     """torch / numpy / python RNG states as tensors and lists (``torch.load(weights_only=True)`` safe)."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    numpy_state = np.random.get_state()
+    if not isinstance(numpy_state, tuple):  # the legacy tuple whenever the generator is MT19937, as np.random's is
+        raise TypeError(f"np.random's generator is {numpy_state['bit_generator']}, not MT19937: its state is not saved")
+    kind, keys, pos, has_gauss, gauss = numpy_state
     version, internal, gauss_next = random.getstate()
     state: GlobalStates = {
         "torch": torch.get_rng_state(),
@@ -64,6 +67,12 @@ def set_rng_state(state: GlobalStates) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def datamodule(trainer: pl.Trainer) -> pl.LightningDataModule | None:
+    """``trainer.datamodule``: Lightning's data connector sets it on every Trainer; the class does not declare it."""
+    dm: pl.LightningDataModule | None = getattr(trainer, "datamodule", None)
+    return dm
+
+
 class RNGStateCallback(pl.Callback):
     """Saves every rank's global RNG states in the checkpoint and restores them on resume.
 
@@ -77,7 +86,7 @@ class RNGStateCallback(pl.Callback):
         self._loaded: list[RankStates | None] | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        use = getattr(trainer.datamodule, "use_collation_stream", None)
+        use = getattr(datamodule(trainer), "use_collation_stream", None)
         if callable(use):
             use(self.seed)
 
@@ -106,7 +115,7 @@ class RNGStateCallback(pl.Callback):
         # applied in on_train_start: restoring here would be consumed by setup before the first batch
         self._loaded = checkpoint.get(RNG_KEY)
         legacy = [s.get("collate") if s else None for s in self._loaded or []]
-        dm = trainer.datamodule
+        dm = datamodule(trainer)
         if dm is not None and any(x is not None for x in legacy):
             # Lightning restores the DataModule (its own "collate" states) before the callbacks: those win
             if "collate" not in checkpoint.get(type(dm).__qualname__, {}) and hasattr(dm, "use_collation_stream"):

@@ -27,8 +27,9 @@ def project_context(
         projections: The L layers' K/V projections, each ``C -> sum(sizes)``, all with or all without a bias.
         sizes: The k and v widths of each projection's output (``K * D`` each).
     """
-    weight = torch.cat([p.weight for p in projections])  # (L * 2KD, C)
-    biases = [p.bias for p in projections if p.bias is not None]
+    weights: list[Tensor] = [p.weight for p in projections]
+    weight = torch.cat(weights)  # (L * 2KD, C)
+    biases: list[Tensor] = [p.bias for p in projections if p.bias is not None]
     bias = torch.cat(biases) if biases else None
     parts = F.linear(context, weight, bias).split(list(sizes) * len(projections), dim=-1)  # (B, S, K * D) each
     return [(parts[2 * i], parts[2 * i + 1]) for i in range(len(projections))]

@@ -100,7 +100,7 @@ def _nll_into_grad_(logits: list[Tensor], labels: Tensor, *, grad_scale: Tensor 
     exps = [p.sub_(peak).exp_() if grad else (p - peak).exp_() for p in logits]
     total = sum(e.sum(-1, keepdim=True) for e in exps)  # (n, 1)
     nll = (total.log() + peak).squeeze(1) - target  # type: ignore[union-attr]
-    if grad:
+    if grad_scale is not None:  # grad
         weights = valid[:, None] * grad_scale / total  # softmax normaliser on labelled rows, 0 on the others
         for e, i, m in zip(exps, local, in_slice, strict=True):
             e.mul_(weights).scatter_add_(1, i, m[:, None].to(e.dtype) * -grad_scale)

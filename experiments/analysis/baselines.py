@@ -65,12 +65,13 @@ def tfidf(task: Task, *, second_only: bool = False) -> dict[str, float]:
 
     The reference every caller reports (``test/acc``, ``test/f1``, ``test/mcc``, see :func:`scores`). A sentence
     pair is vectorised one text at a time with one vectorizer fit on both sides of the training pairs, and the
-    classifier reads ``[v(a), v(b), v(a) * v(b)]``. Not the pair joined into one text (``a [SEP] b``): a linear
-    model over one bag of both texts cannot tell whether a word occurs in both texts or twice in one, so it is
-    blind to the word overlap that decides paraphrase and entailment pairs (the product features are exactly that
-    overlap, weighted); it also loses which text a word came from, learns bigrams that straddle the two texts,
-    and reads the separator as the word "sep". Keeping the sides apart also makes ``second_only`` the same rule
-    restricted to ``v(b)``.
+    classifier reads ``[v(a), v(b), v(a) * v(b)]``. Not the pair joined into one text (``a [SEP] b``): one bag of
+    both texts loses which text a word came from, so a label that depends on it cannot be learned (a word in the
+    hypothesis alone giving an NLI label away, Gururangan et al. 2018, "Annotation Artifacts in Natural Language
+    Inference Data"; any asymmetric pair); it also learns bigrams that straddle the two texts and reads the
+    separator as the word "sep". With the sides apart a linear model still sees nearly what the joined bag shows
+    (one weight on a word in ``v(a)`` and in ``v(b)``), the product gives each word the two texts share a feature
+    of its own, and ``second_only`` is this same rule restricted to ``v(b)``.
 
     Args:
         second_only: pair tasks: read only the second text (does it alone give the label away?).

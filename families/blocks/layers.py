@@ -8,6 +8,9 @@ reuses it).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import torch
 from famlab.families.blocks.attention import Attention
 from famlab.families.blocks.feedforward import FeedForward
@@ -259,14 +262,7 @@ class Stack(nn.Module):
         steps = torch.arange(past, S, device=x.device)  # (T,)
         if position_ids is None:
             position_ids = steps
-        if S > self.max_len and self.positions.scheme.length_bounded:
-            raise ValueError(f"sequence of {S} positions exceeds model.max_seq_len={self.max_len}")
-        absolute = self.positions.embed(position_ids)
-        if absolute is not None:
-            x = x + absolute
-        if self.embed_norm is not None:
-            x = self.embed_norm(x)
-        x = self.drop(x)
+        x = self._embed(x, position_ids, S)
         rope = self.positions.rotary(position_ids)
         bias = self.positions.bias(steps, torch.arange(S, device=x.device))  # (1, H, T, S) or None
         mask, is_causal = prepare_mask(attention_mask, q_len=T, k_len=S, causal=self.causal, bias=bias, device=x.device)
@@ -274,12 +270,7 @@ class Stack(nn.Module):
         if context_mask is not None:
             S_enc = context.shape[1] if context is not None else context_mask.shape[-1]
             cross_mask, _ = prepare_mask(context_mask, q_len=T, k_len=S_enc, causal=False)
-        context_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(self.layers)  # None: each layer projects
-        cross = [layer.cross_attn for layer in self.layers if layer.cross_attn is not None]
-        cached = cache is not None and "k" in cache[0]["cross"]  # later decoding steps reuse the cached K/V
-        if context is not None and len(cross) == len(self.layers) > 1 and not cached:
-            if use_fast(Kernel.CONTEXT_KV, context):
-                context_kv = list(project_context(context, [a.kv for a in cross], cross[0].split_sizes[1:]))
+        context_kv = self._context_kv(context, cache)
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,
@@ -294,3 +285,27 @@ class Stack(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.final_drop(x)
+
+    def _embed(self, x: Tensor, position_ids: Tensor, S: int) -> Tensor:
+        """``x`` with the absolute position embeddings (if the scheme has them), the embedding norm (post-norm
+        stacks) and dropout; ``S`` keys in all (past + new) must fit a length-bounded scheme."""
+        if S > self.max_len and self.positions.scheme.length_bounded:
+            raise ValueError(f"sequence of {S} positions exceeds model.max_seq_len={self.max_len}")
+        absolute = self.positions.embed(position_ids)
+        if absolute is not None:
+            x = x + absolute
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        return self.drop(x)
+
+    def _context_kv(self, context: Tensor | None, cache: list[LayerCache] | None) -> list[tuple[Tensor, Tensor] | None]:
+        """Each layer's cross-attention K/V of ``context``, all projected in one matmul where the fast kernel is on
+        (:func:`project_context`); None for a layer that projects its own (the default, and every cached step)."""
+        context_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(self.layers)  # None: each layer projects
+        layers = cast("Iterable[Layer]", self.layers)  # built of Layers in __init__; the ModuleList is untyped
+        cross = [layer.cross_attn for layer in layers if layer.cross_attn is not None]
+        cached = cache is not None and "k" in cache[0]["cross"]  # later decoding steps reuse the cached K/V
+        if context is not None and len(cross) == len(self.layers) > 1 and not cached:
+            if use_fast(Kernel.CONTEXT_KV, context):
+                context_kv = list(project_context(context, [a.kv for a in cross], cross[0].split_sizes[1:]))
+        return context_kv

@@ -51,6 +51,7 @@ from famlab.experiments.analysis.zeroshot_table import Row, zero_shot_rows, zero
 from famlab.experiments.configuration.compose import family_settings, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.configuration.task import load_configured_task
+from famlab.objectives.objective import NOT_SCORED
 from famlab.objectives.registry import rules_of
 
 if TYPE_CHECKING:
@@ -432,13 +433,15 @@ def tables(families: dict[str, ArmRow], majority: Reference | None, tfidf: Refer
     for row in families.values():
         if (r := row.pretrain) is None:
             continue
+        label = bpb_rule(row.family, str(row.objective))
+        bpb = ([NOT_SCORED] * 3 if label == NOT_SCORED else  # the objective declares no text rule
+               [*(_fmt(r.bits_per_byte) if label == rule else "-" for rule in ("causal", "one span")),
+                _fmt(r.pll_bits_per_byte)])
         lines.append("| " + " | ".join([
             row.family, str(row.objective), _fmt(r.params), _fmt(r.non_embedding_params), str(r.steps),
             _fmt(r.corpus_tokens), _fmt(r.passes, 2), f"{r.flops:.3e}" if r.flops else "-", _fmt(r.val_loss),
             _fmt(r.val_ppl, 1), _fmt(r.unigram_loss), f"{_fmt(r.loss_2x)} / {_fmt(r.loss_4x)}",
-            *(_fmt(r.bits_per_byte) if bpb_rule(row.family, str(row.objective)) == rule else "-"
-              for rule in ("causal", "one span")),
-            _fmt(r.pll_bits_per_byte), f"{r.lr:.2g}", _fmt(r.tokens_per_s, 0), _fmt(r.wall_s, 1),
+            *bpb, f"{r.lr:.2g}", _fmt(r.tokens_per_s, 0), _fmt(r.wall_s, 1),
         ]) + " |")
     pre = "\n".join(lines)
     head2 = "| model | test acc | test F1 (macro) | test MCC |"

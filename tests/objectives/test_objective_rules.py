@@ -172,6 +172,31 @@ def test_an_objective_without_a_scoring_rule_is_not_scored(toys, bundle, gpt):
     assert bpb_rule("gpt", "bos_causal") == "causal"
 
 
+
+def test_the_pretraining_table_says_not_scored(toys):
+    """An arm whose objective declares no text rule reads `not scored` in every bits-per-byte column, where a clm
+    arm has its figure in the causal column only (not `-`, which means "scored by another column's rule")."""
+    from famlab.experiments.analysis.report import tables
+    from famlab.experiments.analysis.results import ArmRow, PretrainRow
+
+    def pretrain(bpb: float | None) -> PretrainRow:
+        return PretrainRow(pretrain_seeds=1, params=10, non_embedding_params=5, steps=3, corpus_tokens=30, flops=1e3,
+                           val_loss=4.0, val_ppl=54.6, unigram_loss=5.0, lr=1e-3, tokens_per_s=10.0, wall_s=1.0,
+                           loss_2x=None, loss_4x=None, bits_per_byte=bpb)
+
+    arms = {"gpt-clm": ArmRow(family="gpt", objective="clm", pretrain=pretrain(1.25)),
+            "gpt-unruled": ArmRow(family="gpt", objective="unruled", pretrain=pretrain(None))}
+    pre, _ = tables(arms, None, None)
+    head, _, clm, unruled = pre.splitlines()
+    columns = [c.strip() for c in head.split("|")]
+    at = columns.index("causal bits/byte")
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line.split("|")][at:at + 3]
+
+    assert cells(clm) == ["1.250", "-", "-"]
+    assert cells(unruled) == ["not scored"] * 3
+
 def _zero_shot(objective: str, skipped: int) -> dict:
     """One task's results as `famlab eval` writes them for a run of ``objective`` with ``skipped`` of 4 items
     skipped as not scored (only the keys the table reads)."""

@@ -135,6 +135,18 @@ class FileReport:
     has_text: bool = False
     utf16: bool = False
 
+    def decode(self, raw: bytes, number: int, offset: int) -> str | None:
+        """Line ``number`` (at byte ``offset``) as text; None, counted and the first remembered, when it is not
+        UTF-8 or holds a NUL byte (:func:`line_problem`)."""
+        problem = line_problem(raw, number, offset)
+        if problem:
+            self.bad += 1
+            self.first = self.first or problem
+            return None
+        text = raw.decode("utf-8")
+        self.has_text = self.has_text or bool(text.strip())
+        return text
+
     def finish(self, report: bool) -> None:
         """Raise when the file has no UTF-8 text; warn (``report``) when lines were skipped."""
         if not self.bad:
@@ -216,45 +228,57 @@ def _char_boundary(data: bytes, limit: int) -> int:
     return cut
 
 
+class BlockLines:
+    """The lines of a binary file read in :data:`READ_BLOCK` blocks, as the text readers need them.
+
+    Iterating gives, for each block read, the complete lines it finished (``\\n``-joined, without the last
+    newline), or None when it finished none; :attr:`rest` is then the unfinished line after them, which the caller
+    may cut (an over-long line) before the next block joins it. A leading UTF-8 byte-order mark is dropped
+    (:attr:`bom`); :attr:`utf16` tells whether the file starts with a UTF-16 one.
+    """
+
+    def __init__(self, f: IO[bytes], path: Path) -> None:
+        self.f, self.path, self.rest = f, path, b""
+        first = _read(f, path)
+        self.utf16 = first.startswith((b"\xff\xfe", b"\xfe\xff"))  # Windows' "Unicode"
+        self.bom = first.startswith(b"\xef\xbb\xbf")
+        self._first = first[3:] if self.bom else first
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        block = self._first
+        while block:
+            buf = self.rest + block if self.rest else block
+            end = buf.rfind(b"\n")
+            chunk, self.rest = (buf[:end], buf[end + 1 :]) if end >= 0 else (None, buf)
+            yield chunk
+            block = _read(self.f, self.path)
+
+
 def text_lines(path: Path, f: IO[bytes], report: FileReport, limit: int) -> Iterator[tuple[int, str, bool]]:
     """``(line number, text, continues)`` of every UTF-8 line of ``f`` (``\\r\\n`` endings and a leading byte-order
     mark dropped). A line longer than ``limit`` bytes comes in pieces: every piece but its last ``continues``.
     Undecodable lines are skipped and counted in ``report``."""
-    buf, number, offset, first, pending = b"", 0, 0, True, False
-    while True:
-        block = _read(f, path)
-        if first:
-            first = False
-            report.utf16 = block.startswith((b"\xff\xfe", b"\xfe\xff"))  # Windows' "Unicode"
-            if block.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is dropped
-                block, offset = block[3:], 3
-        if not block:
-            break
-        buf = buf + block if buf else block
-        end = buf.rfind(b"\n")
-        if end >= 0:
-            chunk, buf = buf[:end], buf[end + 1 :]
+    lines = BlockLines(f, path)
+    report.utf16 = lines.utf16
+    number, offset, pending = 0, 3 if lines.bom else 0, False
+    for chunk in lines:
+        if chunk is not None:
             yield from _chunk_lines(chunk, number + (0 if pending else 1), offset, report)
             number += chunk.count(b"\n") + (0 if pending else 1)
-            offset, pending = offset + end + 1, False
-        while len(buf) > limit:  # an over-long line: hand out a piece, keep reading the rest
-            cut = _char_boundary(buf, limit)
-            yield from _piece(buf[:cut], number + (0 if pending else 1), offset, report)
+            offset, pending = offset + len(chunk) + 1, False
+        while len(lines.rest) > limit:  # an over-long line: hand out a piece, keep reading the rest
+            cut = _char_boundary(lines.rest, limit)
+            yield from _piece(lines.rest[:cut], number + (0 if pending else 1), offset, report)
             number += 0 if pending else 1
-            offset, pending, buf = offset + cut, True, buf[cut:]
-    if buf:
-        yield from _chunk_lines(buf, number + (0 if pending else 1), offset, report)
+            offset, pending, lines.rest = offset + cut, True, lines.rest[cut:]
+    if lines.rest:
+        yield from _chunk_lines(lines.rest, number + (0 if pending else 1), offset, report)
 
 
 def _piece(piece: bytes, number: int, offset: int, report: FileReport) -> Iterator[tuple[int, str, bool]]:
-    problem = line_problem(piece, number, offset)
-    if problem:
-        report.bad += 1
-        report.first = report.first or problem
-        return
-    text = piece.decode("utf-8")
-    report.has_text = report.has_text or bool(text.strip())
-    yield number, text, True
+    text = report.decode(piece, number, offset)
+    if text is not None:
+        yield number, text, True
 
 
 def _chunk_lines(chunk: bytes, number: int, offset: int, report: FileReport) -> Iterator[tuple[int, str, bool]]:
@@ -275,41 +299,27 @@ def _chunk_lines(chunk: bytes, number: int, offset: int, report: FileReport) -> 
         return
     for i, raw in enumerate(chunk.split(b"\n")):  # some line is bad: find it, skip it, go on
         report.lines += 1
-        problem = line_problem(raw, number + i, offset)
+        line = report.decode(raw, number + i, offset)
         offset += len(raw) + 1
-        if problem:
-            report.bad += 1
-            report.first = report.first or problem
-            continue
-        line = raw.decode("utf-8")
-        report.has_text = report.has_text or bool(line.strip())
-        yield number + i, line.rstrip("\r"), False
+        if line is not None:
+            yield number + i, line.rstrip("\r"), False
 
 
 def has_blank_line(path: Path, compression: str) -> bool:
     """Whether a text file has a line that is empty after ``str.strip()`` (then its documents are blank-line
     separated, else one per line); read as bytes with a regular expression, stopping at the first blank line."""
     with open_binary(path, compression) as f:
-        buf, first, skip_first = b"", True, False
-        while True:
-            block = _read(f, path)
-            if first:
-                first = False
-                block = block[3:] if block.startswith(b"\xef\xbb\xbf") else block
-            if not block:
-                break
-            buf = buf + block if buf else block
-            end = buf.rfind(b"\n")
-            if end >= 0:
-                chunk, buf = buf[:end], buf[end + 1 :]
+        lines, skip_first = BlockLines(f, path), False
+        for chunk in lines:
+            if chunk is not None:
                 if skip_first:  # the tail of an over-long line: not blank (it had text before)
                     chunk, skip_first = chunk[chunk.find(b"\n") + 1 :] if b"\n" in chunk else b"\x01", False
                 if _BLANK_LINE.search(chunk):
                     return True
-            if len(buf) > MAX_DOC_BYTES:  # an over-long line
-                skip_first = skip_first or not _ALL_WS.fullmatch(buf)
-                buf = b""
-        return bool(buf) and not skip_first and _ALL_WS.fullmatch(buf) is not None
+            if len(lines.rest) > MAX_DOC_BYTES:  # an over-long line
+                skip_first = skip_first or not _ALL_WS.fullmatch(lines.rest)
+                lines.rest = b""
+        return bool(lines.rest) and not skip_first and _ALL_WS.fullmatch(lines.rest) is not None
 
 
 def cut_text(text: str) -> list[str]:

@@ -299,10 +299,10 @@ def _chunk_lines(chunk: bytes, number: int, offset: int, report: FileReport) -> 
         return
     for i, raw in enumerate(chunk.split(b"\n")):  # some line is bad: find it, skip it, go on
         report.lines += 1
-        line = report.decode(raw, number + i, offset)
+        decoded = report.decode(raw, number + i, offset)
         offset += len(raw) + 1
-        if line is not None:
-            yield number + i, line.rstrip("\r"), False
+        if decoded is not None:
+            yield number + i, decoded.rstrip("\r"), False
 
 
 def has_blank_line(path: Path, compression: str) -> bool:

@@ -318,6 +318,19 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         """Coerce enums, fill derived fields and validate; raises ConfigError naming the keys."""
+        self._coerce_enums()
+        # vocab_size 0 is allowed here ("from the tokenizer"); build_network rejects it
+        check_ranges(self, "model", MODEL_RANGES)
+        self._derive_heads()
+        self._derive_ffn_dim()
+        self._derive_family_fields()
+        self._check_positions()
+        check_ranges(self, "model", MODEL_RANGES)  # the derived fields, now filled in
+        if self.pad_token_id < 0 or (self.vocab_size and self.pad_token_id >= self.vocab_size):
+            raise ConfigError(f"model.pad_token_id={self.pad_token_id} must be in [0, model.vocab_size)")
+
+    def _coerce_enums(self) -> None:
+        """The enum-valued fields as their enums (a config file or the command line gives strings)."""
         self.family = _enum(Family, "family", self.family)  # type: ignore[assignment]
         self.pos = _enum(PosScheme, "pos", self.pos)  # type: ignore[assignment]
         self.norm = _enum(Norm, "norm", self.norm)  # type: ignore[assignment]
@@ -327,9 +340,8 @@ class ModelConfig:
         self.init = _enum(InitScheme, "init", self.init)  # type: ignore[assignment]
         self.attn_impl = _enum(AttnImpl, "attn_impl", self.attn_impl)  # type: ignore[assignment]
 
-        # vocab_size 0 is allowed here ("from the tokenizer"); build_network rejects it
-        check_ranges(self, "model", MODEL_RANGES)
-
+    def _derive_heads(self) -> None:
+        """``head_dim`` (``dim // num_heads``) and ``num_kv_heads`` (``num_heads``) when unset; both checked."""
         if self.head_dim is None:
             if self.dim % self.num_heads:
                 raise ConfigError(
@@ -348,6 +360,8 @@ class ModelConfig:
                 f"model.num_kv_heads={self.num_kv_heads} must be >= 1 and divide model.num_heads={self.num_heads}"
             )
 
+    def _derive_ffn_dim(self) -> None:
+        """``ffn_dim`` when unset: 4 * dim, or 8/3 * dim rounded up to a multiple of 8 for a gated FFN."""
         if self.ffn_dim is None:
             if self.ffn is FFNKind.GATED:  # same parameter count as a plain 4*dim FFN (Shazeer 2020)
                 self.ffn_dim = 8 * math.ceil(8 * self.dim / 3 / 8)
@@ -356,6 +370,8 @@ class ModelConfig:
         elif self.ffn_dim < 1:
             raise ConfigError(f"model.ffn_dim={self.ffn_dim} must be >= 1")
 
+    def _derive_family_fields(self) -> None:
+        """The fields whose default is the family's: decoder layers, token-type vocabulary, LM-head scale."""
         traits = family_traits(self.family.value)
         if traits.encoder_decoder:
             if self.num_decoder_layers is None:
@@ -380,6 +396,8 @@ class ModelConfig:
             scaled = traits.scaled_tied_head and self.tie_embeddings
             self.head_scale = self.dim**-0.5 if scaled else 1.0
 
+    def _check_positions(self) -> None:
+        """The position scheme's own settings (T5 relative buckets, the RoPE base)."""
         if self.pos is PosScheme.T5_BIAS:
             if self.rel_pos_buckets < 2:
                 raise ConfigError(f"model.rel_pos_buckets={self.rel_pos_buckets} must be >= 2")
@@ -390,6 +408,3 @@ class ModelConfig:
                 )
         if self.pos is PosScheme.ROPE and self.rope_theta <= 0:
             raise ConfigError(f"model.rope_theta={self.rope_theta} must be > 0")
-        check_ranges(self, "model", MODEL_RANGES)  # the derived fields, now filled in
-        if self.pad_token_id < 0 or (self.vocab_size and self.pad_token_id >= self.vocab_size):
-            raise ConfigError(f"model.pad_token_id={self.pad_token_id} must be in [0, model.vocab_size)")

@@ -76,46 +76,100 @@ def generate(
         ``(B, N)`` generated ids, N <= ``max_new_tokens`` (generation stops once every row has emitted EOS);
         positions after a row's EOS hold ``net.config.pad_token_id``.
     """
-    family = getattr(net, "family", None)
-    arch = registry.family(family).arch if family in registry.family_names() else None
-    if arch not in (Arch.DECODER, Arch.ENCODER_DECODER):
-        names = " or ".join(registry.families_of(Arch.DECODER, Arch.ENCODER_DECODER))
-        raise ValueError(f"generate: needs a {names} network (a causal decoder or an encoder-decoder), got {family}")
+    arch = _generative_arch(net)
     was_training = net.training
     net.eval()
-    B = input_ids.shape[0]
-    pad = net.config.pad_token_id
-    mask: Tensor | None = None
-    positions: Tensor | None = None
-    done = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
-    out: list[Tensor] = []
+    prefix: _Prefix
     if arch is Arch.ENCODER_DECODER:
-        encdec = cast(EncoderDecoder, net)  # the encoder-decoder architecture's network
-        encoder_hidden = encdec.encode(input_ids, attention_mask)
-        start = pad if decoder_start_id is None else decoder_start_id
-        seq = torch.full((B, 1), start, dtype=torch.long, device=input_ids.device)
-        cache = encdec.decoder.new_cache() if use_cache else None
-
-        def step(new: Tensor) -> Tensor:
-            tokens = new if use_cache else seq
-            return encdec.decode(tokens, encoder_hidden, attention_mask, cache=cache)[:, -1]
-
-        hidden = step(seq)
+        start = net.config.pad_token_id if decoder_start_id is None else decoder_start_id
+        prefix = _EncoderDecoderPrefix(cast(EncoderDecoder, net), input_ids, attention_mask, start, use_cache)
     else:
-        seq = input_ids
-        mask = attention_mask
-        positions = None if mask is None else (mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding
-        causal = cast(CausalDecoder, net)  # the causal decoder architecture's network
-        cache = causal.decoder.new_cache() if use_cache else None
+        prefix = _CausalPrefix(cast(CausalDecoder, net), input_ids, attention_mask, use_cache)
+    out = _sample_tokens(net, prefix, max_new_tokens=max_new_tokens, eos_id=eos_id, temperature=temperature,
+                         top_k=top_k, top_p=top_p, generator=generator)
+    net.train(was_training)
+    if not out:
+        return input_ids.new_zeros(input_ids.shape[0], 0)
+    return torch.stack(out, dim=1)
 
-        def step(new: Tensor) -> Tensor:
-            if use_cache:
-                pos = None if positions is None else positions[:, -new.shape[1] :]
-                result = causal(new, attention_mask=mask, position_ids=pos, compute_logits=False, cache=cache)
-                return result.hidden[:, -1]
-            return causal(seq, attention_mask=mask, position_ids=positions, compute_logits=False).hidden[:, -1]
 
-        hidden = step(seq)
+def _generative_arch(net: Network) -> Arch:
+    """The network's architecture, refused unless it generates (a causal decoder or an encoder-decoder)."""
+    family = getattr(net, "family", None)
+    arch = registry.family(family).arch if family in registry.family_names() else None
+    if arch is None or arch not in (Arch.DECODER, Arch.ENCODER_DECODER):
+        names = " or ".join(registry.families_of(Arch.DECODER, Arch.ENCODER_DECODER))
+        raise ValueError(f"generate: needs a {names} network (a causal decoder or an encoder-decoder), got {family}")
+    return arch
+
+
+class _Prefix:
+    """The sequence generated so far (``seq``, ``(B, S)``) and how the network reads it: :meth:`hidden` is the
+    last position's hidden state once ``new`` tokens are in ``seq`` (``new`` alone with a KV cache, else all of
+    ``seq``)."""
+
+    def __init__(self, seq: Tensor, use_cache: bool) -> None:
+        self.seq = seq
+        self.use_cache = use_cache
+
+    def extend(self, new: Tensor) -> Tensor:
+        """Append ``new`` ``(B, 1)`` to the sequence; the hidden state of its last position."""
+        self.seq = torch.cat((self.seq, new), dim=1)
+        return self.hidden(new)
+
+    def hidden(self, new: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+class _EncoderDecoderPrefix(_Prefix):
+    """T5: the input encoded once; the decoder starts from ``start`` and reads the encoding at every step."""
+
+    def __init__(self, net: EncoderDecoder, input_ids: Tensor, attention_mask: Tensor | None, start: int,
+                 use_cache: bool) -> None:
+        self.net, self.attention_mask = net, attention_mask
+        self.encoder_hidden = net.encode(input_ids, attention_mask)
+        super().__init__(torch.full((input_ids.shape[0], 1), start, dtype=torch.long, device=input_ids.device),
+                         use_cache)
+        self.cache = net.decoder.new_cache() if use_cache else None
+
+    def hidden(self, new: Tensor) -> Tensor:
+        tokens = new if self.use_cache else self.seq
+        return self.net.decode(tokens, self.encoder_hidden, self.attention_mask, cache=self.cache)[:, -1]
+
+
+class _CausalPrefix(_Prefix):
+    """GPT: the prompt, left padded with ``attention_mask``; the mask and the positions grow with the sequence."""
+
+    def __init__(self, net: CausalDecoder, input_ids: Tensor, attention_mask: Tensor | None, use_cache: bool) -> None:
+        super().__init__(input_ids, use_cache)
+        self.net, self.mask = net, attention_mask
+        self.positions = (None if attention_mask is None
+                          else (attention_mask.long().cumsum(-1) - 1).clamp(min=0))  # left padding
+        self.cache = net.decoder.new_cache() if use_cache else None
+
+    def extend(self, new: Tensor) -> Tensor:
+        if self.mask is not None and self.positions is not None:  # with a padding mask
+            self.mask = torch.cat((self.mask, torch.ones_like(new, dtype=self.mask.dtype)), dim=1)
+            self.positions = torch.cat((self.positions, self.positions[:, -1:] + 1), dim=1)
+        return super().extend(new)
+
+    def hidden(self, new: Tensor) -> Tensor:
+        if self.use_cache:
+            pos = None if self.positions is None else self.positions[:, -new.shape[1] :]
+            result = self.net(new, attention_mask=self.mask, position_ids=pos, compute_logits=False, cache=self.cache)
+            return result.hidden[:, -1]
+        return self.net(self.seq, attention_mask=self.mask, position_ids=self.positions,
+                        compute_logits=False).hidden[:, -1]
+
+
+def _sample_tokens(net: Network, prefix: _Prefix, *, max_new_tokens: int, eos_id: int | None, temperature: float,
+                   top_k: int, top_p: float, generator: torch.Generator | None) -> list[Tensor]:
+    """Sample up to ``max_new_tokens`` next tokens ``(B,)`` after ``prefix``, stopping once every row emitted EOS;
+    a row's tokens after its EOS are the pad id."""
+    pad = net.config.pad_token_id
+    done = torch.zeros(prefix.seq.shape[0], dtype=torch.bool, device=prefix.seq.device)
+    out: list[Tensor] = []
+    hidden = prefix.hidden(prefix.seq)
     for _ in range(max_new_tokens):
         next_id = sample_next(
             net.project(hidden), temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
@@ -128,13 +182,5 @@ def generate(
                 break
         if len(out) == max_new_tokens:
             break
-        new = next_id[:, None]  # (B, 1)
-        seq = torch.cat((seq, new), dim=1)
-        if mask is not None and positions is not None:  # GPT with a padding mask
-            mask = torch.cat((mask, torch.ones_like(new, dtype=mask.dtype)), dim=1)
-            positions = torch.cat((positions, positions[:, -1:] + 1), dim=1)
-        hidden = step(new)
-    net.train(was_training)
-    if not out:
-        return input_ids.new_zeros(B, 0)
-    return torch.stack(out, dim=1)
+        hidden = prefix.extend(next_id[:, None])  # (B, 1)
+    return out

@@ -61,6 +61,20 @@ def span_mlm_mask(
     budget = max(1, round(rate * length))  # K
     if budget > length // 2:
         raise ObjectiveError(f"objective.mask_rate={rate} leaves too few kept tokens to separate spans")
+    starts, lengths, used = _place_spans(batch, length, budget, p=p, max_span=max_span, generator=generator,
+                                         device=device)
+    inside, span_id = _span_cover(starts, lengths, used, length)
+    action = torch.rand(batch, budget, generator=generator).to(device).gather(1, span_id)  # (B, L)
+    return _corrupt_spans(tokens, ids, inside, action, generator)
+
+
+def _place_spans(
+    batch: int, length: int, budget: int, *, p: float, max_span: int, generator: torch.Generator | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(starts, lengths, used)``, each ``(B, K)``: per row, geometric span lengths summing to exactly ``budget``
+    (K) placed without overlapping or touching among ``length`` positions; ``used`` marks the real spans (the
+    rest have zero length)."""
     # Draw K lengths (enough: every span has >= 1 token), keep them while the running total stays < K and
     # cut the one that crosses K, so the lengths sum to exactly K.
     lengths = geometric_span_lengths((batch, budget), p=p, max_span=max_span, generator=generator).to(device)
@@ -74,6 +88,15 @@ def span_mlm_mask(
     used = torch.arange(budget, device=device)[None] < num_spans[:, None]
     slot = torch.where(used, perm, torch.full_like(perm, slots)).sort(1).values  # (B, M) ascending
     starts = slot + (lengths.cumsum(1) - lengths)  # kept tokens before + masked tokens before
+    return starts, lengths, used
+
+
+def _span_cover(
+    starts: torch.Tensor, lengths: torch.Tensor, used: torch.Tensor, length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inside, span_id)``, both ``(B, L)``: whether a position lies in a span, and which span (the index of the
+    last span started at or before it, 0 before the first)."""
+    batch, device = starts.shape[0], starts.device
     ends = starts + lengths
     # +1 at each start, -1 at each end, cumsum -> 1 inside spans (spans are disjoint). Unused spans have
     # zero length and cancel out; index `length` absorbs ends at the edge.
@@ -85,8 +108,17 @@ def span_mlm_mask(
     span_id = torch.zeros(batch, length + 1, dtype=torch.long, device=device)
     span_id.scatter_add_(1, starts.clamp(max=length), used.long())
     span_id = (span_id.cumsum(1)[:, :length] - 1).clamp(min=0)  # (B, L)
-    action = torch.rand(batch, budget, generator=generator).to(device).gather(1, span_id)  # (B, L)
+    return inside, span_id
 
+
+def _corrupt_spans(
+    tokens: torch.Tensor, ids: TokenIds, inside: torch.Tensor, action: torch.Tensor,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SpanBERT's 80/10/10 on the non-special positions ``inside`` spans, by each position's span's ``action``
+    draw in [0, 1): ``[MASK]`` below 0.8, a random non-special token below 0.9, else kept; ``(inputs, labels)``."""
+    batch, length = tokens.shape
+    device = tokens.device
     special = ids.special_lookup(device)[tokens]
     selected = inside & ~special
     to_mask = selected & (action < 0.8)

@@ -20,13 +20,12 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import yaml
-from famlab.datamodules.tasks import Example
-from famlab.experiments.analysis import suite_table, transfer
+from famlab.experiments.analysis import baselines, suite_table, transfer
 from famlab.experiments.analysis.repetition import past_best_section
 from famlab.experiments.analysis.results import (
     ArmBudget,
@@ -298,41 +297,25 @@ def majority_reference(runs: list[RunRecord]) -> Reference | None:
     return None
 
 
-def tfidf_reference(runs: list[RunRecord], cache: Path | None, stored: list[Path] = ()) -> Reference | None:
-    """TF-IDF (word 1-2 grams) + logistic regression on the fine-tuning task's train split, scored on its test
-    split (the split the fine-tunes are tested on). Cached in ``cache`` keyed by task and split settings."""
+def tfidf_reference(runs: list[RunRecord], cache: Path | None, stored: Sequence[Path] = ()) -> Reference | None:
+    """The TF-IDF + logistic regression reference (:func:`famlab.experiments.analysis.baselines.tfidf`, the rule
+    the baselines and a suite's references use) on the fine-tuning task's train split, scored on its test split (the
+    split the fine-tunes are tested on). Cached in ``cache`` keyed by the task, its split settings and the rule."""
     ft = next((r for r in runs if r.job == "finetune"), None)
     if ft is None:
         return None
     d = ft.config.data
-    key = {k: getattr(d, k) for k in ("task", "seed", "val_fraction", "test_fraction", "text_column", "label_column")}
+    fields = ("task", "seed", "val_fraction", "test_fraction", "text_column", "text_pair_column", "label_column",
+              "split_column")
+    key = {**{k: getattr(d, k) for k in fields}, "rule": baselines.TFIDF_RULE}
     for path in [p for p in (cache, *stored) if p is not None and p.is_file()]:  # computed earlier: reuse
         saved = json.loads(path.read_text(encoding="utf-8"))
         if saved.get("key") == key:
             if cache is not None and path != cache:
                 cache.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
             return saved["tfidf"]
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
     task = load_configured_task(d)
-
-    def text(e: Example) -> str:
-        return e.text if e.text_pair is None else f"{e.text} [SEP] {e.text_pair}"
-
-    vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=100_000)
-    x_train = vec.fit_transform([text(e) for e in task.train])
-    clf = LogisticRegression(max_iter=300, C=10.0).fit(x_train, [e.label for e in task.train])
-    y_true = [e.label for e in task.test]
-    y_pred = clf.predict(vec.transform([text(e) for e in task.test])).tolist()
-    labels = list(range(len(task.labels)))
-    result: Reference = {
-        "test/acc": float(accuracy_score(y_true, y_pred)),
-        "test/f1": float(f1_score(y_true, y_pred, average="macro", labels=labels, zero_division=0)),
-        "test/mcc": float(matthews_corrcoef(y_true, y_pred)),
-        "num_test": len(y_true),
-    }
+    result: Reference = {**baselines.tfidf(task), "num_test": len(task.test)}
     if cache is not None:
         cache.write_text(json.dumps({"key": key, "tfidf": result}, indent=2) + "\n", encoding="utf-8")
     return result

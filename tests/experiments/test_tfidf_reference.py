@@ -12,7 +12,6 @@ import csv
 import random
 from pathlib import Path
 
-import pytest
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.datamodules.tasks import Task
 from famlab.experiments.analysis.baselines import reference_scores, tfidf
@@ -71,8 +70,6 @@ def test_the_baselines_and_a_suite_score_a_pair_task_with_one_rule_that_keeps_th
         assert {m: scores[m] for m in METRICS} == {m: baselines[m] for m in METRICS}
 
 
-@pytest.mark.xfail(strict=True, reason="analysis/report.py's tfidf_reference still joins a pair into one text; "
-                   "remove this mark with the change that makes it call baselines.tfidf")
 def test_the_report_scores_a_pair_task_as_the_baselines_do(tmp_path):
     """The report's TF-IDF reference, read from a fine-tune's config, equals ``baselines.tfidf`` on that task."""
     record, task = pair_task(tmp_path)

@@ -248,7 +248,7 @@ def _enum(cls: type[Enum], key: str, value: object) -> Enum:
     try:
         return cls(value)
     except ValueError:
-        valid = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        valid = ", ".join(m.value for m in cls)
         raise ConfigError(f"model.{key}={value!r} is not one of: {valid}") from None
 
 

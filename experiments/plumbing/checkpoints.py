@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from famlab.experiments.configuration.run_files import LAST_CKPT
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import CheckpointIO
 
@@ -32,7 +33,7 @@ class KeepPreviousCheckpointIO(CheckpointIO):
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: object | None = None
     ) -> None:
         file = Path(path)
-        if file.name == "last.ckpt" and file.is_file():
+        if file.name == LAST_CKPT and file.is_file():
             os.replace(file, file.with_name(PREV_NAME))
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
@@ -67,7 +68,7 @@ def checkpoint_callback(checkpoint_dir: Path, monitor: str, mode: str) -> ModelC
 
 def save_last(trainer: pl.Trainer, checkpoint_dir: Path) -> Path:
     """Write ``last.ckpt`` now (all ranks call this), keeping the previous one."""
-    path = checkpoint_dir / "last.ckpt"
+    path = checkpoint_dir / LAST_CKPT
     keep_previous_last(trainer)
     trainer.save_checkpoint(str(path))
     return path

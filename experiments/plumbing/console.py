@@ -23,8 +23,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from famlab.experiments.configuration.run_files import LOG
+
 VERBOSE_ENV = "FAMLAB_VERBOSE"
-LOG_NAME = "famlab.log"
+LOG_NAME = LOG  # a run's log file
 LIBRARY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "wandb", "torch",
                    "transformers", "datasets", "urllib3", "filelock")
 _FAMLAB_ROOTS = tuple(str(Path(__file__).resolve().parents[2] / d) for d in

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from famlab.experiments.configuration.run_files import METRICS
 from famlab.experiments.libraries.internals import continue_csv_header
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -31,7 +32,7 @@ class AppendingCSVLogger(CSVLogger):
         # Lightning asks every rank; only rank 0 touches the file
         if self._continued or cast(_RankZeroOnly, rank_zero_only).rank != 0:
             return super().experiment
-        path = Path(self.log_dir) / "metrics.csv"
+        path = Path(self.log_dir) / METRICS
         kept = path.read_text(encoding="utf-8") if path.is_file() else None
         with warnings.catch_warnings():
             # "Previous log files in this directory will be deleted": not here (the run directory also holds

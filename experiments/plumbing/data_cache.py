@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.run_files import RunFiles
 from famlab.experiments.plumbing.console import heartbeat_seconds
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
 
@@ -150,7 +151,7 @@ def get_bundle(cfg: Config, corpus: TrainingDocuments | None, run_dir: Path | No
             **({} if t.path else {"sample_bytes": t.sample_bytes, "seed": cfg.data.seed}),  # training settings only
         )
     if run_dir is not None and env_rank() == 0:
-        shutil.copyfile(bundle.path, run_dir / "tokenizer.json")
+        shutil.copyfile(bundle.path, RunFiles(run_dir).tokenizer_file)
     return bundle
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.compose import flatten
 from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.run_files import LAST_CKPT
 from famlab.experiments.plumbing.console import library_output
 from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_saved_checkpoint
 from famlab.experiments.tracking.wandb_guard import wandb_mode
@@ -50,7 +51,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
                 return None
 
             def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
-                last = Path(checkpoint_callback.dirpath or "") / "last.ckpt"
+                last = Path(checkpoint_callback.dirpath or "") / LAST_CKPT
                 if log_model == "all" and job_type == "pretrain" and last.is_file():
                     log_saved_checkpoint(self.experiment, last)
 

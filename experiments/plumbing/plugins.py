@@ -31,6 +31,7 @@ from typing import Generic, TypeVar
 
 import yaml
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.run_files import CONFIG
 
 T = TypeVar("T")
 
@@ -165,7 +166,7 @@ def _unpickle(plugins: tuple[str, ...], data: bytes) -> Carried[object]:
 def stored(run_dir: Path) -> tuple[Path, list[str]] | None:
     """The plugins a run, comparison or sweep directory was written with: ``config.yaml``'s ``plugins``, the arms'
     in ``comparison.yaml``, or ``sweep_config.yaml``'s; None when it holds none of them (or they cannot be read)."""
-    for name in ("config.yaml", "comparison.yaml", "sweep_config.yaml"):
+    for name in (CONFIG, "comparison.yaml", "sweep_config.yaml"):
         path = run_dir / name
         if not path.is_file():
             continue

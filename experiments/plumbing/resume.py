@@ -12,6 +12,7 @@ import torch
 import yaml
 from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.run_files import LAST_CKPT, RunFiles
 from famlab.experiments.plumbing.checkpoints import PREV_NAME
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def resolve_resume(cfg: Config, checkpoint_dir: Path) -> str | None:
     if cfg.resume == "never":
         return None
     if cfg.resume == "auto":
-        last, prev = checkpoint_dir / "last.ckpt", checkpoint_dir / PREV_NAME
+        last, prev = checkpoint_dir / LAST_CKPT, checkpoint_dir / PREV_NAME
         if last.is_dir():  # a sharded checkpoint (FSDP, DeepSpeed): never start over silently beside it
             raise ConfigInputError(f"resume=auto: {last} is a sharded checkpoint directory, which famlab cannot "
                                    "resume; resume it with the strategy that wrote it, or resume=never to start over")
@@ -84,7 +85,7 @@ def check_resumed_config(run_dir: Path, config: Mapping[str, object]) -> None:
     ``config`` is the resolved config as ``rundir.write_config`` would write it. Only the keys of
     ``RESUME_FREE_KEYS`` may differ; any other changed key would mix results of two configurations.
     """
-    path = run_dir / "config.yaml"
+    path = RunFiles(run_dir).config_file
     if not path.is_file():
         return  # nothing ran yet: a fresh start
     try:

@@ -1,5 +1,6 @@
-"""Run directories: a run's name, its directory (made, checked, removed when the run was refused) and the files a run
-writes there first (``config.yaml``, JSON results)."""
+"""Run directories: a run's name, its directory (made, checked, removed when the run was refused), the files a run
+writes there first (its config, JSON results), and :class:`RunDir` / :class:`CompareDir`, which read a run's (or a
+comparison's) files back typed. The file names and paths are those of ``experiments/configuration/run_files.py``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+from famlab.experiments.analysis.results import (
+    EvalRecord,
+    FinetuneResult,
+    Plan,
+    PretrainResult,
+    ProbeResult,
+    read_config,
+    read_result,
+)
+from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.configuration.compose import to_plain, to_yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.run_files import CONFIG, TOKENIZER, CompareFiles, RunFiles
 from famlab.experiments.plumbing.console import LOG_NAME, quiet_libraries
 from famlab.experiments.plumbing.launch_env import inherited_run_dir, publish_run_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
@@ -32,7 +45,7 @@ def run_name(cfg: Config, job: str, task: str | None = None) -> str:
 CREATED_RUN_DIRS: list[Path] = []  # made by this process (with new parents); a run refused on bad input removes them
 
 
-SETUP_FILES = {"config.yaml", "tokenizer.json"}  # what a run writes before its first step
+SETUP_FILES = {CONFIG, TOKENIZER}  # what a run writes before its first step
 
 
 def remove_empty_run_dirs() -> None:
@@ -87,10 +100,58 @@ def write_config(run_dir: Path, cfg: Config, prov: dict[str, object]) -> dict[st
     """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
     cfg = dataclasses.replace(cfg, provenance={**prov, "plugins": plugin_provenance(cfg.plugins)})
     if env_rank() == 0:  # only rank 0 writes files
-        (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
+        RunDir(run_dir).config_file.write_text(to_yaml(cfg), encoding="utf-8")
     return to_plain(cfg)
 
 
 def write_json(path: Path, data: Mapping[str, object]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
 
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir(RunFiles):
+    """A run directory: the path of each of its files (:class:`RunFiles`) and those files read back typed."""
+
+    def config_data(self) -> dict[str, Any]:
+        """``config.yaml`` as written: a plain mapping (what a reader that takes one section needs)."""
+        data = yaml.safe_load(self.config_file.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+
+    def config(self) -> Config:
+        """``config.yaml`` as the typed :class:`Config` (:func:`read_config`: keys added since read as defaults)."""
+        return read_config(self.config_data())
+
+    def results_data(self) -> dict[str, Any]:
+        """``results.json`` as written."""
+        data = json.loads(self.results_file.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+
+    def results(self) -> PretrainResult | FinetuneResult | ProbeResult | None:
+        """``results.json`` as the record its ``job`` names; None for any other job (e.g. an evaluation)."""
+        return read_result(self.results_data())
+
+    def eval(self) -> EvalRecord | None:
+        """``eval.json`` (a pretrained run's bits per byte and zero-shot scores); None where none was written."""
+        if not self.eval_file.is_file():
+            return None
+        return EvalRecord.from_json(json.loads(self.eval_file.read_text(encoding="utf-8")))
+
+    def metrics(self) -> list[dict[str, float]]:
+        """``metrics.csv`` rows as dicts of floats (empty cells dropped); empty when there is none."""
+        return read_metrics(self.metrics_file)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareDir(CompareFiles):
+    """A comparison directory: the path of each of its files (:class:`CompareFiles`) and its plan read back."""
+
+    def plan(self) -> Plan | None:
+        """``plan.json``, the comparison's budget plan; None where none was written."""
+        if not self.plan_file.is_file():
+            return None
+        return Plan.from_json(json.loads(self.plan_file.read_text(encoding="utf-8")))
+
+    def is_comparison(self) -> bool:
+        """The directory holds a comparison's plan."""
+        return self.plan_file.is_file()

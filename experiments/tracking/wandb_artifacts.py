@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.run_files import TOKENIZER, RunFiles
 from famlab.experiments.libraries.internals import log_used_artifact
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def tokenizer_artifact(path: Path) -> Artifact:
 
     tokenizer_hash = hashlib.sha256(path.read_bytes()).hexdigest()
     art = wandb.Artifact(f"tokenizer-{tokenizer_hash[:16]}", type="tokenizer", metadata={"hash": tokenizer_hash})
-    art.add_file(str(path), name="tokenizer.json", policy="immutable")
+    art.add_file(str(path), name=TOKENIZER, policy="immutable")
     return art
 
 
@@ -103,14 +104,15 @@ def log_pretrain_artifacts(run: Run, run_dir: Path, *, mode: str, final_step: in
         The entries written to ``wandb-artifacts.json``.
     """
     entries: list[ArtifactEntry] = []
-    tok = run_dir / "tokenizer.json"
+    files = RunFiles(run_dir)
+    tok = files.tokenizer_file
     if tok.is_file():
         art = tokenizer_artifact(tok)
         declare_use(run, art)
-        entries.append({"role": "tokenizer", "name": art.name, "type": art.type, "file": "tokenizer.json",
+        entries.append({"role": "tokenizer", "name": art.name, "type": art.type, "file": TOKENIZER,
                         "upload": True, "digest": art.digest, "aliases": []})
-    ckpt_dir = run_dir / "checkpoints"
-    last = ckpt_dir / "last.ckpt"
+    ckpt_dir = files.checkpoint_dir
+    last = files.last_checkpoint
     best, best_step = _best_step(ckpt_dir)
     upload = mode != "false"
     # the final checkpoint is logged last: W&B gives `latest` to the version logged most recently

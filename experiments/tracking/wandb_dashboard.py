@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.run_files import CONFIG, RESULTS, CompareFiles, RunFiles
 from famlab.experiments.tracking.wandb_guard import wandb_mode
 from famlab.experiments.tracking.wandb_report import markdown_tables, table_slug
 
@@ -106,12 +107,12 @@ class DashboardSpec:
 
 
 def _results(comp_dir: Path) -> dict[str, Any]:
-    path = comp_dir / "results.json"
+    path = CompareFiles(comp_dir).results_file
     if not path.is_file():
         raise ConfigInputError(f"famlab dashboard: {path} not found (a finished comparison writes it)")
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data.get("families"), dict):
-        raise ConfigInputError(f"famlab dashboard: {path} has no 'families' (not a comparison's results.json)")
+        raise ConfigInputError(f"famlab dashboard: {path} has no 'families' (not a comparison's {RESULTS})")
     return data
 
 
@@ -119,7 +120,7 @@ def _config(path: Path) -> dict[str, Any]:
     return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
 
 
-def _wandb_settings(comp_dir: Path, pattern: str = "*-pretrain-*/config.yaml") -> dict[str, Any]:
+def _wandb_settings(comp_dir: Path, pattern: str = f"*-pretrain-*/{CONFIG}") -> dict[str, Any]:
     """The runs' ``wandb`` settings (group, project, entity), from the first run's ``config.yaml`` that has them."""
     for path in sorted(comp_dir.glob(pattern)):
         section = _config(path).get("wandb") or {}
@@ -142,7 +143,7 @@ def _zero_shot(rows: dict[str, dict[str, float]], arms: dict[str, Arm]) -> list[
 def _table_keys(comp_dir: Path, tables: dict[str, str]) -> dict[str, str]:
     """The report run's W&B key of each of ``results.json``'s tables (the key is the heading above it in
     ``report.md``, as :func:`famlab.experiments.tracking.wandb_report.log_report_run` names them)."""
-    report = comp_dir / "report.md"
+    report = CompareFiles(comp_dir).report_file
     logged = markdown_tables(report.read_text(encoding="utf-8")) if report.is_file() else []
     out: dict[str, str] = {}
     for name, md in tables.items():
@@ -178,15 +179,15 @@ def dashboard_spec(comp_dir: Path) -> DashboardSpec:
 def sweep_spec(sweep_dir: Path) -> DashboardSpec:
     """A sweep's dashboard: one loss-vs-budget line per trial (its run directory), coloured by the trial's family;
     a sweep has no gains or zero-shot table of its own."""
-    path = sweep_dir / "results.json"
+    path = CompareFiles(sweep_dir).results_file
     if not path.is_file():
         raise ConfigInputError(f"famlab dashboard: {path} not found (a finished sweep writes it)")
     data = json.loads(path.read_text(encoding="utf-8"))
-    trials = [t["name"] for t in data.get("trials") or [] if (sweep_dir / t["name"] / "config.yaml").is_file()]
+    trials = [t["name"] for t in data.get("trials") or [] if RunFiles(sweep_dir / t["name"]).config_file.is_file()]
     if not trials:
-        raise ConfigInputError(f"famlab dashboard: no trial run directory with a config.yaml under {sweep_dir}")
-    configs = {t: _config(sweep_dir / t / "config.yaml") for t in trials}
-    settings = _wandb_settings(sweep_dir, "*/config.yaml")
+        raise ConfigInputError(f"famlab dashboard: no trial run directory with a {CONFIG} under {sweep_dir}")
+    configs = {t: _config(RunFiles(sweep_dir / t).config_file) for t in trials}
+    settings = _wandb_settings(sweep_dir, f"*/{CONFIG}")
     arms = [Arm(name=t, family=str(c["model"]["family"]), objective=(c.get("objective") or {}).get("name"),
                 color=family_color(str(c["model"]["family"]))) for t, c in configs.items()]
     tokens = any((c.get("compare") or {}).get("match") == "tokens" for c in configs.values())

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.run_files import CompareFiles
 from famlab.experiments.tracking.wandb_artifacts import ARTIFACTS_FILE, use_run_artifacts
 from famlab.experiments.tracking.wandb_guard import wandb_mode
 
@@ -36,13 +37,13 @@ def invocation_group(name: str) -> str:
 
 def wandb_commands(out_dir: Path) -> list[str]:
     """The commands that show (``wandb leet``) and upload (``wandb sync``) every W&B run under ``out_dir``."""
-    where = out_dir / "wandb"
+    where = CompareFiles(out_dir).wandb_dir
     return [f"wandb leet {where}", f"wandb sync {where}"]
 
 
 def print_wandb_commands(out_dir: Path) -> None:
     """Print :func:`wandb_commands` when ``out_dir`` holds W&B runs."""
-    if (out_dir / "wandb").is_dir():
+    if CompareFiles(out_dir).wandb_dir.is_dir():
         view, upload = wandb_commands(out_dir)
         print(f"W&B runs: {view}   (upload: {upload})")
 
@@ -118,7 +119,8 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
     Never raises: W&B trouble is a warning, the local report stands on its own.
     """
     mode = wandb_mode(cfg)
-    report = out_dir / "report.md"
+    files = CompareFiles(out_dir)
+    report = files.report_file
     if mode == "disabled" or not report.is_file():
         return None
     # wandb_mode gives online, offline or disabled; wandb.init's mode is typed as those names
@@ -144,9 +146,9 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
         for path in images:
             logged[f"plots/{table_slug(path.stem)}"] = wandb.Image(str(path), caption=path.stem)
         run.log(logged)
-        run.summary.update(report_summary(out_dir / "results.json"))
+        run.summary.update(report_summary(files.results_file))
         art = wandb.Artifact(f"report-{group}", type="report")
-        for path in [report, out_dir / "results.json", *images]:
+        for path in [report, files.results_file, *images]:
             if path.is_file():
                 art.add_file(str(path), name=path.name)
         seen: set[str] = set()

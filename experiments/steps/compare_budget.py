@@ -216,10 +216,12 @@ def _in(task: str | None) -> str:
 
 # Sustained fractions of a device's peak, stated with every estimate. GPU (no famlab measurement yet): nanoGPT and
 # litgpt train GPT-2-124M at 40-50 % MFU with flash attention and torch.compile on A100 / H100; smaller models' shorter
-# steps reach less. CPU: of the fp32 matmul rate measured as the plan is made; `famlab pretrain gpt cpu` logged
-# perf/mfu 0.07-0.26 over its first 60 steps on a shared 2-core machine (median 0.15).
+# steps reach less. CPU: of the 1-thread fp32 matmul rate measured as the plan is made (best of 3, 1024^3): the
+# default comparison's three FLOP-matched pretraining runs took 262-273 s each on 2 quiet cores, one thread each, for
+# 1.05e13 planned FLOPs (38-40 GFLOP/s), where that matmul measures 42-45 GFLOP/s on the same machine (docs/results.md,
+# "What pretraining bought"); 0.15, the figure before, priced the default comparison at 2.6 hours.
 GPU_MFU = 0.40
-CPU_MFU = 0.15
+CPU_MFU = 0.85
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about 4 epochs, repeated tokens are
 # worth almost as much as fresh ones; beyond that their value decays quickly.
 REPEATS_WORTH_LESS = 4.0

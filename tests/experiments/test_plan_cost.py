@@ -17,7 +17,14 @@ from famlab.experiments.analysis.report import build_report
 from famlab.experiments.analysis.results import ArmBudget, PretrainResult
 from famlab.experiments.commands import cli
 from famlab.experiments.plumbing.data_cache import set_vocab
-from famlab.experiments.steps.compare_budget import Rate, assumed_ids, duration, plan_budget, pretrain_seconds
+from famlab.experiments.steps.compare_budget import (
+    CPU_MFU,
+    Rate,
+    assumed_ids,
+    duration,
+    plan_budget,
+    pretrain_seconds,
+)
 from famlab.experiments.steps.comparison import compose_all
 
 from tests.generated_data import CorpusSpec, corpus_files
@@ -69,7 +76,7 @@ def test_dry_run_prices_each_job_and_warns_past_four_passes(workspace, capsys):
         assert f"{arm} {tokens / train:.2f}" in passes
     (warning,) = [line for line in out.splitlines() if line.startswith("WARNING")]
     assert "bert, gpt, t5" in warning and "Muennighoff et al. 2023" in warning and "docs/data.md" in warning
-    assert "measured fp32 matmul" in out and "assumed 15% MFU" in out  # the CPU's rate and the stated MFU
+    assert "measured fp32 matmul" in out and f"assumed {CPU_MFU:.0%} MFU" in out  # the CPU's rate and the stated MFU
     jobs = [line for line in out.splitlines() if re.match(r"  \d+\. pretrain ", line)]
     assert len(jobs) == 3 and all(re.search(r"steps, ~[\d.,]+ (s|min|h|days|years) -> ", line) for line in jobs)
 

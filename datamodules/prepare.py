@@ -65,6 +65,7 @@ from famlab.datamodules.sources import (
 )
 from famlab.datamodules.tokenizer import (
     DEFAULT_SAMPLE_BYTES,
+    TOKENIZER_FILE,
     DocumentSample,
     TokenizerBundle,
     check_settings,
@@ -228,7 +229,7 @@ class PreparedDataset:
     def bundle(self, num_sentinels: int | None = None) -> TokenizerBundle:
         """The dataset's tokenizer (checked for ``num_sentinels`` sentinels, by default the prepared number)."""
         n = self.manifest["settings"]["num_sentinels"] if num_sentinels is None else num_sentinels
-        return load_tokenizer(self.path / "tokenizer.json", num_sentinels=n)
+        return load_tokenizer(self.path / TOKENIZER_FILE, num_sentinels=n)
 
     def ready_file(self, separator_id: int) -> Path:
         """Written last by :meth:`ensure_streams`: the streams for ``separator_id`` are complete."""
@@ -392,7 +393,7 @@ def link_by_tokenizer(spec: str, settings: PrepareSettings, manifest: Mapping[st
                       cache_dir: str | Path) -> None:
     """Also file the dataset under the key of "this source encoded with this tokenizer.json", so a run that is
     handed the trained tokenizer by path (every arm of a comparison) finds it instead of encoding again."""
-    tokenizer = str(target / "tokenizer.json")
+    tokenizer = str(target / TOKENIZER_FILE)
     alias = prepared_location(spec, PrepareSettings(**{**asdict(settings), "tokenizer_path": tokenizer}), cache_dir)
     if alias != target and not alias.exists():
         with contextlib.suppress(OSError):  # a concurrent link, or a filesystem without symlinks: a cache miss later
@@ -512,7 +513,7 @@ def make_tokenizer(
 ) -> tuple[TokenizerBundle, int]:
     """Train the tokenizer on the sample's training documents (or copy the given one) into ``out``; returns it and
     the sample's size in bytes (0 for a given tokenizer)."""
-    file = out / "tokenizer.json"
+    file = out / TOKENIZER_FILE
     if settings.tokenizer_path is not None:
         file.write_bytes(_read_tokenizer_file(settings.tokenizer_path))
         return load_tokenizer(file, num_sentinels=settings.num_sentinels), 0

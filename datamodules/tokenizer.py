@@ -26,6 +26,7 @@ SPECIAL_TOKENS = {
     "bos": "[BOS]", "eos": "[EOS]", "r": "[R]", "x": "[X]", "s": "[S]",
 }  # fmt: skip
 KINDS = ("bpe", "wordpiece", "unigram")
+TOKENIZER_FILE = "tokenizer.json"  # a trained tokenizer's file, in the cache, a prepared dataset and a run directory
 # Bytes of documents a tokenizer trains on (``data.tokenizer.sample_bytes``): BPE / WordPiece / Unigram statistics
 # settle long before a multi-GB corpus is read, while training time and memory grow with the sample.
 DEFAULT_SAMPLE_BYTES = 200_000_000
@@ -143,7 +144,7 @@ def get_tokenizer(
     if path is not None:
         return load_tokenizer(path, num_sentinels=num_sentinels)
     if corpus is None:
-        raise DataError("tokenizer: need a corpus to train on or a path to a tokenizer.json")
+        raise DataError(f"tokenizer: need a corpus to train on or a path to a {TOKENIZER_FILE}")
     check_settings(kind, vocab_size, num_sentinels)
     file = cache_file(corpus, kind=kind, vocab_size=vocab_size, num_sentinels=num_sentinels, cache_dir=cache_dir,
                       sample_bytes=sample_bytes, seed=seed)
@@ -169,7 +170,7 @@ def cache_file(corpus: TrainingDocuments, *, kind: str, vocab_size: int, num_sen
     key = f"{kind}-v{vocab_size}-s{num_sentinels}-{corpus.hash[:16]}"
     if sum(len(doc) for doc in corpus.train) > sample_bytes // 4:  # may not fit (chars are 1-4 bytes): a sample
         key += f"-b{sample_bytes}-r{seed}"
-    return Path(cache_dir) / "tokenizers" / key / "tokenizer.json"
+    return Path(cache_dir) / "tokenizers" / key / TOKENIZER_FILE
 
 
 def check_settings(kind: str, vocab_size: int, num_sentinels: int) -> None:
@@ -255,7 +256,7 @@ def load_tokenizer(path: str | Path, *, num_sentinels: int = 100) -> TokenizerBu
     try:
         tok = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception on bad JSON
-        raise DataError(f"{path}: not a tokenizers tokenizer.json ({str(e).splitlines()[0][:120]})") from e
+        raise DataError(f"{path}: not a tokenizers {TOKENIZER_FILE} ({str(e).splitlines()[0][:120]})") from e
     special = {key: tok.token_to_id(t) for key, t in SPECIAL_TOKENS.items()}
     sentinels = [tok.token_to_id(sentinel_token(i)) for i in range(num_sentinels)]
     missing = [SPECIAL_TOKENS[key] for key, i in special.items() if i is None]

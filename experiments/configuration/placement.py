@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
+from famlab.experiments.configuration.run_files import LAST_CKPT
 
 SHARDED = ("fsdp", "deepspeed")  # strategies whose checkpoints are directories of shards
 
@@ -95,5 +96,5 @@ def check_strategy(t: TrainerConfig) -> None:
     if any(t.strategy.startswith(s) for s in SHARDED):
         raise ConfigInputError(
             f"trainer.strategy={t.strategy} is not supported: its checkpoints are sharded directories, which "
-            "famlab's resume (one last.ckpt file) cannot continue; every preset up to base fits one 80 GB GPU under "
+            f"famlab's resume (one {LAST_CKPT} file) cannot continue; every preset up to base fits one 80 GB GPU under "
             "DDP: use trainer.strategy=ddp (or auto)")

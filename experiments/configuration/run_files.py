@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from famlab.datamodules.tokenizer import TOKENIZER_FILE
+
 CONFIG = "config.yaml"  # the resolved config + provenance, written before the first step
 RESULTS = "results.json"  # the last file a run writes: a run directory that holds it is finished
 EVAL = "eval.json"  # a pretrained run's bits per byte and zero-shot scores (famlab evaluate)
 METRICS = "metrics.csv"  # the CSV logger's rows
 LOG = "famlab.log"  # library banners, tips and foreign warnings
-TOKENIZER = "tokenizer.json"  # the run's own copy of its tokenizer
+TOKENIZER = TOKENIZER_FILE  # the run's own copy of its tokenizer (the data layer names the file)
 CHECKPOINTS = "checkpoints"  # the checkpoint folder
 LAST_CKPT = "last.ckpt"  # the newest checkpoint in it
 WANDB = "wandb"  # the offline W&B folder

@@ -49,6 +49,7 @@ from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.analysis.zeroshot_table import Row, zero_shot_rows, zero_shot_section, zero_shot_summary
 from famlab.experiments.configuration.compose import family_settings, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.run_files import CONFIG, RESULTS, CompareFiles, RunFiles
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.objectives.objective import NOT_SCORED
 from famlab.objectives.registry import rules_of
@@ -100,22 +101,23 @@ class ReportResults(TypedDict):
 def _load(run_dir: Path) -> RunRecord | None:
     """The run directory's record; None unless it holds ``config.yaml`` and the ``results.json`` of a pretraining
     run, a fine-tune or a probe."""
-    if not (run_dir / "results.json").is_file() or not (run_dir / "config.yaml").is_file():
+    files = RunFiles(run_dir)
+    if not files.results_file.is_file() or not files.config_file.is_file():
         return None
-    data = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    data = json.loads(files.results_file.read_text(encoding="utf-8"))
     try:
         results = read_result(data)
     except TypeError as e:  # a required key missing
-        path = run_dir / "results.json"
+        path = files.results_file
         raise ConfigInputError(f"famlab report: {path}: not a {data['job']} run's results: {e}") from e
     if results is None:
         return None
     evaluation = None
-    if (run_dir / "eval.json").is_file():
-        evaluation = EvalRecord.from_json(json.loads((run_dir / "eval.json").read_text(encoding="utf-8")))
-    config = read_config(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
+    if files.eval_file.is_file():
+        evaluation = EvalRecord.from_json(json.loads(files.eval_file.read_text(encoding="utf-8")))
+    config = read_config(yaml.safe_load(files.config_file.read_text(encoding="utf-8")))
     return RunRecord(path=run_dir, config=config, results=results, eval=evaluation,
-                     metrics=read_metrics(run_dir / "metrics.csv"))
+                     metrics=read_metrics(files.metrics_file))
 
 
 def collect(dirs: list[Path]) -> tuple[list[RunRecord], Plan | None]:
@@ -124,15 +126,16 @@ def collect(dirs: list[Path]) -> tuple[list[RunRecord], Plan | None]:
     for d in dirs:
         if not d.is_dir():
             raise ConfigInputError(f"famlab report: {d} is not a directory")
-        if (d / "plan.json").is_file():
-            plan = Plan.from_json(json.loads((d / "plan.json").read_text(encoding="utf-8")))
-        candidates = [d] if (d / "results.json").is_file() and not (d / "plan.json").is_file() else sorted(d.iterdir())
+        comp = CompareFiles(d)
+        if comp.plan_file.is_file():
+            plan = Plan.from_json(json.loads(comp.plan_file.read_text(encoding="utf-8")))
+        candidates = [d] if comp.results_file.is_file() and not comp.plan_file.is_file() else sorted(d.iterdir())
         for c in candidates:
             run = _load(c) if c.is_dir() else None
             if run is not None:
                 runs.append(run)
     if not runs:
-        raise ConfigInputError(f"famlab report: no run directories (config.yaml + results.json) in {dirs}")
+        raise ConfigInputError(f"famlab report: no run directories ({CONFIG} + {RESULTS}) in {dirs}")
     return runs, plan
 
 
@@ -595,7 +598,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
         md[at:at] = suite.gains_markdown
     md += ["", "## Plots", ""] + ([f"![pretraining curves]({curves.name})", ""] if curves is not None else [])
     md += [f"![fine-tune scores]({scores.name})", ""] if scores is not None else []
-    (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
+    CompareFiles(out_dir).report_file.write_text("\n".join(md), encoding="utf-8")
     results: ReportResults = {
         "scale": scale, "plan": plan.to_json() if plan is not None else None,
         "families": {f: r.to_json() for f, r in families.items()}, "reference": {"majority": majority, "tfidf": tfidf},
@@ -612,7 +615,8 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
         results["suite"] = suite.results
         # scalars for the W&B report run's summary (wandb_report.report_summary)
         results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite.summary}
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    text = json.dumps(results, indent=2, default=str) + "\n"
+    CompareFiles(out_dir).results_file.write_text(text, encoding="utf-8")
     return results
 
 
@@ -830,5 +834,5 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         print(rebuild(dirs[0], out_dir), end="")
         return 0
     build_report(dirs, out_dir)
-    print((out_dir / "report.md").read_text(encoding="utf-8"))
+    print(CompareFiles(out_dir).report_file.read_text(encoding="utf-8"))
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from famlab.experiments.analysis.results import ArmRow, FinetuneResult, Plan, ProbeResult, RunRecord
 from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES, above, holm, nested_welch, welch
+from famlab.experiments.configuration.run_files import CompareFiles
 
 ALPHA = 0.05
 PROBE_ONE = "one_sample_t"  # a probe gain's test with one pretraining run: its body against the random bodies
@@ -360,7 +361,7 @@ def _threads(n: int | None) -> str:
 def wall_split(dirs: list[Path]) -> WallSplit | None:
     """The comparison's wall time by phase, from ``compare.json`` (written by ``famlab compare``)."""
     for d in dirs:
-        path = d / "compare.json"
+        path = CompareFiles(d).compare_file
         if path.is_file():
             info = json.loads(path.read_text(encoding="utf-8"))
             phases = info.get("phases")

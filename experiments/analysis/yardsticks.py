@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from famlab.experiments.configuration.run_files import EVAL, RESULTS
+
 
 def read_metrics(path: Path) -> list[dict[str, float]]:
     """``metrics.csv`` rows as dicts of floats (empty cells dropped)."""
@@ -64,8 +66,8 @@ class Yardstick:
 
 # Measures comparable across families, most preferred first; the first one that every trial measured ranks the
 # families against each other. A new measure is one more line, e.g. a zero-shot accuracy in eval.json:
-#   Yardstick("zero-shot accuracy", "eval.json", "zero_shot.accuracy", "maximize"),
+#   Yardstick("zero-shot accuracy", EVAL, "zero_shot.accuracy", "maximize"),
 YARDSTICKS: tuple[Yardstick, ...] = (
-    Yardstick("fine-tune test/acc", "results.json", "mean.test/acc", "maximize", ("job", "finetune")),
-    Yardstick("bits per byte", "eval.json", "byte_score.value", "minimize", ("byte_score.measure", "bits_per_byte")),
+    Yardstick("fine-tune test/acc", RESULTS, "mean.test/acc", "maximize", ("job", "finetune")),
+    Yardstick("bits per byte", EVAL, "byte_score.value", "minimize", ("byte_score.measure", "bits_per_byte")),
 )

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.run_files import LAST_CKPT
 from famlab.experiments.plumbing.resume import RESUME_FREE_KEYS, check_directory_resume
 
 SETTINGS_FILE = "comparison.yaml"
@@ -55,7 +56,7 @@ def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
             raise ConfigInputError(f"run_dir={base.run_dir} holds no famlab comparison (no {SETTINGS_FILE}); "
                                    "resume=auto resumes a directory that famlab compare made")
         check_settings(path / SETTINGS_FILE, cfgs)
-        log(f"{path}: resuming (finished jobs are read back, interrupted runs continue from their last.ckpt)")
+        log(f"{path}: resuming (finished jobs are read back, interrupted runs continue from their {LAST_CKPT})")
         return path.absolute(), True
     path.mkdir(parents=True, exist_ok=True)
     log(f"{path}: arms {', '.join(cfgs)}, budget matched on {base.compare.match.value}, scale {base.size or 'custom'}")

@@ -20,7 +20,6 @@ from famlab.experiments.analysis.results import (
     StepFailure,
     ZeroShotResult,
     read_failures,
-    read_result,
 )
 from famlab.experiments.configuration.compare_defaults import visible_gpus
 from famlab.experiments.configuration.config import Config
@@ -28,7 +27,7 @@ from famlab.experiments.configuration.placement import devices_per_job
 from famlab.experiments.plumbing import failures, process_group, workers
 from famlab.experiments.plumbing.data_cache import token_ids
 from famlab.experiments.plumbing.eval_device import eval_device
-from famlab.experiments.plumbing.rundir import write_json
+from famlab.experiments.plumbing.rundir import CompareDir, RunDir, write_json
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_dir import log
 from famlab.experiments.steps.comparison import STATUS_DIR, Comparison, PretrainedRun
@@ -47,7 +46,7 @@ T = TypeVar("T")
 def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: TokenizerBundle) -> ByteScore:
     """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents), on
     the device the run trained on (:func:`eval_device`)."""
-    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    ckpt = RunDir(run_dir).last_checkpoint
     net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
     net.to(eval_device(cfg.trainer.accelerator)).eval()
 
@@ -71,9 +70,9 @@ def _pretrain_one(
     run.name = Path(run.run_dir).name
     run.wandb.group = group
     run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
-    done = Path(run.run_dir) / "results.json"
-    if run.resume == "auto" and done.is_file():  # finished before this comparison was stopped: read back
-        return PretrainedRun(PretrainResult.from_json(json.loads(done.read_text(encoding="utf-8"))), run)
+    done = RunDir(Path(run.run_dir))
+    if run.resume == "auto" and done.is_finished():  # finished before this comparison was stopped: read back
+        return PretrainedRun(PretrainResult.from_json(done.results_data()), run)
     return PretrainedRun(in_job_world(pretrain, run, comp_dir=comp_dir, evaluate=evaluate), run)
 
 
@@ -139,7 +138,7 @@ def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) 
     """Bits per byte and the bundled zero-shot tasks of a pretrained model, into its ``eval.json`` (both optional:
     a failure is recorded and the comparison goes on; a resumed comparison retries only failed evaluations)."""
     steps = {"evaluation": "byte_score", "zero-shot": "zero_shot"}
-    path = run.run_dir / "eval.json"
+    path = RunDir(run.run_dir).eval_file
     failed = {f.step for f in read_failures(c.comp_dir) if f.arm == arm and f.seed == seed and f.step in steps}
     evaluated = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     if path.is_file() and not failed:
@@ -188,8 +187,8 @@ def transfer_to(
 
 def read_done(run_dir: Path) -> PretrainResult | FinetuneResult | ProbeResult | None:
     """A finished run's ``results.json`` (a resumed comparison reads it back instead of running it again)."""
-    path = run_dir / "results.json"
-    return read_result(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+    done = RunDir(run_dir)
+    return done.results() if done.is_finished() else None
 
 
 def scratch_baseline(c: Comparison, cfg: Config, task: compare_suite.SuiteTask | None) -> None:
@@ -209,7 +208,7 @@ def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
     """``compare.json`` (wall time, and the jobs' time per phase summed over workers), the report and its W&B run."""
     wall = time.time() - c.clock.started
     n = c.base.compare.workers
-    (c.comp_dir / "compare.json").write_text(
+    CompareDir(c.comp_dir).compare_file.write_text(
         json.dumps({"wall_s": round(wall, 1), "phases": {k: round(v, 1) for k, v in c.clock.phases.items()},
                     "workers": n, "threads": workers.threads_per_worker(n) if n > 1 else None,
                     "presets": presets, "overrides": overrides}, indent=2) + "\n"
@@ -218,7 +217,7 @@ def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
     failures.optional(c.comp_dir, StepFailure(step="W&B report"), log_report_run, c.base, c.comp_dir, group=c.group,
                       name=f"{c.comp_dir.name}-report", sources=pretraining_dirs(c.comp_dir), say=log)
     failures.optional(c.comp_dir, StepFailure(step="W&B dashboard"), dashboard_step, c.base, c.comp_dir, say=log)
-    log(f"done in {time.time() - c.clock.started:.0f} s: {c.comp_dir / 'report.md'}")
+    log(f"done in {time.time() - c.clock.started:.0f} s: {CompareDir(c.comp_dir).report_file}")
 
 
 def _task_place(comp_dir: Path, task: compare_suite.SuiteTask | None) -> Path:

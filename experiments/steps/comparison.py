@@ -30,7 +30,7 @@ from famlab.experiments.configuration.placement import Placement, devices_per_jo
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures
 from famlab.experiments.plumbing.data_cache import get_bundle, prepared_corpus, set_vocab, token_ids
-from famlab.experiments.plumbing.rundir import write_json
+from famlab.experiments.plumbing.rundir import CompareDir, write_json
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_budget import plan_budget
 from famlab.experiments.steps.compare_dir import log
@@ -300,7 +300,7 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, 
     suite = prepare_tasks(base, cfgs, specs, comp_dir)
     plan = plan_budget(base, cfgs, token_ids(bundle))
     plan.tokenizer_hash = bundle.hash
-    write_json(comp_dir / "plan.json", plan.to_json())
+    write_json(CompareDir(comp_dir).plan_file, plan.to_json())
     log_plan(base, plan)
     clock = Clock(started, count_jobs(base, cfgs, suite), mp.get_context("spawn").Value("i", 0))
     placement = place(base.trainer, base.compare.workers, visible_gpus(base.trainer.accelerator))
@@ -326,7 +326,7 @@ def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse
 
     ``reuse``: a resumed comparison keeps its own ``tokenizer.json`` (training is not bit-reproducible, and its
     models were trained with that one)."""
-    shared = (comp_dir / "tokenizer.json").resolve()
+    shared = CompareDir(comp_dir).tokenizer_file.resolve()
     if reuse and shared.is_file():
         base.data.tokenizer.path = str(shared)
         corpus = prepared_corpus(base)  # the same streams, encoded with the comparison's own tokenizer

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from famlab.datamodules.bundled import WORDNET_MINIMAL_PAIRS, WORDNET_REVERSE_DICTIONARY
 from famlab.datamodules.jsonl import JsonlError, JsonRecord, read_jsonl
 from famlab.experiments.analysis.results import BigramScores, NormAccuracy, ZeroShotResult, ZeroShotScores
@@ -19,6 +18,7 @@ from famlab.experiments.analysis.stats import bootstrap_ci
 from famlab.experiments.configuration.compose import to_dataclass
 from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig
 from famlab.experiments.plumbing.eval_device import eval_device
+from famlab.experiments.plumbing.rundir import RunDir
 from famlab.experiments.steps.generate import Run, load_run
 from famlab.objectives.zeroshot import (
     BLANK,
@@ -124,7 +124,7 @@ def load_bigram(run: Run, saved: Mapping[str, object], run_dir: Path) -> BigramL
     data = OmegaConf.merge(OmegaConf.structured(DataConfig), saved.get("data") or {})
     assert isinstance(data, DictConfig)
     cfg.data = to_dataclass(data)
-    cfg.data.tokenizer.path = str(run_dir / "tokenizer.json")  # the corpus as the run's own tokenizer encodes it
+    cfg.data.tokenizer.path = str(RunDir(run_dir).tokenizer_file)  # the corpus as the run's own tokenizer encodes it
     corpus = prepared_corpus(cfg)
     eos = run.ids.eos
     corpus.ensure_streams(eos)
@@ -150,7 +150,7 @@ def score_run(run_dir: Path, tasks: dict[str, list[Item]], *, rule: str = "full"
     ``norm``: the headline normalisation (None: each task's :func:`headline`). The network is scored on the device
     its run trained on (:func:`eval_device` of the run's ``trainer.accelerator``), the bigram floor on the CPU."""
     run = load_run(str(run_dir))
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    saved = RunDir(run_dir).config_data()
     run.net.to(eval_device(str((saved.get("trainer") or {}).get("accelerator", "auto"))))
     scorer = Scorer(run.net, run.encode, run.ids, objective=run.objective, rule=rule)
     floor = Scorer(load_bigram(run, saved, run_dir), run.encode, run.ids, rule=rule) if bigram else None

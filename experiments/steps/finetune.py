@@ -39,6 +39,7 @@ from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig
+from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.plumbing.collective import from_rank_zero
 from famlab.experiments.plumbing.data_cache import get_bundle, set_vocab, token_ids
 from famlab.experiments.plumbing.loggers import make_loggers
@@ -54,7 +55,7 @@ from famlab.experiments.plumbing.reliability import (
     resolve_resume,
     save_last,
 )
-from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, run_name, write_config, write_json
 from famlab.experiments.plumbing.trainer import make_trainer
 from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.steps.init import (
@@ -148,7 +149,7 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     started = time.time()
     if cfg.resume not in ("never", "auto"):
         raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
-                               "last.ckpt; use resume=auto with run_dir=<the fine-tune's run directory>")
+                               f"{LAST_CKPT}; use resume=auto with run_dir=<the fine-tune's run directory>")
     has_pooler = settle_model(cfg, init)
     batches(cfg)  # a global batch the ranks cannot share fails before anything is written
     task = load_task_for(cfg.data)
@@ -158,16 +159,16 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
     if cfg.resume == "auto":
         check_resumed_config(run_dir, to_plain(cfg))  # skipping recorded jobs under other settings would mix results
-        if (run_dir / "results.json").is_file():
-            print(f"famlab: {run_dir} is done (results.json); nothing to resume", file=sys.stderr)
-            return FinetuneResult.from_json(json.loads((run_dir / "results.json").read_text(encoding="utf-8")))
+        if RunDir(run_dir).is_finished():
+            print(f"famlab: {run_dir} is done ({RESULTS}); nothing to resume", file=sys.stderr)
+            return FinetuneResult.from_json(RunDir(run_dir).results_data())
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
     grid = _Grid(_Job(cfg, init, task, bundle, pooling, written), run_dir)
     chosen = grid.run()
     results = grid.result(chosen, started)
     if env_rank() == 0:  # the other ranks' files are rank 0's
         grid.drop_unselected(chosen)
-        write_json(run_dir / "results.json", results.to_json())
+        write_json(RunDir(run_dir).results_file, results.to_json())
     return results
 
 
@@ -292,7 +293,7 @@ class _Grid:
             else:  # a one-point grid: tested already, nothing left to wait for
                 _finish_wandb(loggers, selected=True, point=point.name)
         self.val[point][str(seed)], self.best[point, seed] = record["val"], record["best"]
-        self.last = (record["steps"], seed_dir / "checkpoints" / "last.ckpt")
+        self.last = (record["steps"], RunDir(seed_dir).last_checkpoint)
         if record["test"] is not None:
             self.per_seed[str(seed)] = record["test"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TypedDict, cast
 
 import torch
-import yaml
 from famlab.datamodules import get_tokenizer
 from famlab.experiments.configuration.compose import to_dataclass
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.plumbing.rundir import RunDir
 from famlab.experiments.steps.init import load_network, parse_init
 from famlab.families.config import ModelConfig
 from famlab.families.formats import Arch, Reading, Rule
@@ -76,14 +76,14 @@ def load_run(run_dir: str) -> Run:
 
     init = parse_init(run_dir)
     assert init.run_dir is not None
-    saved = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
+    saved = RunDir(init.run_dir).config_data()
     cfg = Config()
     # merging a mapping into a structured dataclass config gives a DictConfig
     cfg.model = to_dataclass(cast(DictConfig, OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"])))
     net, _ = load_network(cfg, init)
     num_sentinels = int(saved.get("data", {}).get("tokenizer", {}).get("num_sentinels", 100))
     bundle = get_tokenizer(
-        None, path=init.run_dir / "tokenizer.json", num_sentinels=num_sentinels, cache_dir=init.run_dir
+        None, path=RunDir(init.run_dir).tokenizer_file, num_sentinels=num_sentinels, cache_dir=init.run_dir
     )
     family = cfg.model.family.value
     objective = (saved.get("objective") or {}).get("name") or default_objective(family)

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-import yaml
 from famlab.datamodules.tasks import Task
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, parse_overrides, to_dataclass
 from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, TokenizerKind
+from famlab.experiments.configuration.run_files import CHECKPOINTS, CONFIG, LAST_CKPT
 from famlab.experiments.configuration.task import load_configured_task
+from famlab.experiments.plumbing.rundir import RunDir
 from famlab.families import Network, build_network, from_hf, registry
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults
@@ -50,17 +51,17 @@ def parse_init(init: str | None) -> Init:
         return Init("hf", hf=init[3:])
     path = Path(init).expanduser()
     if path.is_file() and path.suffix == ".ckpt":
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        run_dir = path.parent.parent if path.parent.name == CHECKPOINTS else path.parent
         ckpt = path
     elif path.is_dir():
-        run_dir, ckpt = path, path / "checkpoints" / "last.ckpt"
+        run_dir, ckpt = path, RunDir(path).last_checkpoint
         if not ckpt.is_file():
-            raise ConfigInputError(f"init={init}: no checkpoints/last.ckpt in this run directory")
+            raise ConfigInputError(f"init={init}: no {CHECKPOINTS}/{LAST_CKPT} in this run directory")
     else:
         raise ConfigInputError(f"init={init} is not a run directory, a .ckpt file, hf:<name> or scratch")
-    for name in ("config.yaml", "tokenizer.json"):
-        if not (run_dir / name).is_file():
-            raise ConfigInputError(f"init={init}: {run_dir / name} is missing (not a famlab run directory)")
+    for file in (RunDir(run_dir).config_file, RunDir(run_dir).tokenizer_file):
+        if not file.is_file():
+            raise ConfigInputError(f"init={init}: {file} is missing (not a famlab run directory)")
     return Init("run", run_dir=run_dir, checkpoint=ckpt)
 
 
@@ -86,7 +87,7 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     if init.kind != "run":
         return compose(presets, overrides).cfg, init
     assert init.run_dir is not None
-    run_cfg = yaml.safe_load((init.run_dir / "config.yaml").read_text(encoding="utf-8"))
+    run_cfg = RunDir(init.run_dir).config_data()
     run_model = run_cfg["model"]
     size = run_cfg.get("size")
     chosen = presets  # what the user named: the model settings in these must agree with the run's
@@ -102,7 +103,7 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
         assert isinstance(merged, DictConfig)
         loaded = to_dataclass(merged)
     except ValueError as e:
-        raise ConfigInputError(f"init={init_value}: config.yaml has a bad model section ({e})") from None
+        raise ConfigInputError(f"init={init_value}: {CONFIG} has a bad model section ({e})") from None
     _check_contradictions(stated.explicit_model, loaded, str(init_value))
     if "dropout" in composed.explicit_model:  # model.dropout=... fine-tunes with that rate (finetune.dropout wins)
         loaded = dataclasses.replace(loaded, dropout=float(composed.explicit_model["dropout"]))
@@ -111,7 +112,7 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     # the run's tokenizer is the model's, and so are its settings (config.yaml records what the fine-tune used; an
     # override of data.tokenizer.* only applies to init=scratch, which trains one); the family's pooling default
     # follows the loaded family
-    cfg.data.tokenizer.path = str(init.run_dir / "tokenizer.json")
+    cfg.data.tokenizer.path = str(RunDir(init.run_dir).tokenizer_file)
     run_tok = run_cfg["data"]["tokenizer"]
     cfg.data.tokenizer.kind = TokenizerKind(run_tok["kind"])
     cfg.data.tokenizer.vocab_size = int(run_tok["vocab_size"])
@@ -195,7 +196,7 @@ def hf_bundle(src: str, run_dir: Path) -> TokenizerBundle:
         tok = AutoTokenizer.from_pretrained(src)
     except (ImportError, OSError, ValueError) as e:
         raise ConfigInputError(f"init=hf:{src}: its tokenizer cannot be loaded ({str(e).splitlines()[0]})") from None
-    path = run_dir / "tokenizer.json"
+    path = RunDir(run_dir).tokenizer_file
     tok.backend_tokenizer.save(str(path))
     fast = tok.backend_tokenizer
 

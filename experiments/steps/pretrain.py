@@ -29,7 +29,7 @@ from famlab.experiments.plumbing.reliability import (
     resolve_resume,
     save_last,
 )
-from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, run_name, write_config, write_json
 from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, precision
 from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_pretrain_results
@@ -150,7 +150,7 @@ def pretrain(
                                                      objective_settings(cfg))
         if evaluate is not None:
             results.byte_score = evaluate(run_dir, cfg)
-        write_json(run_dir / "results.json", results.to_json())
+        write_json(RunDir(run_dir).results_file, results.to_json())
         wandb_pretrain_results(cfg, loggers, run_dir, results.to_json())
     close_wandb(loggers)
     return results

@@ -31,7 +31,7 @@ from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.data_cache import token_ids
 from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.provenance import provenance
-from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, run_name, write_config, write_json
 from famlab.experiments.steps.init import Init, default_pooling, hf_bundle, load_network, load_task_for
 from famlab.families import Network, build_network
 from famlab.objectives import ClassificationCollator
@@ -156,7 +156,7 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
         **probe_scores(pretrained, random),
         wall_s=round(time.time() - started, 1),
     )
-    write_json(run_dir / "results.json", results.to_json())
+    write_json(RunDir(run_dir).results_file, results.to_json())
     log_wandb(cfg, init, run_dir, written, results)
     return results
 

@@ -17,7 +17,7 @@ from famlab.experiments.analysis.results import ArmBudget
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.plumbing import failures, live, plugins, workers
 from famlab.experiments.plumbing.console import quiet_libraries
-from famlab.experiments.plumbing.rundir import write_json
+from famlab.experiments.plumbing.rundir import CompareDir, write_json
 from famlab.experiments.plumbing.signals import Preempted, SignalLatch
 from famlab.experiments.steps.compare_jobs import (
     arm_tags,
@@ -203,7 +203,7 @@ def follow_ups(c: Comparison, job: Job, done: Done) -> list[Job]:
     jobs = []
     if done.tuned is not None:
         c.cfgs[job.arm], c.plan.arms[job.arm] = done.tuned
-        write_json(c.comp_dir / "plan.json", c.plan.to_json())
+        write_json(CompareDir(c.comp_dir).plan_file, c.plan.to_json())
         jobs += [Job("pretrain", job.arm, seed, cfg=c.cfgs[job.arm]) for seed in c.base.compare.pretrain_seeds[1:]]
     if c.base.compare.seeds or c.base.compare.probe:
         jobs += [Job("transfer", job.arm, job.seed, t, run=done.run) for t in range(len(c.suite))]

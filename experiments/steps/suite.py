@@ -49,7 +49,7 @@ from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import Preempted
-from famlab.experiments.plumbing.rundir import make_run_dir, run_name, write_json
+from famlab.experiments.plumbing.rundir import CompareDir, make_run_dir, run_name, write_json
 from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import Init
 
@@ -231,7 +231,7 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSu
         "wall_s": round(time.time() - started, 1),
     }
     if env_rank() == 0:
-        write_json(suite_dir / "results.json", out)
+        write_json(CompareDir(suite_dir).results_file, out)
         (suite_dir / TABLE).write_text(table, encoding="utf-8")
     out["table"] = table
     return out

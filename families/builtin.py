@@ -8,6 +8,7 @@ families (``tests/test_one_source.py`` and docs/architecture.md, "Adding a famil
 from __future__ import annotations
 
 from famlab.families.bert import Bert
+from famlab.families.config import FAMILIES
 from famlab.families.faithful import FAITHFUL
 from famlab.families.formats import DecoderFormat, EncoderDecoderFormat, EncoderFormat
 from famlab.families.gpt import GPT
@@ -68,5 +69,6 @@ T5_SPEC = register_family(FamilySpec(
         encoder_class="T5EncoderModel", body_class="T5Model", tokenizer_max_length=512,
     ),
 ))  # fmt: skip
+FAMILIES.seal()  # these three are built in: unregister_family refuses them, `famlab presets` lists others as added
 
 __all__ = ["BERT_SPEC", "GPT_SPEC", "T5_SPEC"]

@@ -1,7 +1,9 @@
-"""The model configuration: one dataclass, one enum per exclusive choice, derived fields and validation.
+"""The model configuration: one dataclass, one enum per closed choice, one registry per extensible one (families,
+position schemes: a :class:`~famlab.families.registries.Name` checked against :data:`FAMILIES` / :data:`POSITIONS`),
+derived fields and validation.
 
 Torch-free on purpose: ``experiments`` uses :class:`ModelConfig` directly as the ``model`` section of its
-OmegaConf structured config, so every field is a plain type or a ``str`` Enum, every field has a default,
+OmegaConf structured config, so every field is a plain type, a ``str`` or a ``str`` Enum, every field has a default,
 and derived fields are ``Optional[...] = None`` until :meth:`ModelConfig.__post_init__` fills them
 (``OmegaConf.to_object`` calls it). Errors name the CLI key (``model.<field>``) on one line.
 """
@@ -11,134 +13,87 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar
+
+from famlab.families.registries import Name, Registry
+
+if TYPE_CHECKING:
+    from famlab.families.blocks.positions import PositionScheme
+    from famlab.families.registry import FamilySpec
 
 
 class ConfigError(ValueError):
     """A model configuration problem; the message is one line naming the ``model.<key>`` involved."""
 
 
-class Family(str, Enum):
-    """Which network is assembled from the blocks: the built-in families, and any family registered since
-    (``famlab.families.registry.register_family`` adds its member with :func:`add_family`)."""
+class Family(Name):
+    """A ``model.family`` value: the name of a registered family (:data:`FAMILIES`; the built-in ones below, any
+    other registered with ``famlab.families.registry.register_family``). A ``str``; ``ModelConfig`` checks it is
+    registered."""
 
-    BERT = "bert"  # bidirectional encoder + MLM head
-    GPT = "gpt"  # causal decoder + tied LM head
-    T5 = "t5"  # encoder-decoder + (tied) LM head
+    BERT: ClassVar[Family]
+    GPT: ClassVar[Family]
+    T5: ClassVar[Family]
 
 
-BUILTIN_FAMILIES = tuple(m.value for m in Family)
+Family.BERT = Family("bert")  # bidirectional encoder + MLM head
+Family.GPT = Family("gpt")  # causal decoder + tied LM head
+Family.T5 = Family("t5")  # encoder-decoder + (tied) LM head
+
+# Every family by name, the built-in ones first (``famlab.families.builtin`` registers them; :class:`FamilySpec` in
+# ``famlab.families.registry``, whose functions read and write this table).
+FAMILIES: Registry[FamilySpec] = Registry("model.family", ConfigError)
 
 
 @dataclass(frozen=True)
 class FamilyTraits:
-    """What :class:`ModelConfig` derives from its family, given when the family is registered
-    (``famlab.families.registry`` reads them off the family's spec: its architecture, input format and defaults)."""
+    """What :class:`ModelConfig` derives from its family (``FamilySpec.traits`` reads them off the family's spec: its
+    architecture, input format and defaults)."""
 
     encoder_decoder: bool = False  # num_decoder_layers: num_layers when unset (other families: 0, and only 0)
     type_vocab_size: int = 0  # type_vocab_size when unset: 2 where the input format has token types (BERT)
     scaled_tied_head: bool = False  # head_scale when unset: dim^-0.5 for a tied head (Mesh-TF, T5), else 1.0
 
 
-_TRAITS: dict[str, FamilyTraits] = {}
-
-
 def family_traits(name: str) -> FamilyTraits:
-    """The traits family ``name`` was registered with; a ConfigError for a family not registered."""
-    if name not in _TRAITS:
-        raise ConfigError(f"model.family={name!r} is not registered (famlab.families.registry)")
-    return _TRAITS[name]
+    """The traits of registered family ``name``; a ConfigError naming ``model.family`` for any other name."""
+    return FAMILIES.get(name).traits
 
 
-def add_family(name: str, traits: FamilyTraits | None = None) -> Family:
-    """Make ``name`` a :class:`Family` value with its :class:`FamilyTraits`, so ``model.family=<name>`` passes
-    OmegaConf and ``ModelConfig`` (the family registry calls this; ``Family(name)`` is then the one member of that
-    value).
+class PosScheme(Name):
+    """A ``model.pos`` value: the name of a registered position scheme (:data:`POSITIONS`; the built-in ones below,
+    built in ``families/blocks/positions.py``, any other registered with ``register_positions`` there)."""
 
-    ``enum`` has no public way to add a member, so this writes its member tables (``_value2member_map_``,
-    ``_member_map_``, ``_member_names_``) in :func:`_add_member`, famlab's one use of them (position schemes use it
-    too), checked by ``tests/experiments/test_internals.py``.
-    """
-    traits = traits or FamilyTraits()
-    if name in Family._value2member_map_:
-        _TRAITS[name] = traits
-        return Family(name)
-    if not (name.isidentifier() and name == name.lower()):
-        raise ConfigError(f"model.family={name!r}: a family name is a lower-case identifier")
-    member = _add_member(Family, name)
-    _TRAITS[name] = traits
-    return member
-
-
-E = TypeVar("E", bound=Enum)
-
-
-def _add_member(cls: type[E], value: str) -> E:
-    """A new member ``value`` (named ``VALUE``) of the ``str`` enum ``cls``, written into its member tables."""
-    member = cast(E, str.__new__(cast("type[str]", cls), value))  # a str enum's member is a str
-    member._name_, member._value_ = value.upper(), value
-    member._sort_order_ = len(cls._member_names_)  # type: ignore[attr-defined]
-    cls._value2member_map_[value] = member
-    cls._member_map_[member._name_] = member
-    cls._member_names_.append(member._name_)
-    return member
-
-
-def _remove_member(cls: type[Enum], value: str) -> None:
-    member = cls._value2member_map_.pop(value)
-    cls._member_map_.pop(member._name_, None)
-    cls._member_names_.remove(member._name_)
-
-
-def remove_family(name: str) -> None:
-    """Undo :func:`add_family` (a family unregistered; the built-in members stay)."""
-    if name in BUILTIN_FAMILIES or name not in Family._value2member_map_:
-        return
-    _TRAITS.pop(name, None)
-    _remove_member(Family, name)
-
-
-class PosScheme(str, Enum):
-    """How positions enter the network (see ``families/blocks/positions.py``)."""
-
-    LEARNED = "learned"  # learned absolute embeddings added to the token embeddings (BERT, GPT-2)
-    SINUSOIDAL = "sinusoidal"  # fixed sin/cos absolute embeddings (Vaswani et al. 2017)
-    ROPE = "rope"  # rotary embeddings applied to q and k (Su et al. 2021)
-    ALIBI = "alibi"  # linear attention biases with per-head slopes (Press et al. 2022)
-    T5_BIAS = "t5_bias"  # bucketed learned relative attention bias shared by a stack (Raffel et al. 2020)
-    NONE = "none"  # no position information (causal decoders can still infer order)
+    LEARNED: ClassVar[PosScheme]
+    SINUSOIDAL: ClassVar[PosScheme]
+    ROPE: ClassVar[PosScheme]
+    ALIBI: ClassVar[PosScheme]
+    T5_BIAS: ClassVar[PosScheme]
+    NONE: ClassVar[PosScheme]
 
     @property
     def length_bounded(self) -> bool:
         """Whether the scheme holds a table of ``model.max_seq_len`` positions, so no input may be longer (the one
-        place this is declared: the stack, validation at other lengths, zero-shot scoring and generation read it).
-        Relative schemes and ``none`` run at any length; a registered scheme says which it is."""
-        return self.value in _LENGTH_BOUNDED
+        place this is read: the stack, validation at other lengths, zero-shot scoring and generation). Relative
+        schemes and ``none`` run at any length; a registered scheme says which it is."""
+        return POSITIONS.get(self).length_bounded
 
 
-_LENGTH_BOUNDED = {PosScheme.LEARNED.value, PosScheme.SINUSOIDAL.value}
-BUILTIN_POS_SCHEMES = frozenset(p.value for p in PosScheme)
+PosScheme.LEARNED = PosScheme("learned")  # learned absolute embeddings added to the token embeddings (BERT, GPT-2)
+PosScheme.SINUSOIDAL = PosScheme("sinusoidal")  # fixed sin/cos absolute embeddings (Vaswani et al. 2017)
+PosScheme.ROPE = PosScheme("rope")  # rotary embeddings applied to q and k (Su et al. 2021)
+PosScheme.ALIBI = PosScheme("alibi")  # linear attention biases with per-head slopes (Press et al. 2022)
+PosScheme.T5_BIAS = PosScheme("t5_bias")  # bucketed learned relative attention bias shared by a stack (Raffel et al. 2020)  # noqa: E501
+PosScheme.NONE = PosScheme("none")  # no position information (causal decoders can still infer order)
 
+# Every position scheme by name, the built-in ones first (``famlab.families.blocks.positions`` registers them).
+POSITIONS: Registry[PositionScheme] = Registry("model.pos", ConfigError)
 
-def add_pos_scheme(value: str, *, length_bounded: bool) -> PosScheme:
-    """Make ``value`` a :class:`PosScheme` (``model.pos=<value>``), length-bounded or not
-    (``famlab.families.blocks.positions.register_positions`` calls this; the enum tables as :func:`add_family`)."""
-    if value in PosScheme._value2member_map_:
-        raise ConfigError(f"model.pos={value} exists already")
-    if not (value.isidentifier() and value == value.lower()):
-        raise ConfigError(f"model.pos={value!r}: a position scheme's name is a lower-case identifier")
-    member = _add_member(PosScheme, value)
-    if length_bounded:
-        _LENGTH_BOUNDED.add(value)
-    return member
-
-
-def remove_pos_scheme(value: str) -> None:
-    """Undo :func:`add_pos_scheme` (the built-in schemes stay)."""
-    if value in BUILTIN_POS_SCHEMES or value not in PosScheme._value2member_map_:
-        return
-    _LENGTH_BOUNDED.discard(value)
-    _remove_member(PosScheme, value)
+if TYPE_CHECKING:
+    FamilyField = Family
+    PosField = PosScheme
+else:  # OmegaConf takes a str field, not a str subclass: ModelConfig.__post_init__ makes the name a Family / PosScheme
+    FamilyField = PosField = str
 
 
 class Norm(str, Enum):
@@ -257,7 +212,7 @@ class ModelConfig:
     """Architecture of a BERT, GPT or T5 network. Defaults are a small GPT-2-style decoder."""
 
     # Which network: bert (encoder + MLM head) | gpt (causal decoder) | t5 (encoder-decoder).
-    family: Family = Family.GPT
+    family: FamilyField = Family.GPT
     # Vocabulary size; 0 means "take it from the tokenizer" (experiments sets it before building).
     vocab_size: int = 0
     # Model (residual stream) width C.
@@ -277,7 +232,7 @@ class ModelConfig:
     # Longest sequence the position scheme must cover (size of learned/sinusoidal tables).
     max_seq_len: int = 512
     # Position scheme: learned | sinusoidal | rope | alibi | t5_bias | none.
-    pos: PosScheme = PosScheme.LEARNED
+    pos: PosField = PosScheme.LEARNED
     # Normalisation: layernorm | rmsnorm.
     norm: Norm = Norm.LAYERNORM
     # Norm placement: pre (GPT-2, T5) | post (BERT).
@@ -330,9 +285,12 @@ class ModelConfig:
             raise ConfigError(f"model.pad_token_id={self.pad_token_id} must be in [0, model.vocab_size)")
 
     def _coerce_enums(self) -> None:
-        """The enum-valued fields as their enums (a config file or the command line gives strings)."""
-        self.family = _enum(Family, "family", self.family)  # type: ignore[assignment]
-        self.pos = _enum(PosScheme, "pos", self.pos)  # type: ignore[assignment]
+        """The enum-valued fields as their enums and the registered names as their :class:`Name` (a config file or
+        the command line gives strings); an unknown value is one line naming the key and the valid values."""
+        FAMILIES.get(self.family)  # an unregistered name: one line naming model.family and the registered ones
+        self.family = Family(self.family)
+        POSITIONS.get(self.pos)
+        self.pos = PosScheme(self.pos)
         self.norm = _enum(Norm, "norm", self.norm)  # type: ignore[assignment]
         self.norm_position = _enum(NormPosition, "norm_position", self.norm_position)  # type: ignore[assignment]
         self.ffn = _enum(FFNKind, "ffn", self.ffn)  # type: ignore[assignment]
@@ -350,7 +308,7 @@ class ModelConfig:
             self.head_dim = self.dim // self.num_heads
         elif self.head_dim < 1:
             raise ConfigError(f"model.head_dim={self.head_dim} must be >= 1")
-        if self.pos is PosScheme.ROPE and self.head_dim % 2:
+        if self.pos == PosScheme.ROPE and self.head_dim % 2:
             raise ConfigError(f"model.head_dim={self.head_dim} must be even for model.pos=rope")
 
         if self.num_kv_heads is None:
@@ -381,7 +339,7 @@ class ModelConfig:
         elif self.num_decoder_layers is None:
             self.num_decoder_layers = 0
         elif self.num_decoder_layers != 0:
-            owners = " or ".join(name for name, t in _TRAITS.items() if t.encoder_decoder)
+            owners = " or ".join(name for name in FAMILIES if family_traits(name).encoder_decoder)
             raise ConfigError(
                 f"model.num_decoder_layers={self.num_decoder_layers} applies only to model.family={owners} "
                 f"(got model.family={self.family.value}); set it to null"
@@ -398,7 +356,7 @@ class ModelConfig:
 
     def _check_positions(self) -> None:
         """The position scheme's own settings (T5 relative buckets, the RoPE base)."""
-        if self.pos is PosScheme.T5_BIAS:
+        if self.pos == PosScheme.T5_BIAS:
             if self.rel_pos_buckets < 2:
                 raise ConfigError(f"model.rel_pos_buckets={self.rel_pos_buckets} must be >= 2")
             if self.rel_pos_max_distance < self.rel_pos_buckets // 2:
@@ -406,5 +364,5 @@ class ModelConfig:
                     f"model.rel_pos_max_distance={self.rel_pos_max_distance} must be >= "
                     f"model.rel_pos_buckets/2={self.rel_pos_buckets // 2}"
                 )
-        if self.pos is PosScheme.ROPE and self.rope_theta <= 0:
+        if self.pos == PosScheme.ROPE and self.rope_theta <= 0:
             raise ConfigError(f"model.rope_theta={self.rope_theta} must be > 0")

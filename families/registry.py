@@ -18,15 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from famlab.families.config import (
-    BUILTIN_FAMILIES,
-    ConfigError,
-    Family,
-    FamilyTraits,
-    ModelConfig,
-    add_family,
-    remove_family,
-)
+from famlab.families.config import FAMILIES, ConfigError, Family, FamilyTraits, ModelConfig
 from famlab.families.formats import Arch, InputFormat
 from famlab.families.heads import Pooler
 from famlab.families.network import Network
@@ -134,63 +126,56 @@ class FamilySpec:
         """The family's architecture (its input format's)."""
         return self.input_format.arch
 
+    @property
+    def traits(self) -> FamilyTraits:
+        """What ``ModelConfig`` derives from the family: read off its architecture, input format and defaults."""
+        return FamilyTraits(
+            encoder_decoder=self.arch is Arch.ENCODER_DECODER,
+            type_vocab_size=2 if self.input_format.token_types else 0,
+            scaled_tied_head=self.defaults.scaled_tied_head,
+        )
+
     def model_settings(self) -> dict[str, Any]:
         """``model.family`` and the ``model`` keys of its defaults, a new dict
         (``ModelConfig(**settings, dim=...)``)."""
         return {"family": self.name, **self.defaults.model}
 
 
-_SPECS: dict[str, FamilySpec] = {}
-
-
 def register_family(spec: FamilySpec) -> FamilySpec:
-    """Add ``spec`` to the registry (and its name to ``model.family``'s values); a ValueError if the name is taken."""
-    if spec.name in _SPECS:
-        raise ValueError(f"model.family={spec.name!r} is registered already")
+    """Add ``spec`` to :data:`~famlab.families.config.FAMILIES` (its name a ``model.family`` value); a ConfigError
+    (a ValueError) if the name is taken or not a lower-case identifier, or its pooling is not its input format's."""
     if spec.defaults.pooling not in spec.input_format.poolings:
         raise ValueError(f"family {spec.name}: pooling {spec.defaults.pooling!r} is not one of its input format's "
                          f"{list(spec.input_format.poolings)}")
-    add_family(spec.name, FamilyTraits(
-        encoder_decoder=spec.arch is Arch.ENCODER_DECODER,
-        type_vocab_size=2 if spec.input_format.token_types else 0,
-        scaled_tied_head=spec.defaults.scaled_tied_head,
-    ))
-    _SPECS[spec.name] = spec
-    return spec
+    return FAMILIES.register(spec.name, spec)
 
 
 def unregister_family(name: str) -> None:
-    """Remove a registered family (tests); the built-in ones stay."""
-    if name in BUILTIN_FAMILIES:
-        raise ValueError(f"model.family={name} is built in and cannot be unregistered")
-    _SPECS.pop(name, None)
-    remove_family(name)
+    """Remove a registered family (tests); a built-in family or an unknown name is refused (a ConfigError)."""
+    FAMILIES.unregister(name)
 
 
 def family_names() -> tuple[str, ...]:
     """The registered families, in registration order (the built-in ``bert, gpt, t5`` first)."""
-    return tuple(_SPECS)
+    return FAMILIES.names()
 
 
 def families_of(*archs: Arch) -> list[str]:
     """The registered families of the given architectures, in registration order (for messages and defaults)."""
-    return [name for name, spec in _SPECS.items() if spec.arch in archs]
+    return [name for name in FAMILIES if FAMILIES.get(name).arch in archs]
 
 
 def family(name: str | Family) -> FamilySpec:
     """The spec of family ``name`` (a string or a ``Family``); a ConfigError (a ValueError) naming ``model.family``."""
-    key = getattr(name, "value", name)
-    if key not in _SPECS:
-        raise ConfigError(f"model.family={key!r} is not one of: {', '.join(_SPECS)}")
-    return _SPECS[str(key)]
+    return FAMILIES.get(name)
 
 
 def family_of(net: object) -> FamilySpec:
     """The spec of a network's family (``net.family``); a ConfigError for anything else."""
     name = getattr(net, "family", None)
-    if not isinstance(name, str) or name not in _SPECS:
-        raise ConfigError(f"expected a famlab network ({', '.join(_SPECS)}), got {type(net).__name__}")
-    return _SPECS[name]
+    if not isinstance(name, str) or name not in FAMILIES:
+        raise ConfigError(f"expected a famlab network ({', '.join(FAMILIES)}), got {type(net).__name__}")
+    return FAMILIES.get(name)
 
 
 def family_defaults(name: str) -> FamilyDefaults:

@@ -8,17 +8,24 @@ table this gives, a live view over the registered families. ``make_objective``, 
 config checks all read it; each family's default objective is its spec's (``famlab.families.faithful`` for the
 built-in ones). Adding an objective is one module (its ``Objective`` subclass), one line per architecture below and
 its tests (docs/architecture.md); code outside famlab adds one with :func:`register_objective` instead of the line.
+Each architecture's objectives are one :class:`~famlab.families.registries.Registry` (:data:`OBJECTIVES_BY_ARCH`),
+the built-in ones registered into it as any other is.
+
+An objective reads the ``objective.*`` settings famlab declares (:data:`SETTINGS`) and may declare its own
+(:attr:`Entry.own`: a default and a type each): ``objective.<setting>=...`` sets one when that objective is chosen,
+checked like famlab's keys, and its builder gets it with the others.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import torch
 from famlab.families.formats import Arch
+from famlab.families.registries import Registry
 from famlab.families.registry import family, family_names
 from famlab.objectives.corruption import t5_lengths
 from famlab.objectives.denoisers import UL2, GPTPrefixLM, GPTSpan, SpanMaskedLM, T5PrefixLM
@@ -63,16 +70,50 @@ Builder = Callable[[TokenIds, int, "torch.Generator | None", ObjectiveSettings],
 
 
 @dataclass(frozen=True)
+class Setting:
+    """A setting an objective declares for itself (:attr:`Entry.own`): ``objective.<name>=<value>`` when it is chosen.
+
+    Attributes:
+        default: its value when unset.
+        type: ``bool``, ``int``, ``float`` (an int is taken as a float) or ``str``.
+    """
+
+    default: Any
+    type: type
+
+    def check(self, key: str, value: object) -> Any:
+        """``value`` as the setting's type; an ObjectiveError naming ``objective.<key>`` when it is not one."""
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            raise ObjectiveError(f"objective.{key}={value!r} must be of type {self.type.__name__} "
+                                 f"(got {type(value).__name__})")
+        return value
+
+
+@dataclass(frozen=True)
 class Entry:
-    """One family x objective pair: its class, the ``objective.*`` settings it reads and how it is built."""
+    """One family x objective pair: its class, the ``objective.*`` settings it reads, how it is built and the
+    settings it declares for itself (``own``: name -> :class:`Setting`; its builder gets them with the others)."""
 
     cls: type[Objective]
     settings: tuple[str, ...]
     build: Builder
+    own: Mapping[str, Setting] = field(default_factory=dict)
 
     def defaults(self) -> dict[str, Any]:
-        """The settings this pair reads, with their defaults."""
-        return {key: SETTINGS[key] for key in self.settings}
+        """The settings this pair reads, with their defaults (its own settings' too)."""
+        return {key: SETTINGS[key] for key in self.settings} | {key: s.default for key, s in self.own.items()}
+
+    def own_values(self, given: Mapping[str, object]) -> dict[str, Any]:
+        """Its own settings: ``given``'s values checked (an ObjectiveError naming an unknown key or a wrong type), the
+        defaults for the rest."""
+        unknown = sorted(set(given) - set(self.own))
+        if unknown:
+            known = ", ".join(self.own) or "none"
+            raise ObjectiveError(f"objective.{unknown[0]} is not a setting of objective.name={self.cls.name} "
+                                 f"(its own settings: {known})")
+        return {key: s.check(key, given[key]) if key in given else s.default for key, s in self.own.items()}
 
 
 def _ul2(decoder_only: bool) -> Builder:
@@ -97,10 +138,12 @@ def _gpt_span(ids: TokenIds, seq_len: int, generator: torch.Generator | None, s:
 
 _UL2 = ("noise_density", "mean_span", "prefix_fraction", "ul2_rates", "ul2_x_density", "ul2_x_mean_span")
 
-# The registry. Order within an architecture is the listing order (`famlab presets`); a family's default comes first
-# in OBJECTIVES whatever its place here. The pairs beyond each family's own objective: objectives/denoisers.py.
-# :func:`register_objective` adds one from outside famlab; BY_ARCH is a read-only view of these tables.
-_TABLES: dict[Arch, dict[str, Entry]] = {
+# The registry: one Registry per architecture. Order within an architecture is the listing order (`famlab presets`); a
+# family's default comes first in OBJECTIVES whatever its place here. The pairs beyond each family's own objective:
+# objectives/denoisers.py. :func:`register_objective` adds one from outside famlab; BY_ARCH is a read-only view.
+OBJECTIVES_BY_ARCH: Mapping[Arch, Registry[Entry]] = MappingProxyType(
+    {arch: Registry("objective.name", ObjectiveError) for arch in Arch})
+_BUILTIN: dict[Arch, dict[str, Entry]] = {
     Arch.ENCODER: {
         "mlm": Entry(MaskedLM, ("mask_rate",), lambda ids, n, g, s: MaskedLM(ids, n, s["mask_rate"], g)),
         "span_mlm": Entry(SpanMaskedLM, ("mask_rate", "span_p", "max_span"),
@@ -121,36 +164,49 @@ _TABLES: dict[Arch, dict[str, Entry]] = {
         "ul2": Entry(UL2, _UL2, _ul2(decoder_only=False)),
     },
 }
-BUILTIN = frozenset((arch, name) for arch, entries in _TABLES.items() for name in entries)
+for _arch, _entries in _BUILTIN.items():
+    for _name, _entry in _entries.items():
+        OBJECTIVES_BY_ARCH[_arch].register(_name, _entry)
+    OBJECTIVES_BY_ARCH[_arch].seal()
 BY_ARCH: Mapping[Arch, Mapping[str, Entry]] = MappingProxyType(
-    {arch: MappingProxyType(entries) for arch, entries in _TABLES.items()})
+    {arch: registry.view() for arch, registry in OBJECTIVES_BY_ARCH.items()})
 
 
 def register_objective(arch: Arch, name: str, entry: Entry) -> Entry:
-    """Add objective ``name`` for every family of architecture ``arch`` (``objective.name=<name>``,
-    ``compare.objectives``); returns ``entry``. The objective class's ``name`` must be ``name``, and the settings it
-    reads must be ``objective.*`` settings (:data:`SETTINGS`).
+    """Add objective ``name`` for every family of architecture ``arch`` (``objective.name``, ``compare.objectives``);
+    returns ``entry``. The objective class's ``name`` must be ``name``, the settings it reads must be ``objective.*``
+    settings (:data:`SETTINGS`), and the ones it declares for itself (``entry.own``) must not be.
 
     Raises:
         ValueError: ``name`` is registered already for ``arch``, or ``entry`` does not fit it.
     """
-    if name in _TABLES[arch]:
+    if name in OBJECTIVES_BY_ARCH[arch]:
         raise ValueError(f"objective {name} is registered already for the {arch.value} architecture")
     if entry.cls.name != name:
         raise ValueError(f"objective {name}: its class {entry.cls.__name__} is named {entry.cls.name!r}")
     unknown = sorted(set(entry.settings) - set(SETTINGS))
     if unknown:
         raise ValueError(f"objective {name} reads {unknown}, not objective settings (known: {', '.join(SETTINGS)})")
-    _TABLES[arch][name] = entry
-    return entry
+    taken = sorted(set(entry.own) & {*SETTINGS, "name", "own"})
+    if taken:
+        raise ValueError(f"objective {name} declares objective.{taken[0]} as its own, which famlab's objective "
+                         f"section has already")
+    return OBJECTIVES_BY_ARCH[arch].register(name, entry)
 
 
 def unregister_objective(arch: Arch, name: str) -> None:
-    """Remove an objective :func:`register_objective` added (a built-in one cannot be removed)."""
-    if (arch, name) in BUILTIN:
+    """Remove an objective :func:`register_objective` added (a built-in one or an unknown one is refused)."""
+    registry = OBJECTIVES_BY_ARCH[arch]
+    if name in registry.builtins():
         raise ValueError(f"objective {name} is built in; only a registered objective can be removed")
-    if _TABLES[arch].pop(name, None) is None:
+    if name not in registry:
         raise ValueError(f"objective {name} is not registered for the {arch.value} architecture")
+    registry.unregister(name)
+
+
+def own_setting_names() -> set[str]:
+    """Every setting a registered objective declares for itself (``objective.<name>`` keys beyond famlab's)."""
+    return {key for registry in OBJECTIVES_BY_ARCH.values() for name in registry for key in registry.get(name).own}
 
 
 class FamilyTable(Mapping[str, Mapping[str, Entry]]):
@@ -260,17 +316,24 @@ def make_objective(
         seq_len: tokens the network reads per sequence (encoder side for T5).
         generator: randomness for the corruption; `None` uses torch's global generator.
         family: a registered family (`bert` | `gpt` | `t5` built in).
-        settings: `objective.*` settings (:data:`SETTINGS` names them with their defaults); each pair reads its own.
+        settings: `objective.*` settings (:data:`SETTINGS` names them with their defaults; ``Entry.own`` the ones an
+            objective declares for itself, checked against their types); each pair reads its own.
     """
-    unknown = sorted(set(settings) - set(SETTINGS))
+    extra = set(settings) - set(SETTINGS)
+    own = entry(name, family).own if extra else {}
+    unknown = sorted(extra - set(own))
     if unknown:
-        raise ObjectiveError(f"objective.{unknown[0]} is not an objective setting (known: {', '.join(SETTINGS)})")
+        known = ", ".join([*SETTINGS, *own])
+        raise ObjectiveError(f"objective.{unknown[0]} is not an objective setting (known: {known})")
     if seq_len < 4:
         raise ObjectiveError(f"sequence length {seq_len} is too short to train on (need at least 4)")
-    values: ObjectiveSettings = {**_DEFAULTS, **settings}
+    found = entry(name, family)
+    given: dict[str, Any] = dict(settings)
+    own_values = found.own_values({key: given.pop(key) for key in extra})
+    values = cast(ObjectiveSettings, {**_DEFAULTS, **given, **own_values})
     if values["prefix_fraction"] is not None and not 0.0 < values["prefix_fraction"] < 1.0:
         raise ObjectiveError(f"objective.prefix_fraction={values['prefix_fraction']} must be in (0, 1) or None")
-    return entry(name, family).build(ids, seq_len, generator, values)
+    return found.build(ids, seq_len, generator, values)
 
 
 def objectives_table() -> dict[str, list[str]]:

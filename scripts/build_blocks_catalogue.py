@@ -6,11 +6,12 @@ Usage::
     python scripts/build_blocks_catalogue.py            # rewrite docs/blocks.md
     python scripts/build_blocks_catalogue.py --check    # exit 1 if docs/blocks.md differs from the code
 
-The choices are read from the code, never listed here: each catalogued enum of ``famlab.families.config`` (its
-built-in members; a scheme registered at run time with ``register_positions`` is the registering code's to
-document), the comment beside each member, the attention fields of ``ModelConfig`` with the comment above each, and
-``famlab.families.faithful``. Only the papers are this script's: a member with no paper below, or a paper for a
-member that is gone, stops the script (``tests/test_blocks_catalogue.py`` runs it against docs/blocks.md).
+The choices are read from the code, never listed here: each catalogued enum of ``famlab.families.config`` and the
+built-in position schemes (``POSITIONS.builtins()``; a scheme registered at run time with ``register_positions`` is the
+registering code's to document), the comment beside each member or ``PosScheme`` constant, the attention fields of
+``ModelConfig`` with the comment above each, and ``famlab.families.faithful``. Only the papers are this script's: a
+member with no paper below, or a paper for a member that is gone, stops the script (``tests/test_blocks_catalogue.py``
+runs it against docs/blocks.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from pathlib import Path
 
 from famlab.families.config import (
-    BUILTIN_POS_SCHEMES,
+    POSITIONS,
     Activation,
     AttnImpl,
     FFNKind,
@@ -37,8 +38,8 @@ from famlab.families.config import (
 from famlab.families.faithful import FAITHFUL
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "blocks.md"
-# (section title, config key, enum): the block kinds, in the order a layer meets them
-SECTIONS: list[tuple[str, str, type[enum.Enum]]] = [
+# (section title, config key, enum or PosScheme): the block kinds, in the order a layer meets them
+SECTIONS: list[tuple[str, str, type]] = [
     ("Positions", "pos", PosScheme),
     ("Norms", "norm", Norm),
     ("Norm placement", "norm_position", NormPosition),
@@ -82,10 +83,18 @@ PAPERS: dict[str, str] = {
 
 
 def member_comments(cls: type) -> dict[str, str]:
-    """``{value: comment}`` for each ``NAME = "value"  # comment`` line of ``cls``'s source."""
-    pattern = re.compile(r'^\s+[A-Z0-9_]+ = "([^"]+)"\s+#\s*(.+)$')
-    return {m.group(1): m.group(2).strip() for line in inspect.getsource(cls).splitlines()
-            if (m := pattern.match(line))}
+    """``{value: comment}`` for each ``NAME = "value"  # comment`` line of enum ``cls``'s source, or each
+    ``Cls.NAME = Cls("value")  # comment`` line of its module (a registered kind's built-in names: ``PosScheme``)."""
+    if issubclass(cls, enum.Enum):
+        pattern = re.compile(r'^\s+[A-Z0-9_]+ = "([^"]+)"\s+#\s*(.+)$')
+        lines = inspect.getsource(cls).splitlines()
+    else:
+        name = re.escape(cls.__name__)
+        pattern = re.compile(rf'^{name}\.[A-Z0-9_]+ = {name}\("([^"]+)"\)\s+#\s*(.+?)(?:\s+# noqa: E501)?$')
+        module = inspect.getmodule(cls)
+        assert module is not None, cls
+        lines = inspect.getsource(module).splitlines()
+    return {m.group(1): m.group(2).strip() for line in lines if (m := pattern.match(line))}
 
 
 def field_comments(cls: type) -> dict[str, str]:
@@ -151,9 +160,12 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def builtin_values(cls: type[enum.Enum]) -> list[str]:
+def builtin_values(cls: type) -> list[str]:
     """The members famlab ships (a position scheme registered at run time left out)."""
-    return [str(m.value) for m in cls if cls is not PosScheme or m.value in BUILTIN_POS_SCHEMES]
+    if cls is PosScheme:
+        return list(POSITIONS.builtins())
+    assert issubclass(cls, enum.Enum), cls
+    return [str(m.value) for m in cls]
 
 
 def main(argv: list[str] | None = None) -> int:

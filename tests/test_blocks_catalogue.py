@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from famlab.families import config as model_config
-from famlab.families.config import BUILTIN_POS_SCHEMES, PosScheme
+from famlab.families.config import POSITIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_every_builtin_choice_of_every_catalogued_registry_has_its_line(script):
     text = script.render()
     for _, key, cls in script.SECTIONS:
         comments = script.member_comments(cls)
-        values = [m.value for m in cls if cls is not PosScheme or m.value in BUILTIN_POS_SCHEMES]
+        values = list(POSITIONS.builtins()) if cls is model_config.PosScheme else [m.value for m in cls]
         assert set(comments) >= set(values), cls
         for value in values:
             line = f"- `{value}`: {comments[value]}. Paper: {script.PAPERS[f'{key}={value}']}."
@@ -62,13 +62,13 @@ def test_a_choice_without_a_paper_or_a_paper_without_a_choice_stops_the_script(s
 
 
 def test_a_position_scheme_registered_at_run_time_is_not_catalogued(script):
-    """``register_positions`` adds a PosScheme member; the catalogue lists the built-in schemes only, so a plugin
+    """``register_positions`` adds a ``model.pos`` value; the catalogue lists the built-in schemes only, so a plugin
     never changes docs/blocks.md."""
     from famlab.families.blocks.positions import register_positions, unregister_positions
 
     before = script.render()
     register_positions("catalogue_probe", lambda **_: None, length_bounded=False)
     try:
-        assert "catalogue_probe" in PosScheme._value2member_map_ and script.render() == before
+        assert "catalogue_probe" in POSITIONS and script.render() == before
     finally:
         unregister_positions("catalogue_probe")

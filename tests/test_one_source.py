@@ -35,8 +35,8 @@ def _setting_words() -> set[str]:
     from famlab.families import config
     from famlab.objectives import OBJECTIVES
 
-    enums = (config.PosScheme, config.Norm, config.NormPosition, config.Activation, config.InitScheme, config.FFNKind)
-    words = {m.value for e in enums for m in e} | {"cls", "last", "mean", "decoder"}
+    enums = (config.Norm, config.NormPosition, config.Activation, config.InitScheme, config.FFNKind)
+    words = {m.value for e in enums for m in e} | set(config.POSITIONS.builtins()) | {"cls", "last", "mean", "decoder"}
     return words | {name for names in OBJECTIVES.values() for name in names}
 
 

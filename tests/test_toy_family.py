@@ -121,7 +121,7 @@ def test_the_registry_lists_it_only_while_registered(toy):
 def test_the_network_builds_from_the_registry(toy):
     net = toy_net()
     assert isinstance(net, ToyDecoder) and isinstance(net, Network)
-    assert net.config.family is Family(NAME) and net.config.pos.value == "rope" and not net.config.pos.length_bounded
+    assert net.config.family == Family(NAME) and net.config.pos.value == "rope" and not net.config.pos.length_bounded
     out = net(torch.randint(10, VOCAB - 30, (2, 12)))
     assert out.logits is not None and out.logits.shape == (2, 12, VOCAB)
     with pytest.raises(ValueError, match="model.family='nope' is not one of: bert, gpt, t5, toy"):
@@ -191,7 +191,7 @@ def test_famlab_pretrain_toy_through_the_cli(toy, tmp_path, monkeypatch):
     from famlab.experiments.configuration.compose import compose
 
     cfg = compose([NAME, "tiny"], []).cfg
-    assert cfg.model.family is Family(NAME) and cfg.model.pos.value == "rope" and cfg.objective.name == "clm"
+    assert cfg.model.family == Family(NAME) and cfg.model.pos.value == "rope" and cfg.objective.name == "clm"
     assert cfg.finetune.pooling.value == "last"
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "corpus.txt"

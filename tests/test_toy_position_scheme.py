@@ -17,7 +17,7 @@ import torch
 import yaml
 from famlab.families import ModelConfig, build_network
 from famlab.families.blocks.positions import Positions, register_positions, unregister_positions
-from famlab.families.config import ConfigError, PosScheme
+from famlab.families.config import POSITIONS, ConfigError, PosScheme
 from torch import Tensor
 
 NAME = "clock"
@@ -56,7 +56,7 @@ def registered():
     finally:
         unregister_positions(NAME)
         ClockPositions.scheme = PosScheme.NONE
-    assert NAME not in PosScheme._value2member_map_
+    assert NAME not in POSITIONS
 
 
 def gpt(pos: str, seed: int = 0):
@@ -66,11 +66,11 @@ def gpt(pos: str, seed: int = 0):
 
 
 def test_it_is_a_model_pos_value_only_while_registered(registered):
-    assert PosScheme(NAME) is registered and not registered.length_bounded and PosScheme.LEARNED.length_bounded
-    assert gpt(NAME).config.pos is registered
-    with pytest.raises(ConfigError, match="exists already"):
+    assert PosScheme(NAME) == registered and not registered.length_bounded and PosScheme.LEARNED.length_bounded
+    assert gpt(NAME).config.pos == registered and POSITIONS.added() == (NAME,)
+    with pytest.raises(ConfigError, match="registered already"):
         register_positions(NAME, clock, length_bounded=False)
-    with pytest.raises(ConfigError, match="exists already"):
+    with pytest.raises(ConfigError, match="registered already"):
         register_positions("rope", clock, length_bounded=False)
 
 

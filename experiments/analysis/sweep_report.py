@@ -28,7 +28,7 @@ from famlab.experiments.analysis.stats import holm, welch
 from famlab.experiments.analysis.sweep_plots import Point, is_numeric, plot_parameter
 from famlab.experiments.analysis.yardsticks import YARDSTICKS, Yardstick, dig, read_json, read_metrics
 from famlab.experiments.configuration.config import ConfigInputError
-from famlab.families.config import Family
+from famlab.families.registry import family_names
 
 if TYPE_CHECKING:
     from typing_extensions import Required  # typing's own from Python 3.11
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 SWEEP_FILE = "sweep.yaml"  # written by `famlab sweep` into its directory: marks a sweep directory
 FLOOR = "val/unigram_loss"
 ALPHA = 0.05
-FAMILIES = {f.value for f in Family}
 GROUP_KEYS = ("model.family", "objective.name")  # what the groups are made of: never plotted as a series
 
 
@@ -285,7 +284,7 @@ def metric_warning(spec: SweepSpec, commands: list[list[str]]) -> str | None:
     arms = set()
     for cmd in commands:
         family = next((t.split("=", 1)[1] for t in reversed(cmd) if t.lstrip("-").startswith("model.family=")),
-                      next((t for t in cmd if t in FAMILIES), None))  # a family preset (`famlab pretrain t5`)
+                      next((t for t in cmd if t in family_names()), None))  # a family preset (`famlab pretrain t5`)
         objective = next((t.split("=", 1)[1] for t in reversed(cmd) if t.lstrip("-").startswith("objective.name=")),
                          None)
         arms.add(f"{family}/{objective}" if objective else str(family))

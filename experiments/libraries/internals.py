@@ -5,7 +5,7 @@ Each function names the library attribute it relies on, and each ``(library, att
 ``tests/experiments/test_internals.py``: the attribute still exists with the shape used here and the behaviour famlab
 relies on still holds, or the test fails naming the library and attribute. docs/architecture.md ("Library internals
 we rely on") lists them. ``families`` imports only torch and keeps its own: torch's ``nn.Module._compiled_call_impl``
-in ``families/compile.py`` and ``enum``'s member tables in ``families/config.py`` (``add_family``).
+in ``families/compile.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A plugin is an importable module named by ``--plugin <module>`` (any command) or
 importing it is what registers its additions (``register_family``, ``register_objective``, ``register_positions``).
 The command line's plugins are imported before anything else looks up a family, objective or preset
 (:func:`take`, then :func:`load`). Every process famlab starts then imports the same modules before it reads any
-object that may hold a plugin's enum member (``Family('toy')``, ``PosScheme('clock')``):
+object that may name a plugin's choice (``Family('toy')``, ``PosScheme('clock')``):
 
 - a Lightning DDP rank re-executes the command line, which carries the flag or key;
 - a comparison's worker gets its shared context as :class:`Carried`, whose unpickling imports the plugins first

@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import torch.nn.functional as F
+from famlab.families.config import Activation, ConfigError, FFNKind
+from famlab.families.registries import Registry
 from torch import Tensor, nn
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": F.relu,
-    "gelu": F.gelu,  # exact erf form (BERT)
-    "gelu_tanh": partial(F.gelu, approximate="tanh"),  # HF's gelu_new (GPT-2, T5 v1.1)
-    "silu": F.silu,
-}
+# Each ``model.activation`` value (the closed ``Activation`` enum) and its function.
+ACTIVATIONS: Registry[Callable[[Tensor], Tensor]] = Registry("model.activation", ConfigError)
+ACTIVATIONS.register(Activation.RELU.value, F.relu)
+ACTIVATIONS.register(Activation.GELU.value, F.gelu)  # exact erf form (BERT)
+ACTIVATIONS.register(Activation.GELU_TANH.value, partial(F.gelu, approximate="tanh"))  # HF's gelu_new (GPT-2, T5 v1.1)
+ACTIVATIONS.register(Activation.SILU.value, F.silu)
+ACTIVATIONS.seal()
+
+
+@dataclass(frozen=True)
+class FFNShape:
+    """What a ``model.ffn`` kind builds: a gated block (``W2 (act(W1 x) * V x)``) or a plain one."""
+
+    gated: bool
+
+
+# Each ``model.ffn`` value (the closed ``FFNKind`` enum) and the block it builds.
+FFN_KINDS: Registry[FFNShape] = Registry("model.ffn", ConfigError)
+FFN_KINDS.register(FFNKind.PLAIN.value, FFNShape(gated=False))
+FFN_KINDS.register(FFNKind.GATED.value, FFNShape(gated=True))
+FFN_KINDS.seal()
 
 
 def get_activation(name: str) -> Callable[[Tensor], Tensor]:
-    """Look an activation function up by name (``relu | gelu | gelu_tanh | silu``)."""
-    name = getattr(name, "value", name)
-    if name not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; expected one of {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[name]
+    """Look an activation function up by name (``relu | gelu | gelu_tanh | silu``); another name is a ConfigError
+    naming ``model.activation``."""
+    return ACTIVATIONS.get(getattr(name, "value", name))
 
 
 class FeedForward(nn.Module):

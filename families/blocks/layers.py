@@ -13,7 +13,7 @@ from typing import cast
 
 import torch
 from famlab.families.blocks.attention import Attention
-from famlab.families.blocks.feedforward import FeedForward
+from famlab.families.blocks.feedforward import FFN_KINDS, FeedForward
 from famlab.families.blocks.norms import make_norm
 from famlab.families.blocks.positions import Positions
 from famlab.families.kernels.context_kv import project_context
@@ -142,7 +142,7 @@ class Layer(nn.Module):
             dim,
             ffn_dim,
             activation=activation,
-            gated=getattr(ffn, "value", ffn) == "gated",
+            gated=FFN_KINDS.get(getattr(ffn, "value", ffn)).gated,
             bias=bias,
             dropout=dropout if ffn_dropout else 0.0,
         )

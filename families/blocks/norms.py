@@ -1,10 +1,14 @@
-"""Normalisation layers: LayerNorm (BERT, GPT-2) and RMSNorm (T5), chosen by name."""
+"""Normalisation layers: LayerNorm (BERT, GPT-2) and RMSNorm (T5), chosen by name (:data:`NORMS`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from famlab.families.config import ConfigError, Norm
 from famlab.families.kernels.dispatch import Kernel, use_fast
 from famlab.families.kernels.rms_norm import rms_norm
+from famlab.families.registries import Registry
 from torch import Tensor, nn
 
 
@@ -41,11 +45,17 @@ def rms_norm_reference(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * y
 
 
+# (dim, eps, bias) -> the norm layer
+NormBuilder = Callable[[int, float, bool], nn.Module]
+
+# Each ``model.norm`` value (the closed ``Norm`` enum) and how it is built: a lookup, as for every registered kind.
+NORMS: Registry[NormBuilder] = Registry("model.norm", ConfigError)
+NORMS.register(Norm.LAYERNORM.value, lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias))
+NORMS.register(Norm.RMSNORM.value, lambda dim, eps, bias: RMSNorm(dim, eps=eps))  # no bias, as T5
+NORMS.seal()
+
+
 def make_norm(kind: str, dim: int, *, eps: float, bias: bool = True) -> nn.Module:
-    """Build a norm by name: ``layernorm`` (with bias when ``bias``) or ``rmsnorm``."""
-    kind = getattr(kind, "value", kind)
-    if kind == "layernorm":
-        return nn.LayerNorm(dim, eps=eps, bias=bias)
-    if kind == "rmsnorm":
-        return RMSNorm(dim, eps=eps)
-    raise ValueError(f"unknown norm {kind!r}; expected layernorm or rmsnorm")
+    """Build a norm by name: ``layernorm`` (with bias when ``bias``) or ``rmsnorm``; another name is a ConfigError
+    naming ``model.norm``."""
+    return NORMS.get(getattr(kind, "value", kind))(dim, eps, bias)

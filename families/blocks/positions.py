@@ -6,19 +6,21 @@ Every scheme implements three hooks; each returns ``None`` when the scheme does 
 - ``rotary(position_ids) -> (cos, sin)`` each ``(B|1, 1, T, D)``: rotates q and k (RoPE);
 - ``bias(q_pos, k_pos) -> (B|1, H, T, S)``: additive attention bias (ALiBi, T5 relative buckets).
 
-``position_ids`` / ``q_pos`` / ``k_pos`` are ``(T,)`` or ``(B, T)`` long tensors. Adding a scheme means one
-class here (its ``scheme``), one ``PosScheme`` member (whether it is length bounded is
-``PosScheme.length_bounded``) and one entry in :func:`make_positions`; code outside famlab registers one with
-:func:`register_positions` instead.
+``position_ids`` / ``q_pos`` / ``k_pos`` are ``(T,)`` or ``(B, T)`` long tensors. Every scheme, built in or not, is
+one :class:`PositionScheme` in ``famlab.families.config.POSITIONS`` (how it is built, whether it is length bounded),
+and :func:`make_positions` looks each up there. Adding one is a class and a :func:`register_positions` call: the
+built-in ones at the end of this module, code outside famlab in its own module.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import torch
-from famlab.families.config import PosScheme, add_pos_scheme, remove_pos_scheme
+from famlab.families.config import POSITIONS, PosScheme
 from torch import Tensor, nn
 
 
@@ -182,6 +184,35 @@ class T5RelativeBias(Positions):
         return values if values.dim() == 4 else values[None]
 
 
+@dataclass(frozen=True)
+class StackShape:
+    """What a stack tells its position scheme: its shape and the position settings of ``ModelConfig``."""
+
+    dim: int
+    num_heads: int
+    head_dim: int
+    max_len: int  # model.max_seq_len
+    causal: bool
+    rope_theta: float = 10000.0
+    num_buckets: int = 32
+    max_distance: int = 128
+
+
+class PositionsFactory(Protocol):
+    """Builds a registered scheme from the stack's shape (``max_len``: ``model.max_seq_len``)."""
+
+    def __call__(self, *, dim: int, num_heads: int, head_dim: int, max_len: int, causal: bool) -> Positions: ...
+
+
+@dataclass(frozen=True)
+class PositionScheme:
+    """One ``model.pos`` value: how a stack builds it and whether it is length bounded (``PosScheme.length_bounded``).
+    """
+
+    build: Callable[[StackShape], Positions]
+    length_bounded: bool
+
+
 def make_positions(
     kind: str,
     *,
@@ -194,52 +225,48 @@ def make_positions(
     num_buckets: int = 32,
     max_distance: int = 128,
 ) -> Positions:
-    """Build a position scheme by name (``learned | sinusoidal | rope | alibi | t5_bias | none``)."""
-    kind = getattr(kind, "value", kind)
-    if kind == "learned":
-        return LearnedPositions(max_len, dim)
-    if kind == "sinusoidal":
-        return SinusoidalPositions(max_len, dim)
-    if kind == "rope":
-        return RotaryPositions(head_dim, rope_theta)
-    if kind == "alibi":
-        return ALiBiPositions(num_heads)
-    if kind == "t5_bias":
-        return T5RelativeBias(num_heads, bidirectional=not causal, num_buckets=num_buckets, max_distance=max_distance)
-    if kind == "none":
-        return Positions()
-    if kind in _REGISTERED:
-        positions = _REGISTERED[kind](dim=dim, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
-        if positions.scheme.value != kind:  # the stack reads its length bound off the scheme
-            raise ValueError(f"model.pos={kind}: its class {type(positions).__name__} has scheme "
-                             f"{positions.scheme.value!r}; set its scheme to the member register_positions returned")
-        return positions
-    raise ValueError(f"unknown position scheme {kind!r}")
-
-
-class PositionsFactory(Protocol):
-    """Builds a registered scheme from the stack's shape (``max_len``: ``model.max_seq_len``)."""
-
-    def __call__(self, *, dim: int, num_heads: int, head_dim: int, max_len: int, causal: bool) -> Positions: ...
-
-
-_REGISTERED: dict[str, PositionsFactory] = {}
+    """Build the registered position scheme ``kind`` (``learned | sinusoidal | rope | alibi | t5_bias | none`` built
+    in); an unregistered name is a ConfigError naming ``model.pos``."""
+    shape = StackShape(dim, num_heads, head_dim, max_len, causal, rope_theta, num_buckets, max_distance)
+    positions = POSITIONS.get(kind).build(shape)
+    if positions.scheme != kind:  # the stack reads its length bound off the scheme
+        raise ValueError(f"model.pos={kind}: its class {type(positions).__name__} has scheme "
+                         f"{positions.scheme.value!r}; set its scheme to the name register_positions returned")
+    return positions
 
 
 def register_positions(name: str, factory: PositionsFactory, *, length_bounded: bool) -> PosScheme:
     """Add position scheme ``name`` (``model.pos=<name>``) built by ``factory``; ``length_bounded``: it holds a table
-    of ``model.max_seq_len`` positions, so no input may be longer. Returns its :class:`PosScheme` member, which the
-    class the factory builds takes as its ``scheme``.
+    of ``model.max_seq_len`` positions, so no input may be longer. Returns its :class:`PosScheme`, which the class
+    the factory builds takes as its ``scheme``.
 
     Raises:
         famlab.families.config.ConfigError: ``name`` is a scheme already, or not a lower-case identifier.
     """
-    scheme = add_pos_scheme(name, length_bounded=length_bounded)
-    _REGISTERED[name] = factory
-    return scheme
+
+    def build(s: StackShape) -> Positions:
+        return factory(dim=s.dim, num_heads=s.num_heads, head_dim=s.head_dim, max_len=s.max_len, causal=s.causal)
+
+    POSITIONS.register(name, PositionScheme(build, length_bounded))
+    return PosScheme(name)
 
 
 def unregister_positions(name: str) -> None:
-    """Remove a scheme :func:`register_positions` added."""
-    _REGISTERED.pop(name, None)
-    remove_pos_scheme(name)
+    """Remove a scheme :func:`register_positions` added; a built-in scheme or an unknown name is refused (a
+    ConfigError)."""
+    POSITIONS.unregister(name)
+
+
+def _t5_bias(s: StackShape) -> Positions:
+    return T5RelativeBias(s.num_heads, bidirectional=not s.causal, num_buckets=s.num_buckets,
+                          max_distance=s.max_distance)
+
+
+# The built-in schemes, in the order docs/blocks.md lists them; registered as any other is, then sealed.
+POSITIONS.register("learned", PositionScheme(lambda s: LearnedPositions(s.max_len, s.dim), length_bounded=True))
+POSITIONS.register("sinusoidal", PositionScheme(lambda s: SinusoidalPositions(s.max_len, s.dim), length_bounded=True))
+POSITIONS.register("rope", PositionScheme(lambda s: RotaryPositions(s.head_dim, s.rope_theta), length_bounded=False))
+POSITIONS.register("alibi", PositionScheme(lambda s: ALiBiPositions(s.num_heads), length_bounded=False))
+POSITIONS.register("t5_bias", PositionScheme(_t5_bias, length_bounded=False))
+POSITIONS.register("none", PositionScheme(lambda s: Positions(), length_bounded=False))
+POSITIONS.seal()

@@ -1,0 +1,91 @@
+"""One registry shape for every table of named choices (families/registries.py): the same rules for families,
+position schemes, objectives, norms, activations and FFN kinds, and no writes into ``enum``'s member tables."""
+
+import enum
+import pickle
+
+import pytest
+from famlab.families import config as model_config
+from famlab.families.blocks.feedforward import ACTIVATIONS, FFN_KINDS
+from famlab.families.blocks.norms import NORMS
+from famlab.families.blocks.positions import register_positions, unregister_positions
+from famlab.families.config import FAMILIES, POSITIONS, Activation, ConfigError, Family, FFNKind, Norm, PosScheme
+from famlab.families.formats import Arch
+from famlab.families.registries import Name, Registry
+from famlab.objectives.errors import ObjectiveError
+from famlab.objectives.registry import OBJECTIVES_BY_ARCH
+
+ALL = {"model.family": FAMILIES, "model.pos": POSITIONS, "model.norm": NORMS, "model.activation": ACTIVATIONS,
+       "model.ffn": FFN_KINDS, **{f"objective.name ({arch.value})": OBJECTIVES_BY_ARCH[arch] for arch in Arch}}
+
+
+def test_a_registry_registers_looks_up_and_unregisters_by_one_rule():
+    registry: Registry[int] = Registry("model.thing", ConfigError)
+    registry.register("one", 1)
+    registry.seal()
+    assert registry.register("two", 2) == 2 and registry.get("two") == 2 and "two" in registry
+    assert (registry.names(), registry.builtins(), registry.added()) == (("one", "two"), ("one",), ("two",))
+    assert registry.origin("two") == __name__ and registry.origin("one") is None  # who registered it
+    with pytest.raises(ConfigError) as err:
+        registry.get("three")
+    assert str(err.value) == "model.thing='three' is not one of: one, two"
+    with pytest.raises(ConfigError, match="model.thing=two is registered already"):
+        registry.register("two", 3)
+    with pytest.raises(ConfigError, match="lower-case identifier"):
+        registry.register("Two words", 3)
+    registry.unregister("two")
+    assert registry.names() == ("one",) and registry.added() == ()
+
+
+@pytest.mark.parametrize("key", list(ALL))
+def test_every_registry_refuses_to_unregister_a_builtin_or_an_unknown_name(key):
+    registry = ALL[key]
+    builtin = registry.builtins()[0]
+    with pytest.raises(ValueError, match=f"{builtin} is built in"):
+        registry.unregister(builtin)
+    with pytest.raises(ValueError, match="nope is not registered"):
+        registry.unregister("nope")
+    with pytest.raises(ValueError, match=r"='nope' is not one of: " + ", ".join(registry.names())):
+        registry.get("nope")
+    assert registry.added() == () and builtin in registry
+
+
+def test_the_closed_kinds_have_one_implementation_per_enum_member():
+    """norm, activation and FFN kind stay enums for the config; each member is built through its registry."""
+    for cls, registry in ((Norm, NORMS), (Activation, ACTIVATIONS), (FFNKind, FFN_KINDS)):
+        assert registry.builtins() == tuple(m.value for m in cls), cls
+    assert [FFN_KINDS.get(k).gated for k in ("plain", "gated")] == [False, True]
+
+
+def test_builtin_position_schemes_are_registry_entries_with_their_length_bound():
+    assert POSITIONS.builtins() == ("learned", "sinusoidal", "rope", "alibi", "t5_bias", "none")
+    assert [s for s in POSITIONS.builtins() if PosScheme(s).length_bounded] == ["learned", "sinusoidal"]
+    assert FAMILIES.builtins() == ("bert", "gpt", "t5") and POSITIONS.added() == FAMILIES.added() == ()
+
+
+def members() -> dict[str, list[str]]:
+    return {name: [m.value for m in cls] for name, cls in vars(model_config).items()
+            if isinstance(cls, type) and issubclass(cls, enum.Enum) and cls.__module__ == model_config.__name__}
+
+
+def test_registering_a_scheme_writes_no_enum_and_its_name_is_a_plain_string():
+    """The extensible kinds are names checked against a registry, not Enums grown at run time: registering changes
+    no enum of families/config.py, and the name pickles as a str subclass that any process can read back."""
+    assert not issubclass(Family, enum.Enum) and not issubclass(PosScheme, enum.Enum)
+    before = members()
+    scheme = register_positions("probe_scheme", lambda **_: None, length_bounded=True)
+    try:
+        assert members() == before
+        assert isinstance(scheme, Name) and scheme == "probe_scheme" and scheme.value == "probe_scheme"
+        assert scheme.length_bounded and POSITIONS.added() == ("probe_scheme",)
+        assert pickle.loads(pickle.dumps(scheme)) == scheme and f"{scheme}" == "probe_scheme"
+    finally:
+        unregister_positions("probe_scheme")
+    assert "probe_scheme" not in POSITIONS and members() == before
+    with pytest.raises(ConfigError, match="model.pos='probe_scheme' is not one of"):
+        _ = PosScheme("probe_scheme").length_bounded
+
+
+def test_objective_registries_raise_the_objective_error():
+    with pytest.raises(ObjectiveError, match="objective.name='nope' is not one of: mlm, span_mlm"):
+        OBJECTIVES_BY_ARCH[Arch.ENCODER].get("nope")

@@ -44,6 +44,7 @@ from famlab.experiments.configuration.compose import (
     to_yaml,
 )
 from famlab.experiments.configuration.reads import CONFIG_COMMANDS, READS, check_overrides, describe, reads
+from famlab.experiments.configuration.run_files import LAST_CKPT, LOG, RESULTS
 from famlab.experiments.plumbing import plugins
 from omegaconf.errors import OmegaConfBaseException
 
@@ -77,7 +78,7 @@ COMMANDS: dict[str, Command | tuple[str, str]] = {  # a plain entry: ("module:fu
         "famlab.experiments.commands.probe:main", "linear probe of a run's frozen body against random-init bodies",
         args=f"<run_dir | file.ckpt | hf:name> {PRESET_ARGS}",
         details="Frozen pooled features + logistic regression (finetune.probe_c_grid chosen on validation); the same "
-                "for finetune.probe_seeds random-init bodies of the same shape. Writes results.json."),
+                f"for finetune.probe_seeds random-init bodies of the same shape. Writes {RESULTS}."),
     "compare": Command(
         "famlab.experiments.commands.compare:main", "pretrain + fine-tune every family under a matched budget, report",
         args=f"[--dry-run] {PRESET_ARGS}", flags=("--dry-run",),
@@ -93,15 +94,15 @@ COMMANDS: dict[str, Command | tuple[str, str]] = {  # a plain entry: ("module:fu
         details="Sweep names are the files in experiments/configs/sweeps/ (listed by `famlab presets`). "
                 "--wandb registers the sweep with a W&B server instead of running it. wandb.* settings reach "
                 "every trial. run_dir=<dir> names the sweep's directory; run_dir=<dir> resume=auto resumes an "
-                "interrupted sweep there: finished trials (results.json) are skipped, an interrupted one "
-                "continues from its last.ckpt, and settings that differ from the stored sweep are refused."),
+                f"interrupted sweep there: finished trials ({RESULTS}) are skipped, an interrupted one "
+                f"continues from its {LAST_CKPT}, and settings that differ from the stored sweep are refused."),
     "report": Command(
         "famlab.experiments.analysis.report:main", "rebuild the comparison report from run directories",
         args="<comparison or run dir>... [out=<dir>]"),
     "dashboard": Command(
         "famlab.experiments.commands.dashboard:main", "create a comparison's W&B workspace view and Report",
         args="<comparison dir> [entity=<W&B entity>] [project=<W&B project>]",
-        details="Reads <dir>/wandb-dashboard.json (written by the comparison) or builds it from results.json; run it "
+        details=f"Reads <dir>/wandb-dashboard.json (written by the comparison) or builds it from {RESULTS}; run it "
                 "after `wandb sync <dir>/wandb`. Needs the extra famlab[dashboard] (wandb-workspaces)."),
     "bench": Command(
         "famlab.experiments.perf.bench:main", "throughput / MFU benchmarks against Hugging Face",
@@ -126,7 +127,7 @@ COMMANDS: dict[str, Command | tuple[str, str]] = {  # a plain entry: ("module:fu
              "[rule=full|span] [limit=N] [headline=raw|per_token|per_byte] [bigram=true|false] [wandb.mode=...] "
              "[wandb.project=...]",
         details="Each family scores every candidate with its own likelihood; accuracy raw, per token and per byte with "
-                "bootstrap 95 % CIs, chance and an add-k bigram baseline. Writes <run_dir>/eval/<task>/results.json."),
+                f"bootstrap 95 % CIs, chance and an add-k bigram baseline. Writes <run_dir>/eval/<task>/{RESULTS}."),
     "export": Command(
         "famlab.experiments.commands.export:main",
         "write a run as a Hugging Face model folder (model, tokenizer, card)",
@@ -200,7 +201,7 @@ def _help() -> str:
               "--plugin <module> (any command, repeatable, or plugins=[...]): import the module first; it may register "
               "families, objectives and position schemes (every process famlab starts imports it too)",
               "--verbose (any command, or FAMLAB_VERBOSE=1): the libraries' own console output too (W&B banners, "
-              "Lightning tips, their warnings); by default they go to the run directory's famlab.log"]
+              f"Lightning tips, their warnings); by default they go to the run directory's {LOG}"]
     return "\n".join(lines)
 
 

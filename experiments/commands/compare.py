@@ -46,6 +46,7 @@ from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
 from famlab.experiments.plumbing.launch_env import launched_world
+from famlab.experiments.plumbing.rundir import CompareDir
 from famlab.experiments.plumbing.signals import Preempted
 from famlab.experiments.plumbing.world import per_device_batch
 from famlab.experiments.steps import compare_suite
@@ -124,14 +125,14 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         return stopped(stop)
     print(verdict(comp_dir))
     print(f"The whole report (zero-shot, pretraining, fine-tuning, family tests, probe, protocol, plots): "
-          f"{comp_dir / 'report.md'}")
+          f"{CompareDir(comp_dir).report_file}")
     print_wandb_commands(comp_dir)
     return 0
 
 
 def verdict(comp_dir: Path) -> str:
     """The report's "What pretraining bought" section (its gains table and verdict), for the console's last lines."""
-    md = (comp_dir / "report.md").read_text(encoding="utf-8")
+    md = CompareDir(comp_dir).report_file.read_text(encoding="utf-8")
     head, found, rest = md.partition("## What pretraining bought")
     if not found:
         return ""

@@ -32,8 +32,9 @@ import json
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
-import yaml
 from famlab.experiments.configuration.config import Config, WandbMode
+from famlab.experiments.configuration.run_files import CONFIG, RESULTS
+from famlab.experiments.plumbing.rundir import RunDir
 from famlab.experiments.steps.evaluate import EvalInputError, evaluate_run, read_items, task_paths
 from famlab.experiments.tracking.wandb_guard import start_wandb, wandb_mode
 from famlab.objectives.zeroshot import NORMS
@@ -72,7 +73,7 @@ def _log_wandb(run_dir: Path, out_dir: Path, result: dict[str, Any], mode: str, 
     """One W&B run (job_type=eval) per model and task; config names the model's run directory."""
     from lightning.pytorch.loggers import WandbLogger
 
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    saved = RunDir(run_dir).config_data()
     task = result["task"]
     config = {"model_run_dir": result["model_run_dir"], "eval.task": task, "eval.rule": result["rule"],
               "model.family": result["family"], "objective.name": result["objective"]}
@@ -135,8 +136,8 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
                              "(famlab eval --help lists the options)")
     run_dirs = [Path(p) for p in presets]
     for d in run_dirs:
-        if not (d / "config.yaml").is_file():
-            raise EvalInputError(f"{d}: not a run directory (no config.yaml)")
+        if not RunDir(d).config_file.is_file():
+            raise EvalInputError(f"{d}: not a run directory (no {CONFIG})")
     tasks = {name: read_items(path)[: opts["limit"]] for name, path in task_paths(opts["data.eval"]).items()}
     cfg = Config()
     cfg.wandb.mode = WandbMode(opts["wandb.mode"])
@@ -147,7 +148,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
                                          norm=opts["headline"]).items():
             out_dir = run_dir / "eval" / name
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            (out_dir / RESULTS).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
             if mode != "disabled":
                 _log_wandb(run_dir, out_dir, result, mode, opts["wandb.project"])
             if result.get("num_skipped"):

@@ -31,6 +31,8 @@ import yaml
 from famlab.datamodules import load_task
 from famlab.experiments.configuration.compose import parse_overrides, to_dataclass
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.run_files import CONFIG, RESULTS, TOKENIZER
+from famlab.experiments.plumbing.rundir import RunDir
 from famlab.families import build_network
 from famlab.families.config import ModelConfig
 from famlab.families.formats import Arch
@@ -101,8 +103,8 @@ def _checkpoint(run_dir: Path, finetune: bool, seed: str | None) -> Path:
         base = chosen[0]
     elif seed is not None:
         raise ConfigInputError(f"seed={seed}: {run_dir} is a single-seed run")
-    best = sorted((base / "checkpoints").glob("best*.ckpt")) if finetune else []
-    ckpt = best[-1] if best else base / "checkpoints" / "last.ckpt"
+    best = sorted(RunDir(base).checkpoint_dir.glob("best*.ckpt")) if finetune else []
+    ckpt = best[-1] if best else RunDir(base).last_checkpoint
     if not ckpt.is_file():
         raise ConfigInputError(f"{run_dir}: no checkpoint ({ckpt} is missing)")
     return ckpt
@@ -126,12 +128,12 @@ def _labels(saved: JsonDict, num_classes: int) -> list[str]:
 def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPlan:
     """Read the run and check that Hugging Face can express it; raises ConfigInputError / HFConversionError."""
     src, out = Path(run_dir), Path(out_dir)
-    for name in ("config.yaml", "tokenizer.json"):
+    for name in (CONFIG, TOKENIZER):
         if not (src / name).is_file():
             raise ConfigInputError(f"{src}: {name} is missing (not a famlab run directory)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigInputError(f"{out} exists and is not an empty directory")
-    saved = yaml.safe_load((src / "config.yaml").read_text(encoding="utf-8"))
+    saved = RunDir(src).config_data()
     model: ModelConfig = to_dataclass(OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"]))
     (check_roformer_expressible if is_roformer(model) else check_expressible)(model)
     adapter = hf_adapter(model.family.value, "export")  # the checks above refused a family without one
@@ -139,7 +141,7 @@ def plan_export(run_dir: str, out_dir: str, seed: str | None = None) -> ExportPl
         # e.g. transformers 5 re-ties T5's lm_head to the shared embedding when it loads a folder
         raise ConfigInputError(f"export: model.tie_embeddings=false has no Hugging Face {adapter.lm_class} "
                                "equivalent (always tied)")
-    results = _read_json(src / "results.json")
+    results = _read_json(RunDir(src).results_file)
     finetune = results.get("job") == "finetune" or "finetune_seed" in saved
     ckpt = _checkpoint(src, finetune, seed)
     plan = ExportPlan(src, out, saved, ckpt, model)
@@ -226,7 +228,7 @@ def fast_tokenizer(plan: ExportPlan) -> PreTrainedTokenizerFast:
     from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer.from_file(str(plan.run_dir / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(RunDir(plan.run_dir).tokenizer_file))
     fmt = plan.spec.input_format  # the template the fine-tuning collator writes (famlab.families.formats)
     vocab = tok.get_vocab()
     sentinels = sorted((t for t in vocab if t.startswith("<extra_id_")), key=lambda t: int(t[10:-1]))
@@ -246,7 +248,7 @@ def fast_tokenizer(plan: ExportPlan) -> PreTrainedTokenizerFast:
 def model_card(plan: ExportPlan, hf_class: str) -> str:
     """A ``README.md`` model card: what the run was (config, data, budget), its results and how to load it."""
     saved, family = plan.saved, plan.model.family.value
-    results = _read_json(plan.run_dir / "results.json")
+    results = _read_json(RunDir(plan.run_dir).results_file)
     data = saved.get("data", {})
     auto = body_class(plan) if plan.body_only else "AutoModelForSequenceClassification" if plan.classifier \
         else plan.hf.auto_class
@@ -272,9 +274,9 @@ def model_card(plan: ExportPlan, hf_class: str) -> str:
         if key in results:
             lines.append(f"- {key}: `{json.dumps(results[key], sort_keys=True)}`")
     if not results:
-        lines.append("- the run wrote no results.json")
+        lines.append(f"- the run wrote no {RESULTS}")
     lines += ["", "## Usage", "", *(body_usage(plan) if plan.body_only else usage(plan, auto))]
-    lines += ["", "## Training config (famlab `config.yaml`)", "", "```yaml",
+    lines += ["", f"## Training config (famlab `{CONFIG}`)", "", "```yaml",
               yaml.safe_dump(saved, sort_keys=False).rstrip(), "```", ""]  # fmt: skip
     return "\n".join(lines)
 

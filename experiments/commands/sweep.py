@@ -61,6 +61,7 @@ from famlab.experiments.configuration.compose import (
 )
 from famlab.experiments.configuration.config import Config, ConfigInputError
 from famlab.experiments.configuration.reads import READS, check_overrides
+from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
 from famlab.experiments.plumbing import live, plugins
 from famlab.experiments.plumbing.console import heartbeat_seconds
@@ -71,7 +72,7 @@ from omegaconf import OmegaConf
 
 METHODS = ("grid", "random", "bayes")
 SETTINGS_FILE = "sweep_config.yaml"  # the sweep's own settings, beside sweep.yaml: what a resume is checked against
-DONE_FILE = "results.json"  # the last file a famlab run writes: a trial whose run directory holds it is finished
+DONE_FILE = RESULTS  # the last file a famlab run writes: a trial whose run directory holds it is finished
 # the trials' wandb.* settings: the sweep's own group and directory, and the settings given to the sweep
 FORWARDED = ("wandb.project", "wandb.entity", "wandb.mode", "wandb.tags", "wandb.log_model")
 
@@ -323,7 +324,7 @@ def sweep_directory(cfg: Config, path: Path) -> tuple[Path, bool]:
         SweepError: ``resume=auto`` without ``run_dir``, a checkpoint path as ``resume``, a non-empty ``run_dir``
             without ``resume=auto``, or one that holds something other than a sweep.
     """
-    check_directory_resume(cfg, "a sweep resumes each trial from the trial's own last.ckpt", "the sweep's directory",
+    check_directory_resume(cfg, f"a sweep resumes each trial from the trial's own {LAST_CKPT}", "the sweep's directory",
                            "runs/sweep-<name>-<time>", SweepError)
     if not cfg.run_dir:
         sweep_dir = Path("runs") / f"sweep-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -430,7 +430,7 @@ class _Job:
         cfg, ft = self.cfg, self.cfg.finetune
         L.seed_everything(seed, workers=True, verbose=False)
         module, dm = self.module(point), self.datamodule(seed)
-        ckpt_path = resolve_resume(cfg, seed_dir / "checkpoints")
+        ckpt_path = resolve_resume(cfg, RunDir(seed_dir).checkpoint_dir)
         if ckpt_path is not None:
             check_checkpoint_matches(ckpt_path, module)
             print(f"famlab: fine-tuning job {name} resumes from {ckpt_path}", file=sys.stderr)
@@ -439,7 +439,8 @@ class _Job:
         try:
             wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # lineage: pretraining -> fine-tune
             trainer = make_trainer(
-                cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints", monitor=ft.monitor, mode=self.mode,
+                cfg, seed_dir, loggers, checkpoint_dir=RunDir(seed_dir).checkpoint_dir, monitor=ft.monitor,
+                mode=self.mode,
                 max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
                 val_check_interval=self.val_every, limit_val_batches=None,
             )
@@ -451,7 +452,7 @@ class _Job:
             if preemption.saved is None or preemption.saved[0] != trainer.global_step:
                 # last.ckpt is only rewritten with a new best one: make it the final step, so a job stopped before
                 # its job.json is written resumes without training again
-                save_last(trainer, seed_dir / "checkpoints")
+                save_last(trainer, RunDir(seed_dir).checkpoint_dir)
             callback = trainer.checkpoint_callback
             assert isinstance(callback, ModelCheckpoint)  # make_trainer's first checkpoint callback
             record: JobRecord = {
@@ -475,7 +476,7 @@ class _Job:
         seed_dir = Path(checkpoint).parent.parent
         module, dm = self.module(point), self.datamodule(seed)
         loggers = [AppendingCSVLogger(save_dir=str(seed_dir), name="", version="")]
-        trainer = make_trainer(self.cfg, seed_dir, loggers, checkpoint_dir=seed_dir / "checkpoints",
+        trainer = make_trainer(self.cfg, seed_dir, loggers, checkpoint_dir=RunDir(seed_dir).checkpoint_dir,
                                monitor=self.cfg.finetune.monitor, mode=self.mode, max_steps=self.total)
         result = trainer.test(module, datamodule=dm, ckpt_path=checkpoint, verbose=False)[0]
         return {k: float(result[k]) for k in METRICS if k in result}

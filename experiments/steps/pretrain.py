@@ -81,9 +81,9 @@ def objective_name(cfg: Config) -> str:
 
 def objective_settings(cfg: Config) -> dict[str, Any]:
     """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
-    evaluation, which rebuilds the objective at other lengths)."""
+    evaluation, which rebuilds the objective at other lengths), the chosen objective's own settings included."""
     values = {key: getattr(cfg.objective, key) for key in SETTINGS}
-    return values | {"ul2_rates": tuple(values["ul2_rates"])}
+    return values | {"ul2_rates": tuple(values["ul2_rates"])} | dict(cfg.objective.own)
 
 
 def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Config, settings: dict[str, Any]
@@ -118,7 +118,7 @@ def pretrain(
     loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
     trainer = make_trainer(
         cfg, run_dir, loggers,
-        checkpoint_dir=run_dir / "checkpoints",
+        checkpoint_dir=RunDir(run_dir).checkpoint_dir,
         monitor="val/loss",
         mode="min",
         max_steps=cfg.trainer.max_steps,
@@ -224,7 +224,7 @@ def fit(
     """Train to ``trainer.max_steps`` (resuming under ``resume=``); returns the validation metrics before training
     (``trainer.validate_first``, a fresh run only) and the setup time in seconds."""
     check_world(planned_world(cfg.trainer), trainer.world_size)  # the per-device batch assumed this world
-    ckpt_path = resolve_resume(cfg, run_dir / "checkpoints")
+    ckpt_path = resolve_resume(cfg, RunDir(run_dir).checkpoint_dir)
     if ckpt_path is not None:
         check_checkpoint_matches(ckpt_path, module)
     setup_s = time.time() - started
@@ -237,7 +237,7 @@ def fit(
         close_wandb(loggers)  # the checkpoint is written; finish the W&B run so its files are complete
         raise
     if trainer.global_step % int(trainer.val_check_interval):  # steps after the last validation: checkpoint them,
-        save_last(trainer, run_dir / "checkpoints")  # since fine-tunes, export and generate read last.ckpt
+        save_last(trainer, RunDir(run_dir).checkpoint_dir)  # since fine-tunes, export and generate read last.ckpt
     if trainer.global_step != cfg.trainer.max_steps:  # a silently short run would be reported as complete
         planned = cfg.trainer.max_steps
         raise RuntimeError(f"training stopped at step {trainer.global_step}, planned trainer.max_steps={planned}")

@@ -28,6 +28,7 @@ from famlab.experiments.analysis.stats import holm, welch
 from famlab.experiments.analysis.sweep_plots import Point, is_numeric, plot_parameter
 from famlab.experiments.analysis.yardsticks import YARDSTICKS, Yardstick, dig, read_json, read_metrics
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.run_files import EVAL, RESULTS, CompareFiles, RunFiles
 from famlab.families.registry import family_names
 
 if TYPE_CHECKING:
@@ -155,13 +156,14 @@ def load_trial(sweep_dir: Path, record: SweepRecord, metric: str) -> Trial:
     if not run_dir.is_dir() and Path(record.get("run_dir", "")).is_dir():  # a file that set run_dir itself
         run_dir = Path(record["run_dir"])
     t = Trial(record["name"], dict(record["params"]), record.get("status", "unknown"), run_dir)
-    cfg_path = run_dir / "config.yaml"
+    files = RunFiles(run_dir)
+    cfg_path = files.config_file
     cfg = (yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}) if cfg_path.is_file() else {}
-    res = read_json(run_dir / "results.json")
+    res = read_json(files.results_file)
     t.family = (cfg.get("model") or {}).get("family") or res.get("family")
     t.objective = (cfg.get("objective") or {}).get("name") or res.get("objective")
     t.job = res.get("job")
-    rows = [r for r in read_metrics(run_dir / "metrics.csv") if metric in r]
+    rows = [r for r in read_metrics(files.metrics_file) if metric in r]
     if t.job == "pretrain" and metric.startswith("val/") and metric not in (res.get("final") or {}):
         # no validation during fit (trainer.val_check_interval > trainer.max_steps): metrics.csv holds only the
         # step-0 validation of the untrained network, which must not be ranked as the trial's result
@@ -184,11 +186,11 @@ def discover_records(sweep_dir: Path, spec: SweepSpec) -> list[SweepRecord]:
     """Sweep records rebuilt from ``trial-*`` run directories, for a sweep stopped before it wrote results.json."""
     records: list[SweepRecord] = []
     for d in sorted(p for p in sweep_dir.glob("trial-*") if p.is_dir()):
-        cfg_path = d / "config.yaml"
+        cfg_path = RunFiles(d).config_file
         cfg = (yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}) if cfg_path.is_file() else {}
         params = {k: dig(cfg, k) for k in spec.get("parameters", {})}
         params.setdefault("seed", cfg.get("seed"))
-        status = "ok" if (d / "results.json").is_file() else "no results.json"
+        status = "ok" if RunFiles(d).is_finished() else f"no {RESULTS}"
         records.append({"name": d.name, "params": params, "run_dir": str(d), "status": status})
     return records
 
@@ -382,7 +384,7 @@ def verdict(s: Summary) -> list[str]:
             lines.append(f"{s.metric} is a task score, comparable across groups; see the table.")
         else:
             lines.append("No measure comparable across groups was recorded by these runs (bits per byte is written "
-                         "to eval.json by `famlab compare`; fine-tune scores come from a sweep that runs `famlab "
+                         f"to {EVAL} by `famlab compare`; fine-tune scores come from a sweep that runs `famlab "
                          "finetune`), so no ranking across groups is given.")
     if s.adjusted_p:
         lines += ["", "vs group best: Welch's two-sided t-test over seeds against the group's best cell, Holm-adjusted "
@@ -451,7 +453,7 @@ def write_report(sweep_dir: Path, spec: SweepSpec, records: list[SweepRecord], *
           _markdown(cols, rows), "", *verdict(s), "", "## Plots", ""]
     md += [f"![{f.stem}]({f.name})" for f in figures]
     text = "\n".join(md) + "\n"
-    (out_dir / "report.md").write_text(text, encoding="utf-8")
+    CompareFiles(out_dir).report_file.write_text(text, encoding="utf-8")
     results = {
         "sweep": name, "method": spec.get("method"), "group": group, "metric": spec.get("metric"),
         "trials": records,
@@ -463,7 +465,8 @@ def write_report(sweep_dir: Path, spec: SweepSpec, records: list[SweepRecord], *
         "tables": [{"title": f"sweep {name}", "columns": cols, "rows": rows}],
         "plots": [f.name for f in figures],
     }
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    CompareFiles(out_dir).results_file.write_text(json.dumps(results, indent=2, default=str) + "\n",
+                                                  encoding="utf-8")
     return text
 
 
@@ -481,12 +484,12 @@ def rebuild(sweep_dir: Path, out_dir: Path | None = None) -> str:
     spec: SweepSpec = yaml.safe_load((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
     if not isinstance(spec, dict):
         raise ConfigInputError(f"famlab report: {sweep_dir / SWEEP_FILE} is not a sweep file")
-    saved = read_json(sweep_dir / "results.json")
+    saved = read_json(CompareFiles(sweep_dir).results_file)
     records = saved.get("trials") or discover_records(sweep_dir, spec)
     if not records:
-        raise ConfigInputError(f"famlab report: {sweep_dir} holds no trials (no results.json, no trial-* directories)")
+        raise ConfigInputError(f"famlab report: {sweep_dir} holds no trials (no {RESULTS}, no trial-* directories)")
     name = saved.get("sweep") or sweep_dir.name.removeprefix("sweep-").rsplit("-", 2)[0]  # sweep-<name>-<time>
-    first_cfg = sweep_dir / records[0]["name"] / "config.yaml"
+    first_cfg = RunFiles(sweep_dir / records[0]["name"]).config_file
     group = saved.get("group") or (dig(yaml.safe_load(first_cfg.read_text(encoding="utf-8")), "wandb.group")
                                    if first_cfg.is_file() else None)
     records = [{k: r[k] for k in ("name", "params", "run_dir", "status") if k in r} for r in records]

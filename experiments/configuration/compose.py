@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from famlab.experiments.configuration.checks import check_fits_memory, check_inputs
 from famlab.experiments.configuration.checks import exists as _exists
-from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig
+from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig, ObjectiveConfig
 from famlab.experiments.configuration.lightning_check import check_lightning_settings
 from famlab.experiments.libraries.internals import config_child
 from famlab.families import registry
@@ -279,6 +279,8 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         others.append(node)
         if by_family is not None and resolved in by_family:
             others.append(by_family[resolved])
+    for layer in (own_preset, *others, over):
+        lift_own_settings(layer)
     try:
         merged = merge_configs(schema(), family_node(resolved), own_preset, *others, over)
         explicit = merge_configs(*others, over) if others or over else OmegaConf.create({})
@@ -294,6 +296,22 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
     check_inputs(cfg)
     check_fits_memory(cfg)
     return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=model_explicit)
+
+
+def lift_own_settings(layer: DictConfig) -> None:
+    """Move each ``objective.<key>`` that famlab's objective section lacks and a registered objective declares as its
+    own (``Entry.own``, objectives/registry.py) under ``objective.own``, where :func:`cross_checks` checks it against
+    the chosen objective. Any other unknown key stays for OmegaConf to refuse, naming it."""
+    from famlab.objectives.registry import own_setting_names  # lazy: keeps `famlab config` / `presets` light
+
+    section = layer.get("objective") if isinstance(layer, DictConfig) else None
+    if not isinstance(section, DictConfig):
+        return
+    known = {f.name for f in fields(ObjectiveConfig)}
+    declared = own_setting_names()
+    for key in [str(k) for k in section if str(k) not in known and str(k) in declared]:
+        value = section.pop(key)
+        OmegaConf.update(layer, f"objective.own.{key}", value, force_add=True)
 
 
 def merge_configs(*layers: DictConfig | Mapping[str, Any]) -> DictConfig:
@@ -320,12 +338,14 @@ def to_dataclass(merged: Container) -> Any:
 
 def cross_checks(cfg: Config) -> None:
     """Checks that involve more than one key; each message names every key involved."""
-    from famlab.objectives.registry import check_pair  # lazy: keeps `famlab config` / `presets` light
+    from famlab.objectives.registry import check_pair, entry  # lazy: keeps `famlab config` / `presets` light
 
     family = cfg.model.family.value
     if cfg.objective.name is None:
         cfg.objective.name = family_defaults(family).objective
     check_pair(family, cfg.objective.name)
+    # the chosen objective's own settings: an unknown key or a wrong type is one line naming objective.<key>
+    cfg.objective.own = entry(cfg.objective.name, family).own_values(cfg.objective.own)
     if cfg.data.seq_len < 4:  # every objective needs room for a target (objectives.make_objective)
         raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 4")
     if cfg.data.seq_len > cfg.model.max_seq_len:

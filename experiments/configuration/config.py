@@ -120,6 +120,9 @@ class ObjectiveConfig:
     ul2_x_mean_span: float = OBJECTIVE_DEFAULTS["ul2_x_mean_span"]  # ul2: mean span of the extreme (X) denoiser
     span_p: float = OBJECTIVE_DEFAULTS["span_p"]  # span_mlm: geometric span-length parameter (SpanBERT; mean 3.8)
     max_span: int = OBJECTIVE_DEFAULTS["max_span"]  # span_mlm: longest masked span
+    # A registered objective's own settings (objectives/registry.py ``Entry.own``), given as objective.<setting>=...:
+    # composing moves them here, checks them against the chosen objective and fills its defaults.
+    own: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_ranges(self, "objective", {

@@ -615,8 +615,7 @@ def build_report(dirs: list[Path], out_dir: Path) -> ReportResults:
         results["suite"] = suite.results
         # scalars for the W&B report run's summary (wandb_report.report_summary)
         results["wandb_summary"] = {**results.get("wandb_summary", {}), **suite.summary}
-    text = json.dumps(results, indent=2, default=str) + "\n"
-    CompareFiles(out_dir).results_file.write_text(text, encoding="utf-8")
+    CompareFiles(out_dir).results_file.write_text(json.dumps(results, indent=2, default=str) + "\n", "utf-8")
     return results
 
 

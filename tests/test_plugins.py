@@ -48,6 +48,10 @@ def test_presets_lists_what_the_plugin_registers(tmp_path, capsys):
     done = famlab(["presets", "--plugin", PLUGIN], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert objectives_of_gpt(done.stdout) == [*without, "half_clm"]
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  model.pos ")
+            or line.startswith("  objective.name ")}  # the registries' rows: what the plugin added, marked, by whom
+    assert rows["model.pos"].endswith(f"t5_bias, none, + clock ({PLUGIN})")
+    assert f"ul2, + half_clm ({PLUGIN}); encoder_decoder: span" in rows["objective.name"]
 
 
 @pytest.fixture

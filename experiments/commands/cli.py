@@ -179,7 +179,30 @@ def presets_command(presets: list[str], overrides: list[str], flags: list[str]) 
     print("family x objective (the first is the family's default):")
     for family, objectives in objectives_table().items():  # registered families and objectives included
         print(f"  {family:<5} {', '.join(objectives)}")
+    print()
+    print("registered choices (+ name: added since famlab's own, by the module named):")
+    for key, listing in registered_choices():
+        print(f"  {key:<16} {listing}")
     return 0
+
+
+def registered_choices() -> list[tuple[str, str]]:
+    """``(config key, its names)`` for every registry of choices (families/registries.py): the built-in names, then
+    each added one as ``+ name (module)``; objectives per architecture."""
+    from famlab.families.blocks.feedforward import ACTIVATIONS, FFN_KINDS
+    from famlab.families.blocks.norms import NORMS
+    from famlab.families.config import FAMILIES, POSITIONS
+    from famlab.families.registries import Registry
+    from famlab.objectives.registry import OBJECTIVES_BY_ARCH
+
+    def names(registry: Registry[object]) -> str:
+        added = [f"+ {name}" + (f" ({registry.origin(name)})" if registry.origin(name) else "")
+                 for name in registry.added()]
+        return ", ".join([*registry.builtins(), *added])
+
+    objectives = "; ".join(f"{arch.value}: {names(registry)}" for arch, registry in OBJECTIVES_BY_ARCH.items())
+    rows: list[tuple[str, str]] = [(r.key, names(r)) for r in (FAMILIES, POSITIONS)]
+    return [*rows, ("objective.name", objectives), *((r.key, names(r)) for r in (NORMS, ACTIVATIONS, FFN_KINDS))]
 
 
 def _resolve(name: str) -> Callable[[list[str], list[str], list[str]], int]:

@@ -89,3 +89,23 @@ def test_registering_a_scheme_writes_no_enum_and_its_name_is_a_plain_string():
 def test_objective_registries_raise_the_objective_error():
     with pytest.raises(ObjectiveError, match="objective.name='nope' is not one of: mlm, span_mlm"):
         OBJECTIVES_BY_ARCH[Arch.ENCODER].get("nope")
+
+
+def test_famlab_presets_lists_each_registry_marking_what_was_added_and_by_whom(capsys):
+    """``famlab presets``: one row per registry, the built-in names, then ``+ name (module)`` for each one added."""
+    from famlab.experiments.commands import cli
+
+    def rows() -> dict[str, str]:
+        assert cli.main(["presets"]) == 0
+        out = capsys.readouterr().out.split("registered choices", 1)[1].splitlines()[1:]
+        return {line.split()[0]: line.split(None, 1)[1] for line in out if line.startswith("  ")}
+
+    before = rows()
+    assert before["model.pos"] == "learned, sinusoidal, rope, alibi, t5_bias, none"
+    assert set(before) == {"model.family", "model.pos", "objective.name", "model.norm", "model.activation", "model.ffn"}
+    register_positions("probe_scheme", lambda **_: None, length_bounded=False)
+    try:
+        after = rows()
+    finally:
+        unregister_positions("probe_scheme")
+    assert after == {**before, "model.pos": f"{before['model.pos']}, + probe_scheme ({__name__})"}

@@ -117,23 +117,9 @@ def _prefix_decode(run: Run, prefix: list[int], opts: DecodeOptions, generator: 
     return out
 
 
-def _t5_decode(run: Run, encoder: list[int], opts: DecodeOptions, generator: torch.Generator) -> list[int]:
-    ids = generate(
-        run.net,
-        torch.tensor([encoder]),
-        max_new_tokens=opts["max_new_tokens"],
-        eos_id=run.ids.eos,
-        temperature=opts["temperature"],
-        top_k=opts["top_k"],
-        top_p=opts["top_p"],
-        generator=generator,
-    )
-    out = ids[0].tolist()
-    return out[: out.index(run.ids.eos)] if run.ids.eos in out else out
-
-
-def _causal_decode(run: Run, context: list[int], opts: DecodeOptions, generator: torch.Generator) -> list[int]:
-    """A causal decoder's continuation of ``context`` (families.generation, with its KV cache), up to ``[EOS]``."""
+def _decode(run: Run, context: list[int], opts: DecodeOptions, generator: torch.Generator) -> list[int]:
+    """``families.generation.generate`` from ``context`` (a causal decoder's prompt, continued with its KV cache; a T5
+    encoder's input, its decoder started from the start token), up to ``[EOS]``."""
     out = generate(
         run.net,
         torch.tensor([context]),
@@ -166,11 +152,11 @@ def generate_text(run: Run, prompt: str, opts: DecodeOptions) -> str:
         return infill(run, [prompt, ""], opts, rule)[0]
     context = rule.lead_ids(ids) + tokens
     if rule.reading is Reading.PREFIX and run.arch is Arch.ENCODER_DECODER:  # the encoder reads the prompt
-        return run.decode(_t5_decode(run, context + [ids.eos], opts, generator))
+        return run.decode(_decode(run, context + [ids.eos], opts, generator))
     if rule.reading is Reading.PREFIX and run.arch is Arch.DECODER:
         return run.decode(_prefix_decode(run, context, opts, generator))
     if rule.reading is Reading.CAUSAL and run.arch is Arch.DECODER:
-        return run.decode(_causal_decode(run, context, opts, generator))
+        return run.decode(_decode(run, context, opts, generator))
     raise _unfit(run, rule, "generation")
 
 
@@ -245,7 +231,7 @@ def infill(run: Run, pieces: list[str], opts: DecodeOptions, rule: Rule) -> list
     corrupted += encoded[-1] + [ids.eos]
     generator = torch.Generator().manual_seed(opts["seed"])
     if run.arch is Arch.ENCODER_DECODER:
-        out = _t5_decode(run, corrupted, opts, generator)
+        out = _decode(run, corrupted, opts, generator)
     else:
         out = _prefix_decode(run, corrupted, opts, generator)
     return [run.decode(span) for span in _spans(out, list(ids.sentinel_ids), count)]

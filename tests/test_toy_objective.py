@@ -166,6 +166,22 @@ def test_famlab_config_records_it_under_objective_own_with_its_default(half, cap
     assert yaml.safe_load(capsys.readouterr().out)["objective"]["own"] == {}
 
 
+
+def test_a_run_with_its_own_setting_resumes_under_the_same_value_only(half, tmp_path):
+    """The stored config.yaml keeps ``objective.own``; a resume compares it key by key like every other setting (the
+    schema's default ``own = {}`` must not read as a changed key)."""
+    from famlab.experiments.configuration.compose import compose, to_plain
+    from famlab.experiments.configuration.config import ConfigInputError
+    from famlab.experiments.plumbing.resume import check_resumed_config
+
+    def plain(value: str) -> dict:
+        return to_plain(compose(["gpt", "tiny"], [f"objective.name={NAME}", f"objective.context_fraction={value}"]).cfg)
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(plain("0.25"), sort_keys=False))
+    check_resumed_config(tmp_path, plain("0.25"))
+    with pytest.raises(ConfigInputError, match=r"objective.own.context_fraction"):
+        check_resumed_config(tmp_path, plain("0.5"))
+
 @pytest.mark.slow
 def test_famlab_pretrain_passes_its_own_setting_to_the_objective(half, tmp_path, monkeypatch):
     """``famlab pretrain ... objective.context_fraction=0.25`` trains with a HalfCLM built with 0.25, and its

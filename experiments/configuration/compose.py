@@ -460,7 +460,7 @@ def flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):  # an empty mapping has no keys (objective.own when no setting is the objective's)
             out.update(flatten(value, dotted + "."))
         else:
             out[dotted] = value

@@ -1,9 +1,11 @@
 """Plugins from the command line: ``--plugin <module>`` (or ``plugins=[...]``) imports the user's module in every
 process famlab starts (docs/architecture.md, Plugins).
 
-``tests.plugins.toy_plugin`` registers the toy position scheme ``clock`` and the toy objective ``half_clm``. The
-commands that import it run as subprocesses, as a user runs them: a registration is for the whole process, and the
-toy tests register the same names in this one.
+``tests.plugins.toy_plugin`` registers the toy position scheme ``clock``, the toy objective ``half_clm`` and its
+encoder-decoder pieces (tests/plugins/toy_plugin/encdec.py): the family ``toy_t5``, its architecture's objective
+``lead_lm`` with its own setting ``objective.split`` and its rules, and the norm ``scalenorm``. The commands that import
+it run as subprocesses, as a user runs them: a registration is for the whole process, and the toy tests register the
+same names in this one (the sweep's dry run imports it here, its registrations undone after).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from famlab.experiments.plumbing import plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = "tests.plugins.toy_plugin"
-TOY = ["model.pos=clock", "objective.name=half_clm"]  # what only the plugin makes valid
+# what only the plugin makes valid: its encoder-decoder family, trained by its objective (its own setting set) with
+# its positions
+FAMILY = "toy_t5"
+ENCDEC = ["model.pos=clock", "objective.name=lead_lm", "objective.split=0.25"]
 DDP = ["trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=ddp"]
 
 
@@ -48,10 +53,17 @@ def test_presets_lists_what_the_plugin_registers(tmp_path, capsys):
     done = famlab(["presets", "--plugin", PLUGIN], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert objectives_of_gpt(done.stdout) == [*without, "half_clm"]
-    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  model.pos ")
-            or line.startswith("  objective.name ")}  # the registries' rows: what the plugin added, marked, by whom
+    table = done.stdout.split("family x objective")[1].splitlines()
+    assert [line.split(None, 1)[1] for line in table if line.split()[:1] in (["t5"], [FAMILY])] == [
+        "span, prefix_lm, ul2, lead_lm"] * 2  # the objectives of its architecture, T5's default first
+    keys = ("model.family", "model.pos", "objective.name", "model.norm")
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.split()[:1] in [[k] for k in keys]
+            and line.startswith("  ")}  # the registries' rows: what the plugin added, marked, by whom
+    assert rows["model.family"].endswith(f"bert, gpt, t5, + {FAMILY} ({PLUGIN})")
     assert rows["model.pos"].endswith(f"t5_bias, none, + clock ({PLUGIN})")
     assert f"ul2, + half_clm ({PLUGIN}); encoder_decoder: span" in rows["objective.name"]
+    assert rows["objective.name"].endswith(f"encoder_decoder: span, prefix_lm, ul2, + lead_lm ({PLUGIN})")
+    assert rows["model.norm"].endswith(f"layernorm, rmsnorm, + scalenorm ({PLUGIN})")
 
 
 @pytest.fixture
@@ -82,16 +94,45 @@ def test_a_preset_files_plugins_are_imported_before_it_is_composed(tmp_path):
         "clock", "half_clm", [PLUGIN, "json"])
 
 
-def test_a_sweep_passes_its_plugins_to_every_trial(fresh_plugins, tmp_path, monkeypatch, capsys):
-    """Each trial is a ``famlab`` process of its own: its command line carries the sweep's plugins (``json`` stands
-    in for one), and the sweep's settings file keeps them for a resume."""
+@pytest.fixture
+def plugin_here(fresh_plugins):
+    """The toy plugin imported in this process by the command (``--plugin``), each of its registrations undone after
+    (the toy tests register the same names here)."""
+    from famlab.families.blocks.norms import NORMS
+    from famlab.families.blocks.positions import unregister_positions
+    from famlab.families.config import PosScheme
+    from famlab.families.formats import Arch
+    from famlab.families.registry import unregister_family
+    from famlab.objectives.registry import unregister_objective
+
+    from tests.test_toy_position_scheme import ClockPositions
+
+    assert PLUGIN not in sys.modules
+    try:
+        yield
+    finally:
+        if sys.modules.pop(PLUGIN, None) is not None:
+            unregister_family(FAMILY)
+            NORMS.unregister("scalenorm")
+            unregister_objective(Arch.ENCODER_DECODER, "lead_lm")
+            unregister_objective(Arch.DECODER, "half_clm")
+            unregister_positions("clock")
+            ClockPositions.scheme = PosScheme.NONE
+
+
+def test_a_sweep_passes_its_plugins_to_every_trial(plugin_here, tmp_path, monkeypatch, capsys):
+    """Each trial is a ``famlab`` process of its own: its command line carries the sweep's plugins, and the sweep's
+    settings file keeps them for a resume. The trials train the plugin's family with its objective (its own setting
+    set) and positions, composed (and so checked) by the sweep before it runs any: only with the plugin."""
     monkeypatch.chdir(tmp_path)
     spec = {"method": "grid", "parameters": {"optim.lr": {"values": [0.001, 0.002]}},
-            "command": ["famlab", "pretrain", "gpt", "tiny", "${args_no_hyphens}"]}
+            "command": ["famlab", "pretrain", FAMILY, "tiny", *ENCDEC, "${args_no_hyphens}"]}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
-    assert cli.main(["sweep", "s.yaml", "--dry-run", "--plugin", "json", "run_dir=sw"]) == 0
+    assert cli.main(["sweep", "s.yaml", "--dry-run", "--plugin", PLUGIN, "run_dir=sw"]) == 0
     commands = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("    famlab")]
-    assert len(commands) == 2 and all(command.count("'plugins=[\"json\"]'") == 1 for command in commands), commands
+    assert [command[:4] for command in commands] == [["famlab", "pretrain", FAMILY, "tiny"]] * 2, commands
+    assert all(set(ENCDEC) <= set(command) for command in commands), commands
+    assert all(command.count(f"'plugins=[\"{PLUGIN}\"]'") == 1 for command in commands), commands
     from famlab.experiments.commands.sweep import SETTINGS_FILE, write_settings
     from famlab.experiments.configuration.compose import compose
 
@@ -132,9 +173,13 @@ def test_resuming_a_directory_written_with_a_plugin_needs_the_plugin(fresh_plugi
 
 
 def assert_recorded(run_dir: Path) -> None:
-    """The run trained with the plugin's scheme and objective, and its config.yaml names the plugin and its file."""
+    """The run trained the plugin's family with its objective (its own setting as given) and scheme, and its
+    config.yaml names the plugin and its file."""
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert (config["model"]["pos"], config["objective"]["name"], config["plugins"]) == ("clock", "half_clm", [PLUGIN])
+    model, objective = config["model"], config["objective"]
+    assert (model["family"], model["pos"], objective["name"], objective["own"], config["plugins"]) == (
+        FAMILY, "clock", "lead_lm", {"split": 0.25}, [PLUGIN])
+    assert (model["ffn"], model["activation"], model["dropout"]) == ("gated", "silu", 0.0)  # the family's defaults
     assert config["provenance"]["plugins"] == {
         PLUGIN: {"file": str(ROOT / "tests" / "plugins" / "toy_plugin" / "__init__.py"), "version": "0.1"}}
 
@@ -152,12 +197,13 @@ def test_a_comparison_in_two_spawned_workers_runs_with_the_plugin_and_resumes_on
     read back whole."""
     from tests.experiments.test_compare import tiny_inputs
 
-    inputs = [*tiny_inputs(tmp_path), "compare.families=[gpt]", "compare.seeds=[0]", "compare.probe=false",
-              "compare.zero_shot_items=8", "compare.bpb_docs=8", "trainer.max_steps=6", "compare.workers=2", *TOY]
+    inputs = [*tiny_inputs(tmp_path), f"compare.families=[{FAMILY}]", "compare.seeds=[0]", "compare.probe=false",
+              "compare.zero_shot_items=8", "compare.bpb_docs=8", "trainer.max_steps=6", "compare.workers=2",
+              f"model.family={FAMILY}", *ENCDEC]  # the family first: objective.name is checked against it
     done = famlab(["compare", *inputs, "--plugin", PLUGIN, "run_dir=cmp"], tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert list(json.loads((tmp_path / "cmp" / "results.json").read_text())["families"]) == ["gpt"]
-    assert_recorded(tmp_path / "cmp" / "gpt-pretrain-s0")
+    assert list(json.loads((tmp_path / "cmp" / "results.json").read_text())["families"]) == [FAMILY]
+    assert_recorded(tmp_path / "cmp" / f"{FAMILY}-pretrain-s0")
 
     resumed = [*inputs, "run_dir=cmp", "resume=auto"]
     assert_refused_without_the_plugin(famlab(["compare", *resumed], tmp_path), Path("cmp") / "comparison.yaml")
@@ -167,17 +213,44 @@ def test_a_comparison_in_two_spawned_workers_runs_with_the_plugin_and_resumes_on
 
 @pytest.mark.slow
 def test_a_ddp_pretraining_imports_the_plugin_on_every_rank_and_resumes_only_with_it(tmp_path):
-    """Lightning re-executes the command line for rank 1, ``--plugin`` included; a resume without it is refused."""
+    """Lightning re-executes the command line for rank 1, ``--plugin`` included; a resume without it is refused.
+    ``famlab generate`` continues a prompt from the run by its objective's generation rule (the encoder reads
+    ``[X] prompt [EOS]``): the text a greedy decoding from that input gives."""
     from tests.experiments.reliability_helpers import fast_args, write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.txt")
     run_dir = tmp_path / "ddp"
-    done = famlab([*fast_args(corpus, run_dir, 4), *TOY, *DDP, "--plugin", PLUGIN], tmp_path)
+    args = fast_args(corpus, run_dir, 4)
+    assert args[:2] == ["pretrain", "gpt"]
+    args[1] = FAMILY
+    done = famlab([*args, *ENCDEC, *DDP, "--plugin", PLUGIN], tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert json.loads((run_dir / "results.json").read_text())["steps"] == 4
     assert_recorded(run_dir)
-    refused = famlab([*fast_args(corpus, run_dir, 4), *TOY, *DDP, "resume=auto"], tmp_path)
+    refused = famlab([*args, *ENCDEC, *DDP, "resume=auto"], tmp_path)
     assert_refused_without_the_plugin(refused, run_dir / "config.yaml")
+    generated = famlab([str(run_dir), "--plugin", PLUGIN], tmp_path, program=("-c", GENERATE))
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    by_cli, by_rule = generated.stdout.splitlines()
+    assert by_cli == by_rule and by_cli.startswith(PROMPT), generated.stdout
+
+
+PROMPT = "the quick brown"
+# ``famlab generate <run> prompt=...`` (the command line, as ``python -m famlab`` runs it), then the same continuation
+# by lead_lm's generation rule, by hand: greedy T5 decoding of the encoder input ``[X] prompt [EOS]``.
+GENERATE = f"""import sys
+import torch
+from famlab.experiments.commands import cli
+from famlab.experiments.steps.generate import load_run
+from famlab.families.generation import generate
+code = cli.main(["generate", sys.argv[1], "prompt={PROMPT}", "max_new_tokens=8", *sys.argv[2:]])
+sys.stdout.flush()
+run = load_run(sys.argv[1])
+context = [run.ids.x, *run.encode("{PROMPT}"), run.ids.eos]
+out = generate(run.net, torch.tensor([context]), max_new_tokens=8, eos_id=run.ids.eos)[0].tolist()
+print("{PROMPT}" + run.decode(out[: out.index(run.ids.eos)] if run.ids.eos in out else out))
+sys.exit(code)
+"""
 
 
 JOB = """import sys

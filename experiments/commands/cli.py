@@ -29,7 +29,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from famlab.experiments.configuration.compare_defaults import RULE, TINY_DEFAULTS
 from famlab.experiments.configuration.compose import (
@@ -195,7 +195,7 @@ def registered_choices() -> list[tuple[str, str]]:
     from famlab.families.registries import Registry
     from famlab.objectives.registry import OBJECTIVES_BY_ARCH
 
-    def names(registry: Registry[object]) -> str:
+    def names(registry: Registry[Any]) -> str:
         added = [f"+ {name}" + (f" ({registry.origin(name)})" if registry.origin(name) else "")
                  for name in registry.added()]
         return ", ".join([*registry.builtins(), *added])

@@ -10,6 +10,7 @@ same names in this one (the sweep's dry run imports it here, its registrations u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -108,15 +109,16 @@ def plugin_here(fresh_plugins):
     from tests.test_toy_position_scheme import ClockPositions
 
     assert PLUGIN not in sys.modules
+    undo = [lambda: unregister_family(FAMILY), lambda: NORMS.unregister("scalenorm"),
+            lambda: unregister_objective(Arch.ENCODER_DECODER, "lead_lm"),
+            lambda: unregister_objective(Arch.DECODER, "half_clm"), lambda: unregister_positions("clock")]
     try:
         yield
     finally:
         if sys.modules.pop(PLUGIN, None) is not None:
-            unregister_family(FAMILY)
-            NORMS.unregister("scalenorm")
-            unregister_objective(Arch.ENCODER_DECODER, "lead_lm")
-            unregister_objective(Arch.DECODER, "half_clm")
-            unregister_positions("clock")
+            for step in undo:
+                with contextlib.suppress(ValueError):  # a name the plugin did not register
+                    step()
             ClockPositions.scheme = PosScheme.NONE
 
 

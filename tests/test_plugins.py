@@ -142,6 +142,20 @@ def test_a_sweep_passes_its_plugins_to_every_trial(plugin_here, tmp_path, monkey
     assert plugins.stored(tmp_path) == (tmp_path / SETTINGS_FILE, ["json"])
 
 
+def test_the_plugins_norm_is_built_by_its_name(plugin_here, capsys):
+    """Imported by a command, the plugin's ``scalenorm`` is a norm famlab builds by name (``make_norm``, what the
+    stacks call with ``model.norm``): each row scaled to norm sqrt(C), times its one gain (1 at init)."""
+    import torch
+    from famlab.families.blocks.norms import make_norm
+
+    assert cli.main(["presets", "--plugin", PLUGIN]) == 0
+    capsys.readouterr()
+    norm = make_norm("scalenorm", 32, eps=0.0)
+    x = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(0))
+    assert type(norm).__name__ == "ScaleNorm" and [p.shape for p in norm.parameters()] == [torch.Size([])]
+    torch.testing.assert_close(norm(x), x / x.norm(dim=-1, keepdim=True) * 32**0.5)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["presets", "--plugin", "tests.plugins.broken_plugin"],
      "plugin tests.plugins.broken_plugin cannot be imported: RuntimeError: this plugin needs a setting that is "

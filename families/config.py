@@ -13,13 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from famlab.families.registries import Name, Registry
-
-if TYPE_CHECKING:
-    from famlab.families.blocks.positions import PositionScheme
-    from famlab.families.registry import FamilySpec
 
 
 class ConfigError(ValueError):
@@ -40,9 +36,17 @@ Family.BERT = Family("bert")  # bidirectional encoder + MLM head
 Family.GPT = Family("gpt")  # causal decoder + tied LM head
 Family.T5 = Family("t5")  # encoder-decoder + (tied) LM head
 
-# Every family by name, the built-in ones first (``famlab.families.builtin`` registers them; :class:`FamilySpec` in
+class FamilyEntry(Protocol):
+    """What this module reads of a registered family: its traits. ``famlab.families.registry.FamilySpec`` is one; the
+    registry's functions hand back the spec they registered (this module stays below them: no import of theirs)."""
+
+    @property
+    def traits(self) -> FamilyTraits: ...
+
+
+# Every family by name, the built-in ones first (``famlab.families.builtin`` registers them; ``FamilySpec`` in
 # ``famlab.families.registry``, whose functions read and write this table).
-FAMILIES: Registry[FamilySpec] = Registry("model.family", ConfigError)
+FAMILIES: Registry[FamilyEntry] = Registry("model.family", ConfigError)
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,16 @@ PosScheme.ALIBI = PosScheme("alibi")  # linear attention biases with per-head sl
 PosScheme.T5_BIAS = PosScheme("t5_bias")  # bucketed learned relative attention bias shared by a stack (Raffel et al. 2020)  # noqa: E501
 PosScheme.NONE = PosScheme("none")  # no position information (causal decoders can still infer order)
 
+class PositionEntry(Protocol):
+    """What this module reads of a registered position scheme (``famlab.families.blocks.positions.PositionScheme``
+    is one): whether it is length bounded."""
+
+    @property
+    def length_bounded(self) -> bool: ...
+
+
 # Every position scheme by name, the built-in ones first (``famlab.families.blocks.positions`` registers them).
-POSITIONS: Registry[PositionScheme] = Registry("model.pos", ConfigError)
+POSITIONS: Registry[PositionEntry] = Registry("model.pos", ConfigError)
 
 if TYPE_CHECKING:
     FamilyField = Family

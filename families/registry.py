@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from famlab.families.config import FAMILIES, ConfigError, Family, FamilyTraits, ModelConfig
 from famlab.families.formats import Arch, InputFormat
@@ -147,7 +147,8 @@ def register_family(spec: FamilySpec) -> FamilySpec:
     if spec.defaults.pooling not in spec.input_format.poolings:
         raise ValueError(f"family {spec.name}: pooling {spec.defaults.pooling!r} is not one of its input format's "
                          f"{list(spec.input_format.poolings)}")
-    return FAMILIES.register(spec.name, spec)
+    FAMILIES.register(spec.name, spec)
+    return spec
 
 
 def unregister_family(name: str) -> None:
@@ -162,12 +163,13 @@ def family_names() -> tuple[str, ...]:
 
 def families_of(*archs: Arch) -> list[str]:
     """The registered families of the given architectures, in registration order (for messages and defaults)."""
-    return [name for name in FAMILIES if FAMILIES.get(name).arch in archs]
+    return [name for name in FAMILIES if family(name).arch in archs]
 
 
 def family(name: str | Family) -> FamilySpec:
     """The spec of family ``name`` (a string or a ``Family``); a ConfigError (a ValueError) naming ``model.family``."""
-    return FAMILIES.get(name)
+    # FAMILIES (in families/config.py, below this module) holds what register_family put there: FamilySpecs
+    return cast(FamilySpec, FAMILIES.get(name))
 
 
 def family_of(net: object) -> FamilySpec:
@@ -175,7 +177,7 @@ def family_of(net: object) -> FamilySpec:
     name = getattr(net, "family", None)
     if not isinstance(name, str) or name not in FAMILIES:
         raise ConfigError(f"expected a famlab network ({', '.join(FAMILIES)}), got {type(net).__name__}")
-    return FAMILIES.get(name)
+    return family(name)
 
 
 def family_defaults(name: str) -> FamilyDefaults:

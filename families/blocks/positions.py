@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, cast
 
 import torch
 from famlab.families.config import POSITIONS, PosScheme
@@ -228,7 +228,7 @@ def make_positions(
     """Build the registered position scheme ``kind`` (``learned | sinusoidal | rope | alibi | t5_bias | none`` built
     in); an unregistered name is a ConfigError naming ``model.pos``."""
     shape = StackShape(dim, num_heads, head_dim, max_len, causal, rope_theta, num_buckets, max_distance)
-    positions = POSITIONS.get(kind).build(shape)
+    positions = cast(PositionScheme, POSITIONS.get(kind)).build(shape)  # what register_positions put there
     if positions.scheme != kind:  # the stack reads its length bound off the scheme
         raise ValueError(f"model.pos={kind}: its class {type(positions).__name__} has scheme "
                          f"{positions.scheme.value!r}; set its scheme to the name register_positions returned")

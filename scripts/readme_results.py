@@ -26,7 +26,7 @@ import argparse
 import json
 import re
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,11 @@ def record(run_dir: Path, commit: str | None) -> dict[str, Any]:
         raise SystemExit(f"{run_dir}: its provenance has no git commit (an archive install): pass --commit SHA")
     results.pop("runs", None)  # absolute paths of this machine
     results = json.loads(re.sub(r'/[^"\s]*/prepared/', "<data.cache_dir>/prepared/", json.dumps(results)))
-    stamp = run_dir.name.rsplit("-", 2)[-2:]
     hardware = prov["hardware"]
     return {
         "command": " ".join(["famlab compare", *meta.get("presets", []), *meta.get("overrides", [])]),
         "commit": commit,
-        "date": datetime.strptime("-".join(stamp), "%Y%m%d-%H%M%S").strftime("%Y-%m-%d"),
+        "date": datetime.fromtimestamp((run_dir / "results.json").stat().st_mtime, tz=timezone.utc).strftime("%F"),
         "machine": {"cpu_count": hardware.get("cpu_count"), "gpus": hardware.get("gpus") or [],
                     "cpu": hardware.get("cpu"), "system": hardware.get("platform", "").split("-")[0],
                     "torch": prov["versions"].get("torch"), "python": prov.get("python")},

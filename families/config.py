@@ -1,6 +1,7 @@
 """The model configuration: one dataclass, one enum per closed choice, one registry per extensible one (families,
-position schemes: a :class:`~famlab.families.registries.Name` checked against :data:`FAMILIES` / :data:`POSITIONS`),
-derived fields and validation.
+position schemes, norms, feed-forward kinds, activations: a :class:`~famlab.families.registries.Name` checked against
+:data:`FAMILIES` / :data:`POSITIONS` / :data:`NORMS` / :data:`FFN_KINDS` / :data:`ACTIVATIONS`), derived fields and
+validation.
 
 Torch-free on purpose: ``experiments`` uses :class:`ModelConfig` directly as the ``model`` section of its
 OmegaConf structured config, so every field is a plain type, a ``str`` or a ``str`` Enum, every field has a default,
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from famlab.families.registries import Name, Registry
 
@@ -108,11 +109,28 @@ else:  # OmegaConf takes a str field, not a str subclass: ModelConfig.__post_ini
     FamilyField = PosField = str
 
 
-class Norm(str, Enum):
-    """Normalisation layer kind."""
+class Norm(Name):
+    """A ``model.norm`` value: the name of a registered norm (:data:`NORMS`; the built-in ones below, built in
+    ``families/blocks/norms.py``, any other registered with ``NORMS.register``). A ``str``; ``ModelConfig`` checks it
+    is registered."""
 
-    LAYERNORM = "layernorm"  # LayerNorm (with bias when model.bias)
-    RMSNORM = "rmsnorm"  # RMSNorm: no mean subtraction, no bias (T5)
+    LAYERNORM: ClassVar[Norm]
+    RMSNORM: ClassVar[Norm]
+
+
+Norm.LAYERNORM = Norm("layernorm")  # LayerNorm (with bias when model.bias)
+Norm.RMSNORM = Norm("rmsnorm")  # RMSNorm: no mean subtraction, no bias (T5)
+
+
+class NormEntry(Protocol):
+    """A registered norm: ``(dim, eps, bias) -> the norm layer`` (``famlab.families.blocks.norms.make_norm`` calls
+    it; this module does not)."""
+
+    def __call__(self, dim: int, eps: float, bias: bool, /) -> Any: ...
+
+
+# Every norm by name, the built-in ones first (``famlab.families.blocks.norms`` registers them).
+NORMS: Registry[NormEntry] = Registry("model.norm", ConfigError)
 
 
 class NormPosition(str, Enum):
@@ -122,20 +140,69 @@ class NormPosition(str, Enum):
     POST = "post"  # norm(x + f(x)), norm on the embeddings, no final norm (BERT)
 
 
-class FFNKind(str, Enum):
-    """Feed-forward block kind."""
+class FFNKind(Name):
+    """A ``model.ffn`` value: the name of a registered feed-forward kind (:data:`FFN_KINDS`; the built-in ones below,
+    registered in ``families/blocks/feedforward.py``). A ``str``; ``ModelConfig`` checks it is registered."""
 
-    PLAIN = "plain"  # W2 act(W1 x)
-    GATED = "gated"  # W2 (act(W1 x) * V x): SwiGLU with silu, T5 v1.1 gated-GELU with gelu_tanh
+    PLAIN: ClassVar[FFNKind]
+    GATED: ClassVar[FFNKind]
+
+    @property
+    def gated(self) -> bool:
+        """Whether the kind is gated (``W2 (act(W1 x) * V x)``): its default width and FLOPs count two up
+        projections."""
+        return FFN_KINDS.get(self).gated
 
 
-class Activation(str, Enum):
-    """Feed-forward activation."""
+FFNKind.PLAIN = FFNKind("plain")  # W2 act(W1 x)
+FFNKind.GATED = FFNKind("gated")  # W2 (act(W1 x) * V x): SwiGLU with silu, T5 v1.1 gated-GELU with gelu_tanh
 
-    RELU = "relu"  # T5 v1.0
-    GELU = "gelu"  # exact erf GELU (BERT)
-    GELU_TANH = "gelu_tanh"  # tanh approximation, HF's gelu_new (GPT-2, T5 v1.1)
-    SILU = "silu"  # SwiGLU with model.ffn=gated
+
+class FFNEntry(Protocol):
+    """What this module reads of a registered feed-forward kind (``famlab.families.blocks.feedforward.FFNShape`` is
+    one): whether it is gated."""
+
+    @property
+    def gated(self) -> bool: ...
+
+
+# Every feed-forward kind by name, the built-in ones first (``famlab.families.blocks.feedforward`` registers them).
+FFN_KINDS: Registry[FFNEntry] = Registry("model.ffn", ConfigError)
+
+
+class Activation(Name):
+    """A ``model.activation`` value: the name of a registered activation function (:data:`ACTIVATIONS`; the built-in
+    ones below, registered in ``families/blocks/feedforward.py``). A ``str``; ``ModelConfig`` checks it is
+    registered."""
+
+    RELU: ClassVar[Activation]
+    GELU: ClassVar[Activation]
+    GELU_TANH: ClassVar[Activation]
+    SILU: ClassVar[Activation]
+
+
+Activation.RELU = Activation("relu")  # T5 v1.0
+Activation.GELU = Activation("gelu")  # exact erf GELU (BERT)
+Activation.GELU_TANH = Activation("gelu_tanh")  # tanh approximation, HF's gelu_new (GPT-2, T5 v1.1)
+Activation.SILU = Activation("silu")  # SwiGLU with model.ffn=gated
+
+
+class ActivationEntry(Protocol):
+    """A registered activation: a tensor in, a tensor out (``famlab.families.blocks.feedforward.get_activation``
+    hands it back; this module does not call it)."""
+
+    def __call__(self, x: Any, /) -> Any: ...
+
+
+# Every activation by name, the built-in ones first (``famlab.families.blocks.feedforward`` registers them).
+ACTIVATIONS: Registry[ActivationEntry] = Registry("model.activation", ConfigError)
+
+if TYPE_CHECKING:
+    NormField = Norm
+    FFNField = FFNKind
+    ActivationField = Activation
+else:  # OmegaConf takes a str field, not a str subclass (as FamilyField / PosField above)
+    NormField = FFNField = ActivationField = str
 
 
 class InitScheme(str, Enum):
@@ -245,14 +312,14 @@ class ModelConfig:
     max_seq_len: int = 512
     # Position scheme: learned | sinusoidal | rope | alibi | t5_bias | none.
     pos: PosField = PosScheme.LEARNED
-    # Normalisation: layernorm | rmsnorm.
-    norm: Norm = Norm.LAYERNORM
+    # Normalisation: layernorm | rmsnorm, or a registered norm.
+    norm: NormField = Norm.LAYERNORM
     # Norm placement: pre (GPT-2, T5) | post (BERT).
     norm_position: NormPosition = NormPosition.PRE
-    # Feed-forward kind: plain | gated.
-    ffn: FFNKind = FFNKind.PLAIN
-    # Feed-forward activation: relu | gelu | gelu_tanh | silu.
-    activation: Activation = Activation.GELU_TANH
+    # Feed-forward kind: plain | gated, or a registered kind.
+    ffn: FFNField = FFNKind.PLAIN
+    # Feed-forward activation: relu | gelu | gelu_tanh | silu, or a registered activation.
+    activation: ActivationField = Activation.GELU_TANH
     # Dropout probability on embeddings, attention weights and residual branches.
     dropout: float = 0.1
     # Biases in Linear layers and LayerNorm (BERT/GPT-2 True, T5 False).
@@ -303,10 +370,13 @@ class ModelConfig:
         self.family = Family(self.family)
         POSITIONS.get(self.pos)
         self.pos = PosScheme(self.pos)
-        self.norm = _enum(Norm, "norm", self.norm)  # type: ignore[assignment]
+        NORMS.get(self.norm)
+        self.norm = Norm(self.norm)
         self.norm_position = _enum(NormPosition, "norm_position", self.norm_position)  # type: ignore[assignment]
-        self.ffn = _enum(FFNKind, "ffn", self.ffn)  # type: ignore[assignment]
-        self.activation = _enum(Activation, "activation", self.activation)  # type: ignore[assignment]
+        FFN_KINDS.get(self.ffn)
+        self.ffn = FFNKind(self.ffn)
+        ACTIVATIONS.get(self.activation)
+        self.activation = Activation(self.activation)
         self.init = _enum(InitScheme, "init", self.init)  # type: ignore[assignment]
         self.attn_impl = _enum(AttnImpl, "attn_impl", self.attn_impl)  # type: ignore[assignment]
 
@@ -333,7 +403,7 @@ class ModelConfig:
     def _derive_ffn_dim(self) -> None:
         """``ffn_dim`` when unset: 4 * dim, or 8/3 * dim rounded up to a multiple of 8 for a gated FFN."""
         if self.ffn_dim is None:
-            if self.ffn is FFNKind.GATED:  # same parameter count as a plain 4*dim FFN (Shazeer 2020)
+            if self.ffn.gated:  # same parameter count as a plain 4*dim FFN (Shazeer 2020)
                 self.ffn_dim = 8 * math.ceil(8 * self.dim / 3 / 8)
             else:
                 self.ffn_dim = 4 * self.dim

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from famlab.families.config import FFNKind, ModelConfig
+from famlab.families.config import ModelConfig
 from famlab.families.formats import Arch
 from famlab.families.registry import family
 from torch import Tensor
@@ -25,7 +25,7 @@ def _attention(C: int, H: int, K: int, D: int, T: int, S: int, *, self_attn: boo
 
 def _ffn(cfg: ModelConfig, T: int) -> int:
     F = cfg.ffn_dim or 0
-    up = 2 * F if cfg.ffn is FFNKind.GATED else F
+    up = 2 * F if cfg.ffn.gated else F
     return 2 * T * cfg.dim * up + 2 * T * F * cfg.dim
 
 

@@ -7,8 +7,9 @@ Usage::
     python scripts/build_blocks_catalogue.py --check    # exit 1 if docs/blocks.md differs from the code
 
 The choices are read from the code, never listed here: each catalogued enum of ``famlab.families.config`` and the
-built-in position schemes (``POSITIONS.builtins()``; a scheme registered at run time with ``register_positions`` is the
-registering code's to document), the comment beside each member or ``PosScheme`` constant, the attention fields of
+built-in names of each registered kind (``POSITIONS``, ``NORMS``, ``FFN_KINDS``, ``ACTIVATIONS``: ``builtins()``; a name
+registered at run time is the registering code's to document), the comment beside each member or ``Name`` constant
+(``PosScheme.ROPE = PosScheme("rope")  # ...``), the attention fields of
 ``ModelConfig`` with the comment above each, and ``famlab.families.faithful``. Only the papers are this script's: a
 member with no paper below, or a paper for a member that is gone, stops the script (``tests/test_blocks_catalogue.py``
 runs it against docs/blocks.md).
@@ -23,8 +24,12 @@ import inspect
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from famlab.families.config import (
+    ACTIVATIONS,
+    FFN_KINDS,
+    NORMS,
     POSITIONS,
     Activation,
     AttnImpl,
@@ -36,9 +41,10 @@ from famlab.families.config import (
     PosScheme,
 )
 from famlab.families.faithful import FAITHFUL
+from famlab.families.registries import Registry
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "blocks.md"
-# (section title, config key, enum or PosScheme): the block kinds, in the order a layer meets them
+# (section title, config key, enum or registered kind's Name class): the block kinds, in the order a layer meets them
 SECTIONS: list[tuple[str, str, type]] = [
     ("Positions", "pos", PosScheme),
     ("Norms", "norm", Norm),
@@ -84,7 +90,8 @@ PAPERS: dict[str, str] = {
 
 def member_comments(cls: type) -> dict[str, str]:
     """``{value: comment}`` for each ``NAME = "value"  # comment`` line of enum ``cls``'s source, or each
-    ``Cls.NAME = Cls("value")  # comment`` line of its module (a registered kind's built-in names: ``PosScheme``)."""
+    ``Cls.NAME = Cls("value")  # comment`` line of its module (a registered kind's built-in names: ``PosScheme``,
+    ``Norm``, ``FFNKind``, ``Activation``)."""
     if issubclass(cls, enum.Enum):
         pattern = re.compile(r'^\s+[A-Z0-9_]+ = "([^"]+)"\s+#\s*(.+)$')
         lines = inspect.getsource(cls).splitlines()
@@ -160,10 +167,15 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+# each registered kind's Name class and its registry: the built-in names are the registry's, not the class's
+REGISTRIES: dict[type, Registry[Any]] = {PosScheme: POSITIONS, Norm: NORMS, FFNKind: FFN_KINDS, Activation: ACTIVATIONS}
+
+
 def builtin_values(cls: type) -> list[str]:
-    """The members famlab ships (a position scheme registered at run time left out)."""
-    if cls is PosScheme:
-        return list(POSITIONS.builtins())
+    """The members famlab ships (a position scheme, norm, feed-forward kind or activation registered at run time left
+    out)."""
+    if cls in REGISTRIES:
+        return list(REGISTRIES[cls].builtins())
     assert issubclass(cls, enum.Enum), cls
     return [str(m.value) for m in cls]
 

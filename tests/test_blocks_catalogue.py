@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 from famlab.families import config as model_config
-from famlab.families.config import POSITIONS
+from famlab.families.config import ACTIVATIONS, FFN_KINDS, NORMS, POSITIONS
+
+# each registered block kind's Name class and its registry (the others are enums)
+REGISTERED = {model_config.PosScheme: POSITIONS, model_config.Norm: NORMS, model_config.FFNKind: FFN_KINDS,
+              model_config.Activation: ACTIVATIONS}
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,11 +41,11 @@ def test_every_builtin_choice_of_every_catalogued_registry_has_its_line(script):
     catalogued = {cls for _, _, cls in script.SECTIONS}
     block_enums = {c for c in vars(model_config).values() if isinstance(c, type) and issubclass(c, enum.Enum)
                    and c.__module__ == model_config.__name__ and c.__name__ not in ("Family", "WandbMode")}
-    assert block_enums <= catalogued | {model_config.Family}
+    assert block_enums <= catalogued | {model_config.Family} and set(REGISTERED) <= catalogued
     text = script.render()
     for _, key, cls in script.SECTIONS:
         comments = script.member_comments(cls)
-        values = list(POSITIONS.builtins()) if cls is model_config.PosScheme else [m.value for m in cls]
+        values = list(REGISTERED[cls].builtins()) if cls in REGISTERED else [m.value for m in cls]
         assert set(comments) >= set(values), cls
         for value in values:
             line = f"- `{value}`: {comments[value]}. Paper: {script.PAPERS[f'{key}={value}']}."
@@ -61,14 +65,16 @@ def test_a_choice_without_a_paper_or_a_paper_without_a_choice_stops_the_script(s
         script.render()
 
 
-def test_a_position_scheme_registered_at_run_time_is_not_catalogued(script):
-    """``register_positions`` adds a ``model.pos`` value; the catalogue lists the built-in schemes only, so a plugin
-    never changes docs/blocks.md."""
+def test_a_position_scheme_or_norm_registered_at_run_time_is_not_catalogued(script):
+    """``register_positions`` adds a ``model.pos`` value, ``NORMS.register`` a ``model.norm`` one; the catalogue lists
+    the built-in choices only, so a plugin never changes docs/blocks.md."""
     from famlab.families.blocks.positions import register_positions, unregister_positions
 
     before = script.render()
     register_positions("catalogue_probe", lambda **_: None, length_bounded=False)
+    NORMS.register("catalogue_probe", lambda dim, eps, bias: None)
     try:
-        assert "catalogue_probe" in POSITIONS and script.render() == before
+        assert "catalogue_probe" in POSITIONS and "catalogue_probe" in NORMS and script.render() == before
     finally:
         unregister_positions("catalogue_probe")
+        NORMS.unregister("catalogue_probe")

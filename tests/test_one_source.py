@@ -35,8 +35,10 @@ def _setting_words() -> set[str]:
     from famlab.families import config
     from famlab.objectives import OBJECTIVES
 
-    enums = (config.Norm, config.NormPosition, config.Activation, config.InitScheme, config.FFNKind)
-    words = {m.value for e in enums for m in e} | set(config.POSITIONS.builtins()) | {"cls", "last", "mean", "decoder"}
+    enums = (config.NormPosition, config.InitScheme)
+    registries = (config.POSITIONS, config.NORMS, config.ACTIVATIONS, config.FFN_KINDS)
+    words = {m.value for e in enums for m in e} | {n for r in registries for n in r.builtins()}
+    words |= {"cls", "last", "mean", "decoder"}
     return words | {name for names in OBJECTIVES.values() for name in names}
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import cast
 
 import torch.nn.functional as F
-from famlab.families.config import Activation, ConfigError, FFNKind
-from famlab.families.registries import Registry
+from famlab.families.config import ACTIVATIONS, FFN_KINDS, Activation, FFNKind
 from torch import Tensor, nn
 
-# Each ``model.activation`` value (the closed ``Activation`` enum) and its function.
-ACTIVATIONS: Registry[Callable[[Tensor], Tensor]] = Registry("model.activation", ConfigError)
+# Each built-in ``model.activation`` value and its function (``famlab.families.config.ACTIVATIONS``, which
+# ``ModelConfig`` checks ``model.activation`` against; a plugin registers its own there the same way).
 ACTIVATIONS.register(Activation.RELU.value, F.relu)
 ACTIVATIONS.register(Activation.GELU.value, F.gelu)  # exact erf form (BERT)
 ACTIVATIONS.register(Activation.GELU_TANH.value, partial(F.gelu, approximate="tanh"))  # HF's gelu_new (GPT-2, T5 v1.1)
@@ -27,8 +27,8 @@ class FFNShape:
     gated: bool
 
 
-# Each ``model.ffn`` value (the closed ``FFNKind`` enum) and the block it builds.
-FFN_KINDS: Registry[FFNShape] = Registry("model.ffn", ConfigError)
+# Each built-in ``model.ffn`` value and the block it builds (``famlab.families.config.FFN_KINDS``, checked by
+# ``ModelConfig``).
 FFN_KINDS.register(FFNKind.PLAIN.value, FFNShape(gated=False))
 FFN_KINDS.register(FFNKind.GATED.value, FFNShape(gated=True))
 FFN_KINDS.seal()
@@ -37,7 +37,7 @@ FFN_KINDS.seal()
 def get_activation(name: str) -> Callable[[Tensor], Tensor]:
     """Look an activation function up by name (``relu | gelu | gelu_tanh | silu``); another name is a ConfigError
     naming ``model.activation``."""
-    return ACTIVATIONS.get(getattr(name, "value", name))
+    return cast(Callable[[Tensor], Tensor], ACTIVATIONS.get(name))
 
 
 class FeedForward(nn.Module):

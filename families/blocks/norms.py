@@ -1,14 +1,15 @@
-"""Normalisation layers: LayerNorm (BERT, GPT-2) and RMSNorm (T5), chosen by name (:data:`NORMS`)."""
+"""Normalisation layers: LayerNorm (BERT, GPT-2) and RMSNorm (T5), chosen by name (:data:`NORMS`, kept in
+``famlab.families.config`` and registered here)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
-from famlab.families.config import ConfigError, Norm
+from famlab.families.config import NORMS, Norm
 from famlab.families.kernels.dispatch import Kernel, use_fast
 from famlab.families.kernels.rms_norm import rms_norm
-from famlab.families.registries import Registry
 from torch import Tensor, nn
 
 
@@ -48,8 +49,8 @@ def rms_norm_reference(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 # (dim, eps, bias) -> the norm layer
 NormBuilder = Callable[[int, float, bool], nn.Module]
 
-# Each ``model.norm`` value (the closed ``Norm`` enum) and how it is built: a lookup, as for every registered kind.
-NORMS: Registry[NormBuilder] = Registry("model.norm", ConfigError)
+# Each built-in ``model.norm`` value and how it is built (``famlab.families.config.NORMS``, which ``ModelConfig`` checks
+# ``model.norm`` against; a plugin registers its own norm there the same way).
 NORMS.register(Norm.LAYERNORM.value, lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias))
 NORMS.register(Norm.RMSNORM.value, lambda dim, eps, bias: RMSNorm(dim, eps=eps))  # no bias, as T5
 NORMS.seal()
@@ -58,4 +59,4 @@ NORMS.seal()
 def make_norm(kind: str, dim: int, *, eps: float, bias: bool = True) -> nn.Module:
     """Build a norm by name: ``layernorm`` (with bias when ``bias``) or ``rmsnorm``; another name is a ConfigError
     naming ``model.norm``."""
-    return NORMS.get(getattr(kind, "value", kind))(dim, eps, bias)
+    return cast(NormBuilder, NORMS.get(kind))(dim, eps, bias)  # what NORMS.register put there

@@ -50,11 +50,15 @@ def test_every_registry_refuses_to_unregister_a_builtin_or_an_unknown_name(key):
     assert registry.added() == () and builtin in registry
 
 
-def test_the_closed_kinds_have_one_implementation_per_enum_member():
-    """norm, activation and FFN kind stay enums for the config; each member is built through its registry."""
+def test_norms_activations_and_ffn_kinds_are_registered_names_with_their_builtin_constants():
+    """norm, activation and FFN kind are names checked against their registry (as family and pos): each built-in
+    constant of its ``Name`` class is one registered built-in name, in order, and nothing else is built in."""
     for cls, registry in ((Norm, NORMS), (Activation, ACTIVATIONS), (FFNKind, FFN_KINDS)):
-        assert registry.builtins() == tuple(m.value for m in cls), cls
+        assert not issubclass(cls, enum.Enum) and issubclass(cls, Name), cls
+        constants = [v for k, v in vars(cls).items() if k.isupper() and isinstance(v, cls)]
+        assert registry.builtins() == tuple(constants) and registry.added() == (), cls
     assert [FFN_KINDS.get(k).gated for k in ("plain", "gated")] == [False, True]
+    assert [FFNKind.PLAIN.gated, FFNKind.GATED.gated] == [False, True]
 
 
 def test_builtin_position_schemes_are_registry_entries_with_their_length_bound():
@@ -71,7 +75,7 @@ def members() -> dict[str, list[str]]:
 def test_registering_a_scheme_writes_no_enum_and_its_name_is_a_plain_string():
     """The extensible kinds are names checked against a registry, not Enums grown at run time: registering changes
     no enum of families/config.py, and the name pickles as a str subclass that any process can read back."""
-    assert not issubclass(Family, enum.Enum) and not issubclass(PosScheme, enum.Enum)
+    assert not any(issubclass(cls, enum.Enum) for cls in (Family, PosScheme, Norm, Activation, FFNKind))
     before = members()
     scheme = register_positions("probe_scheme", lambda **_: None, length_bounded=True)
     try:

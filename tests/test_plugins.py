@@ -3,7 +3,8 @@ process famlab starts (docs/architecture.md, Plugins).
 
 ``tests.plugins.toy_plugin`` registers the toy position scheme ``clock``, the toy objective ``half_clm`` and its
 encoder-decoder pieces (tests/plugins/toy_plugin/encdec.py): the family ``toy_t5``, its architecture's objective
-``lead_lm`` with its own setting ``objective.split`` and its rules, and the norm ``scalenorm``. The commands that import
+``lead_lm`` with its own setting ``objective.split`` and its rules, and the norm ``scalenorm`` (chosen by ``model.norm``
+like a built-in norm). The commands that import
 it run as subprocesses, as a user runs them: a registration is for the whole process, and the toy tests register the
 same names in this one (the sweep's dry run imports it here, its registrations undone after).
 """
@@ -28,6 +29,7 @@ PLUGIN = "tests.plugins.toy_plugin"
 # its positions
 FAMILY = "toy_t5"
 ENCDEC = ["model.pos=clock", "objective.name=lead_lm", "objective.split=0.25"]
+SCALENORM = "model.norm=scalenorm"  # the plugin's norm, in place of the family's rmsnorm
 DDP = ["trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=ddp"]
 
 
@@ -156,6 +158,52 @@ def test_the_plugins_norm_is_built_by_its_name(plugin_here, capsys):
     torch.testing.assert_close(norm(x), x / x.norm(dim=-1, keepdim=True) * 32**0.5)
 
 
+def test_the_plugins_norm_is_chosen_by_model_norm_and_an_unregistered_norm_is_one_line(plugin_here, capsys):
+    """``model.norm`` is checked against the registered norms, the plugin's included: ``model.norm=scalenorm`` is
+    recorded and built into every norm of the network; a name nobody registered is one line naming ``model.norm`` and
+    listing the registered norms."""
+    from famlab.experiments.configuration.compose import compose
+    from famlab.families import build_network
+    from famlab.families.blocks.norms import RMSNorm
+    from torch import nn
+
+    from tests.plugins.toy_plugin.encdec import ScaleNorm
+
+    assert cli.main(["config", FAMILY, "tiny", SCALENORM, "--plugin", PLUGIN]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["model"]["norm"] == "scalenorm"
+    net = build_network(compose([FAMILY, "tiny"], [SCALENORM, "model.vocab_size=512"]).cfg.model)
+    norms = [type(m) for m in net.modules() if isinstance(m, (nn.LayerNorm, RMSNorm, ScaleNorm))]
+    assert norms and set(norms) == {ScaleNorm}, norms
+    assert cli.main(["config", FAMILY, "tiny", "model.norm=batchnorm", "--plugin", PLUGIN]) == 2
+    assert capsys.readouterr().err == (
+        "famlab: error: model.norm='batchnorm' is not one of: layernorm, rmsnorm, scalenorm\n")
+
+
+def test_a_registered_activation_and_ffn_kind_are_chosen_on_the_command_line(capsys):
+    """``model.activation`` and ``model.ffn`` are registered names like ``model.norm``: an activation and a gated
+    feed-forward kind registered here are composed from the command line, the gated kind gets the gated default
+    width, and every feed-forward block of the network applies them."""
+    import torch
+    from famlab.experiments.configuration.compose import compose
+    from famlab.families import build_network
+    from famlab.families.blocks.feedforward import ACTIVATIONS, FFN_KINDS, FeedForward, FFNShape
+
+    ACTIVATIONS.register("probe_tanh", torch.tanh)
+    FFN_KINDS.register("probe_glu", FFNShape(gated=True))
+    try:
+        model = compose(["gpt", "tiny"], ["model.activation=probe_tanh", "model.ffn=probe_glu",
+                                          "model.vocab_size=512"]).cfg.model
+        assert (model.activation, model.ffn, model.ffn_dim) == ("probe_tanh", "probe_glu", 8 * -(-model.dim // 3))
+        blocks = [m for m in build_network(model).modules() if isinstance(m, FeedForward)]
+        assert blocks and all(b.act is torch.tanh and b.gated for b in blocks)
+        assert cli.main(["config", "gpt", "tiny", "model.activation=swish"]) == 2
+        assert capsys.readouterr().err == (
+            "famlab: error: model.activation='swish' is not one of: relu, gelu, gelu_tanh, silu, probe_tanh\n")
+    finally:
+        ACTIVATIONS.unregister("probe_tanh")
+        FFN_KINDS.unregister("probe_glu")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["presets", "--plugin", "tests.plugins.broken_plugin"],
      "plugin tests.plugins.broken_plugin cannot be imported: RuntimeError: this plugin needs a setting that is "
@@ -193,11 +241,32 @@ def assert_recorded(run_dir: Path) -> None:
     config.yaml names the plugin and its file."""
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     model, objective = config["model"], config["objective"]
-    assert (model["family"], model["pos"], objective["name"], objective["own"], config["plugins"]) == (
-        FAMILY, "clock", "lead_lm", {"split": 0.25}, [PLUGIN])
+    assert (model["family"], model["pos"], model["norm"], objective["name"], objective["own"], config["plugins"]) == (
+        FAMILY, "clock", "scalenorm", "lead_lm", {"split": 0.25}, [PLUGIN])
     assert (model["ffn"], model["activation"], model["dropout"]) == ("gated", "silu", 0.0)  # the family's defaults
     assert config["provenance"]["plugins"] == {
         PLUGIN: {"file": str(ROOT / "tests" / "plugins" / "toy_plugin" / "__init__.py"), "version": "0.1"}}
+
+
+NORMS_OF = """import sys
+from famlab.experiments.plumbing import plugins
+from famlab.experiments.steps.generate import load_run
+from famlab.families.blocks.norms import RMSNorm
+from torch import nn
+plugins.load([sys.argv[2]])
+from tests.plugins.toy_plugin.encdec import ScaleNorm
+net = load_run(sys.argv[1]).net
+print(" ".join(type(m).__name__ for m in net.modules() if isinstance(m, (nn.LayerNorm, RMSNorm, ScaleNorm))))
+"""
+
+
+def assert_trained_with_scalenorm(run_dir: Path, cwd: Path) -> None:
+    """The run's checkpoint, loaded into the network its config.yaml describes, holds the plugin's ScaleNorm in place
+    of every norm (its one scalar gain per norm, not rmsnorm's per-feature weight)."""
+    done = famlab([str(run_dir), PLUGIN], cwd, program=("-c", NORMS_OF))
+    assert done.returncode == 0, done.stderr[-3000:]
+    norms = done.stdout.split()
+    assert norms and set(norms) == {"ScaleNorm"}, done.stdout
 
 
 def assert_refused_without_the_plugin(done: subprocess.CompletedProcess[str], stored: Path) -> None:
@@ -215,11 +284,12 @@ def test_a_comparison_in_two_spawned_workers_runs_with_the_plugin_and_resumes_on
 
     inputs = [*tiny_inputs(tmp_path), f"compare.families=[{FAMILY}]", "compare.seeds=[0]", "compare.probe=false",
               "compare.zero_shot_items=8", "compare.bpb_docs=8", "trainer.max_steps=6", "compare.workers=2",
-              f"model.family={FAMILY}", *ENCDEC]  # the family first: objective.name is checked against it
+              f"model.family={FAMILY}", *ENCDEC, SCALENORM]  # the family first: objective.name is checked against it
     done = famlab(["compare", *inputs, "--plugin", PLUGIN, "run_dir=cmp"], tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert list(json.loads((tmp_path / "cmp" / "results.json").read_text())["families"]) == [FAMILY]
     assert_recorded(tmp_path / "cmp" / f"{FAMILY}-pretrain-s0")
+    assert_trained_with_scalenorm(tmp_path / "cmp" / f"{FAMILY}-pretrain-s0", tmp_path)
 
     resumed = [*inputs, "run_dir=cmp", "resume=auto"]
     assert_refused_without_the_plugin(famlab(["compare", *resumed], tmp_path), Path("cmp") / "comparison.yaml")
@@ -239,11 +309,12 @@ def test_a_ddp_pretraining_imports_the_plugin_on_every_rank_and_resumes_only_wit
     args = fast_args(corpus, run_dir, 4)
     assert args[:2] == ["pretrain", "gpt"]
     args[1] = FAMILY
-    done = famlab([*args, *ENCDEC, *DDP, "--plugin", PLUGIN], tmp_path)
+    done = famlab([*args, *ENCDEC, SCALENORM, *DDP, "--plugin", PLUGIN], tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert json.loads((run_dir / "results.json").read_text())["steps"] == 4
     assert_recorded(run_dir)
-    refused = famlab([*args, *ENCDEC, *DDP, "resume=auto"], tmp_path)
+    assert_trained_with_scalenorm(run_dir, tmp_path)
+    refused = famlab([*args, *ENCDEC, SCALENORM, *DDP, "resume=auto"], tmp_path)
     assert_refused_without_the_plugin(refused, run_dir / "config.yaml")
     generated = famlab([str(run_dir), "--plugin", PLUGIN], tmp_path, program=("-c", GENERATE))
     assert generated.returncode == 0, generated.stderr[-3000:]

@@ -137,7 +137,8 @@ class GPTSpan(_DecoderOnly):
     name = "span"
     rules = SPAN_RULES
 
-    def __init__(self, ids: TokenIds, seq_len: int, density: float, mean_span: float, generator: torch.Generator | None) -> None:
+    def __init__(self, ids: TokenIds, seq_len: int, density: float, mean_span: float,
+                 generator: torch.Generator | None) -> None:
         super().__init__(ids, seq_len, generator)
         self.denoiser = Denoiser("r", density, mean_span)
         self.raw_block_len = _largest_raw(lambda r: sum(_span_lengths(r, self.denoiser)) <= seq_len + 1, seq_len)

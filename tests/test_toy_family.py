@@ -230,3 +230,13 @@ def test_famlab_finetune_eval_and_compare_take_the_toy(toy, tmp_path, monkeypatc
 
     tuned, scored = finetune_and_eval(pretrained, inputs, tmp_path)
     assert tuned["family"] == NAME and scored["family"] == NAME and scored["num_items"] == 6
+
+
+def test_compare_takes_the_registered_family_as_a_preset(toy, capsys):
+    """``famlab compare toy`` names the family as ``famlab pretrain toy`` does (its spec's preset), not as a missing
+    preset file; the dry run composes the toy arm."""
+    from famlab.experiments.commands.cli import main
+
+    assert main(["compare", NAME, f"compare.families=[{NAME}]", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"presets: tiny {NAME}" in out and f"pretrain {NAME} seed 0" in out

@@ -226,3 +226,29 @@ def test_famlab_presets_compare_finetune_and_eval_take_it(half, tmp_path, monkey
 
     tuned, scored = finetune_and_eval(pretrained, inputs, tmp_path)
     assert tuned["family"] == "gpt" and scored["num_items"] == 6
+
+
+def test_a_sweep_file_may_sweep_its_own_setting(half, tmp_path, capsys):
+    """``objective.context_fraction`` is a key while the objective that declares it is registered: a sweep file may
+    grid it, and every trial's command carries its value (``--dry-run`` composes each trial first)."""
+    from famlab.experiments.commands.cli import main
+
+    sweep = tmp_path / "own.yaml"
+    sweep.write_text("method: grid\nparameters:\n  objective.context_fraction: {values: [0.25, 0.75]}\n"
+                     f"  objective.name: {{value: {NAME}}}\n  model.family: {{value: gpt}}\n"
+                     "command: [famlab, pretrain, tiny, '${args_no_hyphens}']\n", encoding="utf-8")
+    assert main(["sweep", str(sweep), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "objective.context_fraction=0.25" in out and "objective.context_fraction=0.75" in out
+    assert out.count("famlab pretrain tiny") == 2
+
+
+def test_a_sweep_file_may_not_sweep_an_own_setting_nobody_declares(tmp_path, capsys):
+    """Without the objective registered, the same key is not a famlab key: one line naming it."""
+    from famlab.experiments.commands.cli import main
+
+    sweep = tmp_path / "own.yaml"
+    sweep.write_text("method: grid\nparameters:\n  objective.context_fraction: {values: [0.25]}\n"
+                     "command: [famlab, pretrain, tiny, '${args_no_hyphens}']\n", encoding="utf-8")
+    assert main(["sweep", str(sweep), "--dry-run"]) == 2
+    assert "'objective.context_fraction' is not a famlab config key" in capsys.readouterr().err

@@ -68,6 +68,7 @@ from famlab.experiments.plumbing.console import heartbeat_seconds
 from famlab.experiments.plumbing.resume import check_directory_resume
 from famlab.experiments.tracking.wandb_dashboard import sweep_dashboard_step
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs, print_wandb_commands
+from famlab.objectives.registry import own_setting_names
 from omegaconf import OmegaConf
 
 METHODS = ("grid", "random", "bayes")
@@ -100,8 +101,9 @@ def load_sweep(path: Path, *, remote: bool = False) -> SweepSpec:
     if not isinstance(params, dict) or not params:
         raise SweepError(f"{path}: parameters must be a non-empty mapping of config keys")
     keys = schema()
+    own = {f"objective.{name}" for name in own_setting_names()}  # a registered objective's own settings (plugins)
     for key, p in params.items():
-        if OmegaConf.select(keys, key, default="__missing__") == "__missing__":
+        if key not in own and OmegaConf.select(keys, key, default="__missing__") == "__missing__":
             raise SweepError(f"{path}: parameter {key!r} is not a famlab config key (see `famlab config`)")
         try:
             distribution(key, p)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from famlab.experiments.configuration.compose import expand_presets, flatten, load_yaml, preset_path, section_dict
+from famlab.experiments.configuration.compose import expand_presets, flatten, preset_node, section_dict
 
 SIZES = ("tiny", "small", "base")
 # The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
@@ -77,7 +77,7 @@ def user_keys(presets: list[str], overrides: list[str]) -> set[str]:
 
 def preset_keys(preset: str) -> set[str]:
     """The dotted keys a preset file sets (``trainer.max_steps``), ``by_family`` sections included without it."""
-    node = section_dict(load_yaml(preset_path(preset)))
+    node = section_dict(preset_node(preset))  # a registered family's name too (its spec's preset)
     node.pop("extends", None)
     by_family = node.pop("by_family", None) or {}
     return set(flatten(node)) | {key for section in by_family.values() for key in flatten(section)}

@@ -3,13 +3,13 @@ scheme, norm, norm placement, FFN kind, activation, init and attention kernel, a
 its paper; a choice added to the code without a paper, or a paper for a choice that is gone, stops the script."""
 
 import enum
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 from famlab.families import config as model_config
 from famlab.families.config import ACTIVATIONS, FFN_KINDS, NORMS, POSITIONS
+
+from tests.script_module import script_module
 
 # each registered block kind's Name class and its registry (the others are enums)
 REGISTERED = {model_config.PosScheme: POSITIONS, model_config.Norm: NORMS, model_config.FFNKind: FFN_KINDS,
@@ -20,13 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def script():
-    path = ROOT / "scripts" / "build_blocks_catalogue.py"
-    spec = importlib.util.spec_from_file_location("build_blocks_catalogue", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module("build_blocks_catalogue") as module:
+        yield module
 
 
 def test_docs_blocks_md_is_the_generated_catalogue(script):

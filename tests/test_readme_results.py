@@ -5,27 +5,22 @@
 the numbers it plots.
 """
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
+
+from tests.script_module import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def script():
-    path = ROOT / "scripts" / "readme_results.py"
-    spec = importlib.util.spec_from_file_location("readme_results", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module("readme_results") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -28,3 +28,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    """A BPE tokenizer (vocabulary 400, 10 sentinels) trained on 60 lines of one template sentence: enough words for
+    tiny networks to generate, fill, score and export (a module-wide fixture; the corpus lives in its own folder)."""
+    from famlab.datamodules import get_tokenizer, load_corpus
+
+    root = tmp_path_factory.mktemp("tok")
+    text = root / "corpus.txt"
+    text.write_text("\n".join(f"the cat number {i} sat on the mat and looked at the dog" for i in range(60)))
+    return get_tokenizer(load_corpus(str(text), val_fraction=0.1), kind="bpe", vocab_size=400, num_sentinels=10,
+                         cache_dir=root)

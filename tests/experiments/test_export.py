@@ -6,7 +6,6 @@ import shutil
 import pytest
 import torch
 import yaml
-from famlab.datamodules import get_tokenizer, load_corpus
 from famlab.experiments.commands.cli import main
 from famlab.experiments.commands.export import export, plan_export
 from famlab.experiments.configuration.compose import family_settings
@@ -19,15 +18,6 @@ LABELS = ["animal", "object", "place"]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tok")
-    text = root / "corpus.txt"
-    text.write_text("\n".join(f"the cat number {i} sat on the mat and looked at the dog" for i in range(60)))
-    return get_tokenizer(load_corpus(str(text), val_fraction=0.1), kind="bpe", vocab_size=400, num_sentinels=10,
-                         cache_dir=root)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

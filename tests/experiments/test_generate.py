@@ -5,7 +5,6 @@ import shutil
 import pytest
 import torch
 import yaml
-from famlab.datamodules import get_tokenizer, load_corpus
 from famlab.experiments.commands.cli import main
 from famlab.experiments.steps.generate import _spans, fill_text, generate_text, load_run
 from famlab.families import ModelConfig, build_network
@@ -23,15 +22,6 @@ PAIRS = [
     ("t5", "prefix_lm"),
     ("t5", "ul2"),
 ]
-
-
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tok")
-    text = root / "corpus.txt"
-    text.write_text("\n".join(f"the cat number {i} sat on the mat and looked at the dog" for i in range(60)))
-    corpus = load_corpus(str(text), val_fraction=0.1)
-    return get_tokenizer(corpus, kind="bpe", vocab_size=400, num_sentinels=10, cache_dir=root)
 
 
 @pytest.fixture(scope="module")

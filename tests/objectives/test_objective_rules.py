@@ -14,7 +14,6 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from famlab.datamodules import get_tokenizer, load_corpus
 from famlab.experiments.analysis.report import bpb_rule
 from famlab.experiments.analysis.zeroshot_table import zero_shot_markdown, zero_shot_rows, zero_shot_summary
 from famlab.experiments.commands.cli import main
@@ -67,15 +66,6 @@ def toys():
     finally:
         for name in added:
             unregister_objective(Arch.DECODER, name)
-
-
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tok")
-    text = root / "corpus.txt"
-    text.write_text("\n".join(f"the cat number {i} sat on the mat and looked at the dog" for i in range(60)))
-    return get_tokenizer(load_corpus(str(text), val_fraction=0.1), kind="bpe", vocab_size=400, num_sentinels=10,
-                         cache_dir=root)
 
 
 MODEL = dict(family="gpt", dim=32, num_layers=2, num_heads=2, max_seq_len=48, dropout=0.0)

@@ -184,6 +184,7 @@ def test_a_registered_activation_and_ffn_kind_are_chosen_on_the_command_line(cap
     feed-forward kind registered here are composed from the command line, the gated kind gets the gated default
     width, and every feed-forward block of the network applies them."""
     import torch
+    from famlab.experiments.configuration.checks import approx_params
     from famlab.experiments.configuration.compose import compose
     from famlab.families import build_network
     from famlab.families.blocks.feedforward import ACTIVATIONS, FFN_KINDS, FeedForward, FFNShape
@@ -191,8 +192,13 @@ def test_a_registered_activation_and_ffn_kind_are_chosen_on_the_command_line(cap
     ACTIVATIONS.register("probe_tanh", torch.tanh)
     FFN_KINDS.register("probe_glu", FFNShape(gated=True))
     try:
-        model = compose(["gpt", "tiny"], ["model.activation=probe_tanh", "model.ffn=probe_glu",
-                                          "model.vocab_size=512"]).cfg.model
+        cfg = compose(["gpt", "tiny"],
+                      ["model.activation=probe_tanh", "model.ffn=probe_glu", "model.vocab_size=512"]).cfg
+        model = cfg.model
+        # the memory fit check counts its three projections, as the built-in gated kind's
+        gated = compose(["gpt", "tiny"], ["model.activation=silu", "model.ffn=gated", "model.vocab_size=512"]).cfg
+        plain = compose(["gpt", "tiny"], ["model.vocab_size=512"]).cfg
+        assert approx_params(cfg) == approx_params(gated) > approx_params(plain)
         assert (model.activation, model.ffn, model.ffn_dim) == ("probe_tanh", "probe_glu", 8 * -(-model.dim // 3))
         blocks = [m for m in build_network(model).modules() if isinstance(m, FeedForward)]
         assert blocks and all(b.act is torch.tanh and b.gated for b in blocks)

@@ -30,7 +30,7 @@ def approx_params(cfg: Config) -> int:
     kv_heads = m.num_kv_heads or m.num_heads
     attn = m.dim * head_dim * (2 * m.num_heads + 2 * kv_heads)  # q, o and k, v projections
     ffn_dim = m.ffn_dim or 4 * m.dim
-    ffn = m.dim * ffn_dim * (3 if m.ffn.value == "gated" else 2)
+    ffn = m.dim * ffn_dim * (3 if m.ffn.gated else 2)  # two up projections when gated (a registered kind says)
     layers = m.num_layers + (m.num_decoder_layers or 0)
     cross = (m.num_decoder_layers or 0) * attn  # T5's decoder cross-attention
     embed = vocab * m.dim * (1 if m.tie_embeddings else 2)

@@ -26,10 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from famlab.datamodules.suite import BUNDLED_SUITE  # noqa: E402
-from famlab.experiments.configuration.config import Config  # noqa: E402
-from famlab.experiments.plumbing.data_cache import set_vocab  # noqa: E402
+from famlab.experiments.configuration.config import Config, with_values  # noqa: E402
+from famlab.experiments.configuration.task import with_task  # noqa: E402
+from famlab.experiments.plumbing.data_cache import with_vocab  # noqa: E402
 from famlab.experiments.steps.compare_jobs import _finetune, _probe  # noqa: E402
-from famlab.experiments.steps.compare_suite import SuiteTask, task_config, with_spec  # noqa: E402
+from famlab.experiments.steps.compare_suite import SuiteTask, task_config  # noqa: E402
 from famlab.experiments.steps.comparison import _subsampler, compose_all  # noqa: E402
 
 
@@ -50,11 +51,11 @@ def arm_config(src: Path, family: str, out: Path, overrides: list[str]) -> Confi
     from tokenizers import Tokenizer
 
     _, cfgs = compose_all([], [f"compare.families=[{family}]", "wandb.mode=disabled", *overrides])
-    cfg = cfgs[family]
-    cfg.trainer.max_steps = json.loads((src / "plan.json").read_text())["families"][family]["steps"]
-    cfg.data.tokenizer.path = str((out / "tokenizer.json").resolve())
-    set_vocab(cfg, Tokenizer.from_file(cfg.data.tokenizer.path).get_vocab_size())
-    return cfg
+    tokenizer = (out / "tokenizer.json").resolve()
+    cfg = with_values(cfgs[family], {
+        "trainer.max_steps": json.loads((src / "plan.json").read_text())["families"][family]["steps"],
+        "data.tokenizer.path": str(tokenizer)})
+    return with_vocab(cfg, Tokenizer.from_file(str(tokenizer)).get_vocab_size())
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, float]:
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.out / name
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        task = SuiteTask(spec, folder, subsample(with_spec(cfg, spec), folder / "task.csv"))
+        task = SuiteTask(spec, folder, subsample(with_task(cfg, spec), folder / "task.csv"))
         tcfg = task_config(cfg, task)
         jobs = {"probe": partial(_probe, tcfg, str(pre), folder / "probe", "suite-stage", []),
                 "finetune": partial(_finetune, tcfg, str(pre), folder / "ft", seeds, "suite-stage", []),

@@ -144,6 +144,26 @@ def test_a_sweep_passes_its_plugins_to_every_trial(plugin_here, tmp_path, monkey
     assert plugins.stored(tmp_path) == (tmp_path / SETTINGS_FILE, ["json"])
 
 
+def test_an_objectives_own_setting_reaches_the_arms_whose_objective_declares_it(plugin_here, capsys):
+    """A comparison of T5's span corruption against the plugin's ``lead_lm``: ``objective.split`` is ``lead_lm``'s own
+    setting, so its arm trains with it and the span arm (which declares none) without it; given to a comparison
+    where no arm's objective declares it, it is one line naming the key and each arm's objective."""
+    from famlab.experiments.configuration.config import ConfigInputError
+    from famlab.experiments.steps.comparison import compose_all
+
+    assert cli.main(["presets", "--plugin", PLUGIN]) == 0
+    capsys.readouterr()
+    arms = ["compare.families=[t5]", "compare.objectives=[span,lead_lm]"]
+    _, cfgs = compose_all(["tiny"], [*arms, "objective.split=0.25"])
+    assert {arm: cfg.objective.own for arm, cfg in cfgs.items()} == {"t5-span": {}, "t5-lead_lm": {"split": 0.25}}
+    _, defaults = compose_all(["tiny"], arms)
+    assert defaults["t5-lead_lm"].objective.own == {"split": 0.5}  # its declared default
+    with pytest.raises(ConfigInputError) as refused:
+        compose_all(["tiny"], ["compare.families=[t5]", "compare.objectives=[span]", "objective.split=0.25"])
+    assert str(refused.value) == ("objective.split is a setting of no arm's objective (their own settings: "
+                                  "t5-span: span (none))")
+
+
 def test_the_plugins_norm_is_built_by_its_name(plugin_here, capsys):
     """Imported by a command, the plugin's ``scalenorm`` is a norm famlab builds by name (``make_norm``, what the
     stacks call with ``model.norm``): each row scaled to norm sqrt(C), times its one gain (1 at init)."""

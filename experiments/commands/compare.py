@@ -143,20 +143,19 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     """``famlab compare --dry-run``: print what ``famlab compare`` with these arguments would run - the presets and
     defaults it composes, every key of the composed config, the budget plan and the jobs - and run nothing: no
     directory, tokenizer, corpus cache or W&B run. Settings and the task are checked as a real start checks them."""
-    from famlab.experiments.plumbing.data_cache import set_vocab
+    from famlab.experiments.plumbing.data_cache import with_vocab
 
     names, defaults, _, placement = compose_base(presets, overrides)
     base, cfgs = compose_all(presets, overrides)
     specs = read_suite(base.data.task)  # None: one task
     compare_suite.check_tasks(base, specs)
     config = config_lines(cfgs, defaults, planned=base.compare.match.value != "params")
-    for cfg in cfgs.values():
-        set_vocab(cfg, cfg.data.tokenizer.vocab_size)
-    plan = plan_budget(base, cfgs, assumed_ids(base))
+    cfgs = {arm: with_vocab(cfg, cfg.data.tokenizer.vocab_size) for arm, cfg in cfgs.items()}
+    plan, cfgs = plan_budget(base, cfgs, assumed_ids(base.data))
     cmp = base.compare
     tasks: list[str | None] = [None] if specs is None else [s.name for s in specs]
-    rate = training_rate(base, placement)  # each job's time from its planned FLOPs on the device it will run on
-    jobs = job_lines(base, cfgs, plan, tasks, rate)
+    rate = training_rate(base.trainer, placement)  # each job's time from its planned FLOPs on the device it will run on
+    jobs = job_lines(base.compare, cfgs, plan, tasks, rate)
     task = (f"{base.data.task}" + (f", suite of {len(tasks)} tasks: {', '.join(map(str, tasks))}" if specs else "")
             + (f"; a seeded subsample of {cmp.task_limit} training examples (compare.task_limit) and "
                f"{cmp.task_eval_limit or cmp.task_limit // 5} each for validation and test" if cmp.task_limit else ""))

@@ -32,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
-from famlab.experiments.configuration.config import Config, WandbMode
+from famlab.experiments.configuration.config import WandbConfig, WandbMode
 from famlab.experiments.configuration.run_files import CONFIG, RESULTS
 from famlab.experiments.plumbing.rundir import RunDir
 from famlab.experiments.steps.evaluate import EvalInputError, evaluate_run, read_items, task_paths
@@ -139,9 +139,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         if not RunDir(d).config_file.is_file():
             raise EvalInputError(f"{d}: not a run directory (no {CONFIG})")
     tasks = {name: read_items(path)[: opts["limit"]] for name, path in task_paths(opts["data.eval"]).items()}
-    cfg = Config()
-    cfg.wandb.mode = WandbMode(opts["wandb.mode"])
-    mode = wandb_mode(cfg)
+    mode = wandb_mode(WandbConfig(mode=WandbMode(opts["wandb.mode"])))
     by_task: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in tasks}
     for run_dir in run_dirs:
         for name, result in evaluate_run(run_dir, tasks, rule=opts["rule"], bigram=opts["bigram"],

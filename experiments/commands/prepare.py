@@ -24,7 +24,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     progress = ProgressLine(stream=sys.stderr)
     out = Path(cfg.run_dir).expanduser() if cfg.run_dir else None
     try:
-        prepared = prepared_corpus(cfg, out=out, progress=progress)
+        prepared = prepared_corpus(cfg.data, out=out, progress=progress)
     finally:
         progress.close()
     m = prepared.manifest

@@ -59,7 +59,7 @@ from famlab.experiments.configuration.compose import (
     sweep_path,
     to_plain,
 )
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, SweepConfig
 from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
@@ -264,10 +264,10 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
                              "sweep's directory) do not apply; drop them or drop --wandb")
         print(register_wandb(spec, cfg.wandb.project, cfg.wandb.entity))
         return 0
-    trials = expand_trials(spec, cfg, path)
+    trials = expand_trials(spec, cfg.sweep, path)
     sweep_dir, resuming = sweep_directory(cfg, path)
     if resuming:
-        check_resumed_sweep(sweep_dir, spec, cfg)
+        check_resumed_sweep(sweep_dir, spec, cfg.sweep)
     fixed = spec["parameters"].get("wandb.group", {}).get("value")  # a file that names its group keeps it
     # default: one group per sweep directory (name + timestamp)
     group = cfg.wandb.group or (str(fixed) if fixed else sweep_dir.name)
@@ -351,7 +351,7 @@ def write_settings(sweep_dir: Path, cfg: Config) -> None:
     (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
 
 
-def check_resumed_sweep(sweep_dir: Path, spec: SweepSpec, cfg: Config) -> None:
+def check_resumed_sweep(sweep_dir: Path, spec: SweepSpec, sweep: SweepConfig) -> None:
     """Refuse to resume ``sweep_dir`` with a sweep file or trial-choosing settings other than the stored ones.
 
     A resumed sweep skips the trials its directory says are finished: under another file, another grid or other
@@ -366,7 +366,7 @@ def check_resumed_sweep(sweep_dir: Path, spec: SweepSpec, cfg: Config) -> None:
     if settings_path.is_file():
         stored = (yaml.safe_load(settings_path.read_text(encoding="utf-8")) or {}).get("sweep") or {}
         keys = ["seeds"] + (["count", "seed"] if spec.get("method") == "random" else [])
-        now = to_plain(cfg.sweep)
+        now = to_plain(sweep)
         changed += [(f"sweep.{k}", now.get(k), stored.get(k, "<unset>")) for k in keys if now.get(k) != stored.get(k)]
     else:  # a sweep directory from before the settings were stored: the file is all there is to compare
         print(f"famlab: WARNING {settings_path} is missing; only the sweep file is checked against {SWEEP_FILE}",
@@ -386,17 +386,17 @@ def forwarded_settings(cfg: Config, overrides: list[str]) -> list[str]:
     return forwarded + ([plugins.override(cfg.plugins)] if cfg.plugins else [])  # every trial imports them too
 
 
-def expand_trials(spec: SweepSpec, cfg: Config, path: Path) -> list[dict[str, object]]:
+def expand_trials(spec: SweepSpec, sweep: SweepConfig, path: Path) -> list[dict[str, object]]:
     """The file's trials (grid, or ``sweep.count`` random draws), each once per ``sweep.seeds`` entry."""
     params = spec["parameters"]
     if spec["method"] == "grid":
         trials = expand_grid(params)
     else:
-        trials = expand_random(params, cfg.sweep.count or int(spec.get("run_cap", 10)), cfg.sweep.seed)
-    if cfg.sweep.seeds:  # every trial once per seed, seeds varying fastest; the summary averages over them
+        trials = expand_random(params, sweep.count or int(spec.get("run_cap", 10)), sweep.seed)
+    if sweep.seeds:  # every trial once per seed, seeds varying fastest; the summary averages over them
         if "seed" in params:
             raise SweepError(f"{path}: sweep.seeds and a `seed` parameter both replicate trials; use one of them")
-        trials = [{**t, "seed": s} for t in trials for s in cfg.sweep.seeds]
+        trials = [{**t, "seed": s} for t in trials for s in sweep.seeds]
     return trials
 
 

@@ -22,13 +22,19 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from famlab.experiments.configuration.checks import check_fits_memory, check_inputs
 from famlab.experiments.configuration.checks import exists as _exists
-from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig, ObjectiveConfig
+from famlab.experiments.configuration.config import (
+    Config,
+    ConfigInputError,
+    FinetuneConfig,
+    ObjectiveConfig,
+    with_values,
+)
 from famlab.experiments.configuration.lightning_check import check_lightning_settings
 from famlab.experiments.libraries.internals import config_child
 from famlab.families import registry
 from famlab.families.config import ModelConfig
 from famlab.families.faithful import family_defaults, family_model_settings
-from omegaconf import Container, DictConfig, Node, OmegaConf
+from omegaconf import Container, DictConfig, ListConfig, Node, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 if TYPE_CHECKING:
@@ -44,8 +50,19 @@ def schema() -> DictConfig:
     (an instance would have run ``__post_init__`` and frozen e.g. ``num_decoder_layers=0`` for GPT).
     """
     cfg = OmegaConf.structured(Config)
+    _writable(cfg)
     cfg.model = OmegaConf.structured(ModelConfig)
     return cfg
+
+
+def _writable(node: DictConfig | ListConfig) -> None:
+    """Clear the read-only flag OmegaConf gives every node of a frozen dataclass, so presets and overrides merge into
+    the schema; the frozen dataclasses that :func:`to_dataclass` builds from it stay frozen."""
+    OmegaConf.set_readonly(node, None)
+    children = node.values() if isinstance(node, DictConfig) else list(node)
+    for child in children:
+        if isinstance(child, DictConfig | ListConfig):
+            _writable(child)
 
 
 def preset_names() -> list[str]:
@@ -243,13 +260,17 @@ def _family_of(node: DictConfig) -> str | None:
     return value.value if isinstance(value, Enum) else str(value)
 
 
-def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: str | None = None) -> Composed:
+def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: str | None = None,
+            others_own: bool = False) -> Composed:
     """Compose and validate a config.
 
     Args:
         presets: preset names or YAML paths, in command-line order.
         overrides: ``key=value`` tokens (or an already parsed DictConfig).
         family: the family when no preset or override names one (finetune from a run passes the run's).
+        others_own: an objective's own setting that the chosen objective does not declare is left out instead of
+            refused (a comparison's arm: the setting is another arm's; ``raw`` keeps it, so the comparison can
+            refuse one that no arm declares).
 
     Raises:
         ConfigInputError: (a ValueError) with one line naming the key, preset or file.
@@ -290,8 +311,7 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
         raise ConfigInputError(f"{e} (a key=value override gives a mapping where the key holds a list, or the other "
                                f"way round: {' '.join(overrides)})") from None
     model_explicit = section_dict(explicit.get("model", OmegaConf.create({})))
-    cfg = to_dataclass(merged)
-    cross_checks(cfg)
+    cfg = cross_checks(to_dataclass(merged), others_own=others_own)
     check_lightning_settings(cfg.trainer)  # before any work: a bad strategy must not cost a tokenizer and a W&B run
     check_inputs(cfg)
     check_fits_memory(cfg)
@@ -336,16 +356,14 @@ def to_dataclass(merged: Container) -> Any:
         raise ConfigInputError(format_omegaconf_error(e)) from None
 
 
-def cross_checks(cfg: Config) -> None:
-    """Checks that involve more than one key; each message names every key involved."""
-    from famlab.objectives.registry import check_pair, entry  # lazy: keeps `famlab config` / `presets` light
+def cross_checks(cfg: Config, *, others_own: bool = False) -> Config:
+    """Checks that involve more than one key; each message names every key involved.
 
+    Returns the config with the objective resolved: its name (the family's default when unset) and its own settings
+    (the objective's defaults under the ones given; ``others_own``: those it does not declare left out).
+    """
+    cfg = _resolve_objective(cfg, others_own)
     family = cfg.model.family.value
-    if cfg.objective.name is None:
-        cfg.objective.name = family_defaults(family).objective
-    check_pair(family, cfg.objective.name)
-    # the chosen objective's own settings: an unknown key or a wrong type is one line naming objective.<key>
-    cfg.objective.own = entry(cfg.objective.name, family).own_values(cfg.objective.own)
     if cfg.data.seq_len < 4:  # every objective needs room for a target (objectives.make_objective)
         raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 4")
     if cfg.data.seq_len > cfg.model.max_seq_len:
@@ -392,6 +410,20 @@ def cross_checks(cfg: Config) -> None:
         raise ConfigInputError(f"finetune.monitor={cfg.finetune.monitor} is not one of: {', '.join(monitors)}")
     if cfg.resume not in ("never", "auto") and not _exists(cfg.resume):
         raise ConfigInputError(f"resume={cfg.resume} is not never, auto or an existing checkpoint")
+    return cfg
+
+
+def _resolve_objective(cfg: Config, others_own: bool) -> Config:
+    """``cfg`` with ``objective.name`` (the family's default when unset) and its own settings checked (an unknown key
+    or a wrong type is one line naming ``objective.<key>``) over their defaults."""
+    from famlab.objectives.registry import check_pair, entry  # lazy: keeps `famlab config` / `presets` light
+
+    family = cfg.model.family.value
+    name = cfg.objective.name or family_defaults(family).objective
+    check_pair(family, name)
+    chosen = entry(name, family)
+    given = {k: v for k, v in cfg.objective.own.items() if not others_own or k in chosen.own}
+    return with_values(cfg, {"objective.name": name, "objective.own": chosen.own_values(given)})
 
 
 def _check_finetune_grid(ft: FinetuneConfig) -> None:

@@ -5,15 +5,21 @@ OmegaConf over dataclasses: merging YAML presets and ``key=value`` overrides ont
 checks enum values and coerces types. ``OmegaConf.to_object`` then gives real dataclasses, which runs
 ``ModelConfig.__post_init__`` (derived fields and the model's own checks).
 
+Every section is a frozen dataclass: once a command has composed and validated its config, nothing changes it.
+A step that needs a variant (a comparison arm's budget, a fine-tune's seeds, the tokenizer's vocabulary in the
+model section) builds a new one with :func:`with_values`, and hands that on; the type checker refuses an assignment
+to a field.
+
 Every field is documented where it is declared. ``None`` on an ``Optional`` field means "derived"
 (from the family, the tokenizer or another field) and says where from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from famlab.families.config import BIG, ModelConfig, check_ranges
 from famlab.families.registry import family_names
@@ -58,7 +64,7 @@ class CompareMatch(str, Enum):
     tokens = "tokens"  # the same number of corpus tokens consumed
 
 
-@dataclass
+@dataclass(frozen=True)
 class TokenizerConfig:
     kind: TokenizerKind = TokenizerKind.bpe  # tokenizer model trained on the corpus
     vocab_size: int = 8192  # requested size incl. special tokens and sentinels (unigram may give fewer)
@@ -71,7 +77,7 @@ class TokenizerConfig:
                                               "sample_bytes": (1, 2**40, "[]")})
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     # pretraining corpus: wordnet | file.txt | file.jsonl (also .gz / .zst) | file.parquet | directory |
     # hf:<name>[:<config>] | a prepared dataset directory (famlab prepare; docs/data.md)
@@ -105,7 +111,7 @@ class DataConfig:
         })
 
 
-@dataclass
+@dataclass(frozen=True)
 class ObjectiveConfig:
     # The valid names per family: `famlab presets` (famlab.objectives.registry); defaults from the registry too.
     name: str | None = None  # the objective; None = the family's default (famlab.families.faithful)
@@ -132,7 +138,7 @@ class ObjectiveConfig:
         })
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
     name: str = "adamw"  # pretraining optimiser: adamw | adafactor (T5's; relative step sizes, lr caps them)
     lr: float = 1e-3  # peak learning rate (AdamW) at base scale; the effective peak is lr * lr_scale
@@ -155,7 +161,7 @@ class OptimConfig:
             raise ConfigInputError(f"optim.name={self.name} is not one of: adamw, adafactor")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainerConfig:
     max_steps: int = 1000  # optimizer steps to train (pretraining budget)
     val_check_interval: int = 100  # validate every this many training batches
@@ -184,7 +190,7 @@ class TrainerConfig:
             raise ConfigInputError("trainer.max_epochs=0 trains nothing; use -1 (as many as max_steps needs) or >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class WandbConfig:
     project: str = "famlab"  # W&B project
     entity: str | None = None  # W&B entity (user or team); None = the account's default
@@ -196,7 +202,7 @@ class WandbConfig:
     log_model: str = "false"  # checkpoints to upload: false (a path + checksum reference) | final | all
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinetuneConfig:
     epochs: int = 3  # passes over the training split (ignored when max_steps is set)
     max_steps: int | None = None  # optimizer steps instead of epochs; None = use epochs
@@ -243,7 +249,7 @@ class FinetuneConfig:
 LAUNCHERS = ("local", "slurm", "submitit-local")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompareConfig:
     families: list[str] = field(default_factory=lambda: list(family_names()))  # families compared; default: all
     objectives: list[str] = field(default_factory=list)  # arms: objective or family:objective; [] = presets
@@ -285,7 +291,7 @@ class CompareConfig:
             raise ConfigInputError(f"compare.launcher={self.launcher} is not one of: {', '.join(LAUNCHERS)}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepConfig:
     parallel: int = 1  # trials run at the same time (local sweeps)
     count: int | None = None  # trials for method=random; None = the sweep file's run_cap or 10
@@ -296,7 +302,7 @@ class SweepConfig:
         check_ranges(self, "sweep", {"parallel": (1, 1024, "[]"), "count": (1, 1_000_000, "[]"), "seed": SEED})
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
@@ -320,3 +326,25 @@ class Config:
 
     def __post_init__(self) -> None:
         check_ranges(self, "", {"seed": SEED})
+
+
+Section = TypeVar("Section")
+
+
+def with_values(section: Section, changes: Mapping[str, Any]) -> Section:
+    """A copy of a frozen config (or one of its sections) with dotted keys set: ``{"trainer.max_steps": 50}``.
+
+    Each changed section is rebuilt through its constructor, so its own checks (``__post_init__``) run on the new
+    values; the sections not named are shared with the original, which stays as it was.
+    """
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in changes.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for head, sub in nested.items():
+        direct[head] = with_values(direct.get(head, getattr(section, head)), sub)
+    return replace(section, **direct)  # type: ignore[type-var]

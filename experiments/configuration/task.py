@@ -8,10 +8,23 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from famlab.datamodules.suite import TaskSpec
 from famlab.datamodules.tasks import Task, load_task
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
 
 TASK_VAL_FRACTION = 0.1  # a task's validation fraction when data.val_fraction is unset (a corpus's is 0.05)
+
+
+def task_columns(spec: TaskSpec) -> dict[str, str | None]:
+    """The ``data.*`` keys that read a suite task: its file and columns."""
+    return {"data.task": spec.task, "data.text_column": spec.text_column,
+            "data.text_pair_column": spec.text_pair_column, "data.label_column": spec.label_column,
+            "data.split_column": spec.split_column}
+
+
+def with_task(cfg: Config, spec: TaskSpec, **changes: Any) -> Config:
+    """``cfg`` reading the suite task ``spec`` (its file and columns), with any other top-level keys ``changes``."""
+    return with_values(cfg, {**task_columns(spec), **changes})
 
 
 def load_configured_task(data: DataConfig | Mapping[str, Any]) -> Task:

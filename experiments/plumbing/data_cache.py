@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
 from famlab.experiments.configuration.run_files import RunFiles
 from famlab.experiments.plumbing.console import heartbeat_seconds
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from famlab.objectives import TokenIds
 
 
-def cache_dir(cfg: Config) -> Path:
+def cache_dir(data: DataConfig) -> Path:
     """``data.cache_dir``, else ``$FAMLAB_CACHE``, else ``~/.cache/famlab``."""
-    path = cfg.data.cache_dir or os.environ.get("FAMLAB_CACHE") or "~/.cache/famlab"
+    path = data.cache_dir or os.environ.get("FAMLAB_CACHE") or "~/.cache/famlab"
     return Path(path).expanduser()
 
 
@@ -64,15 +64,15 @@ class ProgressLine:
             self.stream.write("\n")
 
 
-def prepare_settings(cfg: Config) -> PrepareSettings:
+def prepare_settings(data: DataConfig) -> PrepareSettings:
     """``datamodules.PrepareSettings`` from ``data.*`` (``data.val_fraction`` None: 0.05)."""
     from famlab.datamodules.prepare import PrepareSettings
 
-    t = cfg.data.tokenizer
+    t = data.tokenizer
     return PrepareSettings(
         kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels, tokenizer_path=t.path,
-        sample_bytes=t.sample_bytes, seed=cfg.data.seed,
-        val_fraction=cfg.data.val_fraction if cfg.data.val_fraction is not None else 0.05,
+        sample_bytes=t.sample_bytes, seed=data.seed,
+        val_fraction=data.val_fraction if data.val_fraction is not None else 0.05,
     )
 
 
@@ -95,7 +95,7 @@ def parallel_tokenizers() -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = before
 
 
-def prepared_corpus(cfg: Config, out: Path | None = None, progress: Progress | None = None) -> PreparedDataset:
+def prepared_corpus(data: DataConfig, out: Path | None = None, progress: Progress | None = None) -> PreparedDataset:
     """``data.corpus`` as a ``datamodules.PreparedDataset``: a prepared directory opened as it is, a raw spec
     prepared once into the cache (``cache_dir/prepared/``, keyed by its files' identity and ``data.*``) or ``out``.
 
@@ -104,24 +104,24 @@ def prepared_corpus(cfg: Config, out: Path | None = None, progress: Progress | N
     """
     from famlab.datamodules.prepare import MANIFEST, is_prepared_dir, open_prepared, prepare_corpus, prepared_location
 
-    spec = cfg.data.corpus
+    spec = data.corpus
     if is_prepared_dir(spec):
         return open_prepared(spec)
-    settings = prepare_settings(cfg)
-    target = out or prepared_location(spec, settings, cache_dir(cfg))
+    settings = prepare_settings(data)
+    target = out or prepared_location(spec, settings, cache_dir(data))
     wait_for_rank_zero(target / MANIFEST, "the prepared corpus", rank=env_rank())
     if env_rank() != 0:
         return open_prepared(target)
     line = progress or ProgressLine()
     try:
         with parallel_tokenizers():
-            return prepare_corpus(spec, settings, cache_dir=cache_dir(cfg), out=out, progress=line)
+            return prepare_corpus(spec, settings, cache_dir=cache_dir(data), out=out, progress=line)
     finally:
         if isinstance(line, ProgressLine):
             line.close()
 
 
-def get_bundle(cfg: Config, corpus: TrainingDocuments | None, run_dir: Path | None = None) -> TokenizerBundle:
+def get_bundle(data: DataConfig, corpus: TrainingDocuments | None, run_dir: Path | None = None) -> TokenizerBundle:
     """The run's tokenizer: a prepared dataset's own (``corpus`` from :func:`prepared_corpus`), else trained once per
     corpus + settings and cached, or ``data.tokenizer.path``.
 
@@ -133,13 +133,13 @@ def get_bundle(cfg: Config, corpus: TrainingDocuments | None, run_dir: Path | No
     from famlab.datamodules.prepare import PreparedDataset
     from famlab.datamodules.tokenizer import cache_file
 
-    t = cfg.data.tokenizer
+    t = data.tokenizer
     if isinstance(corpus, PreparedDataset) and t.path is None:
         bundle = corpus.bundle(t.num_sentinels)
     else:
         if t.path is None and corpus is not None:  # the other DDP ranks load the tokenizer rank 0 trained
             file = cache_file(corpus, kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels,
-                              cache_dir=cache_dir(cfg), sample_bytes=t.sample_bytes, seed=cfg.data.seed)
+                              cache_dir=cache_dir(data), sample_bytes=t.sample_bytes, seed=data.seed)
             wait_for_rank_zero(file, "the tokenizer", rank=env_rank())
         bundle = get_tokenizer(
             corpus,
@@ -147,8 +147,8 @@ def get_bundle(cfg: Config, corpus: TrainingDocuments | None, run_dir: Path | No
             vocab_size=t.vocab_size,
             num_sentinels=t.num_sentinels,
             path=t.path,
-            cache_dir=cache_dir(cfg),
-            **({} if t.path else {"sample_bytes": t.sample_bytes, "seed": cfg.data.seed}),  # training settings only
+            cache_dir=cache_dir(data),
+            **({} if t.path else {"sample_bytes": t.sample_bytes, "seed": data.seed}),  # training settings only
         )
     if run_dir is not None and env_rank() == 0:
         shutil.copyfile(bundle.path, RunFiles(run_dir).tokenizer_file)
@@ -162,12 +162,12 @@ def token_ids(bundle: TokenizerBundle) -> TokenIds:
     return TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
 
 
-def set_vocab(cfg: Config, vocab_size: int) -> None:
-    """Set ``model.vocab_size`` from the tokenizer (0 = unset); a different explicit value is an error."""
+def with_vocab(cfg: Config, vocab_size: int) -> Config:
+    """``cfg`` with ``model.vocab_size`` from the tokenizer (0 = unset); a different explicit value is an error."""
     if cfg.model.vocab_size not in (0, vocab_size):
         raise ConfigInputError(
             f"model.vocab_size={cfg.model.vocab_size} does not match the tokenizer's {vocab_size} tokens "
             "(data.tokenizer); set model.vocab_size=0 to take it from the tokenizer"
         )
-    cfg.model = dataclasses.replace(cfg.model, vocab_size=vocab_size)  # reruns ModelConfig's checks
+    return with_values(cfg, {"model": dataclasses.replace(cfg.model, vocab_size=vocab_size)})  # reruns its checks
 

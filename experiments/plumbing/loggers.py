@@ -33,7 +33,7 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
 
     # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
     loggers: list[Logger] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
-    mode = wandb_mode(cfg)
+    mode = wandb_mode(cfg.wandb)
     if mode == "disabled":
         return loggers
     tags = list(dict.fromkeys([cfg.model.family.value, str(cfg.objective.name), cfg.model.pos.value, *cfg.wandb.tags]))

@@ -74,7 +74,7 @@ def run(fn: Callable[..., T], *args: object, spec: Path, gpus: tuple[str, ...] |
     spec.parent.mkdir(parents=True, exist_ok=True)
     for stale in spec.parent.glob(f"{spec.name}.*"):
         stale.unlink()
-    # the plugins first, the job pickled on its own: its configs may hold a plugin's enum member (plumbing/plugins.py)
+    # the plugins first, the job pickled on its own: its configs may name a plugin's registered choices
     spec.write_bytes(pickle.dumps((plugins.loaded(), pickle.dumps((fn.__module__, fn.__qualname__, args)))))
     log = spec.with_name(spec.name + ".log")
     with log.open("ab") as out:

@@ -29,12 +29,12 @@ def _loadable(path: Path) -> str | None:
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def resolve_resume(cfg: Config, checkpoint_dir: Path) -> str | None:
+def resolve_resume(resume: str, checkpoint_dir: Path) -> str | None:
     """The checkpoint ``fit`` resumes from: ``resume=never`` None; ``auto`` ``last.ckpt`` (or, if it is
     unreadable, ``last-prev.ckpt`` with a warning; None if there is none); else the given path."""
-    if cfg.resume == "never":
+    if resume == "never":
         return None
-    if cfg.resume == "auto":
+    if resume == "auto":
         last, prev = checkpoint_dir / LAST_CKPT, checkpoint_dir / PREV_NAME
         if last.is_dir():  # a sharded checkpoint (FSDP, DeepSpeed): never start over silently beside it
             raise ConfigInputError(f"resume=auto: {last} is a sharded checkpoint directory, which famlab cannot "
@@ -50,12 +50,12 @@ def resolve_resume(cfg: Config, checkpoint_dir: Path) -> str | None:
             print(f"famlab: WARNING {last} is unreadable ({problem}); resuming from {prev}", file=sys.stderr)
             return str(prev)
         raise ConfigInputError(f"resume=auto: {last} is unreadable ({problem}) and no readable {PREV_NAME}")
-    path = Path(cfg.resume).expanduser()
+    path = Path(resume).expanduser()
     if not path.is_file():
-        raise ConfigInputError(f"resume={cfg.resume}: no such checkpoint file (use never | auto | <path.ckpt>)")
+        raise ConfigInputError(f"resume={resume}: no such checkpoint file (use never | auto | <path.ckpt>)")
     problem = _loadable(path)
     if problem is not None:
-        raise ConfigInputError(f"resume={cfg.resume}: unreadable checkpoint ({problem})")
+        raise ConfigInputError(f"resume={resume}: unreadable checkpoint ({problem})")
     return str(path)
 
 

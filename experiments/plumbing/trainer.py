@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import Config, TrainerConfig
 from famlab.experiments.perf.allocator import keep_freed_memory
 from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
 from famlab.experiments.plumbing.launch_env import note_world
@@ -23,45 +23,45 @@ if TYPE_CHECKING:
     TrainerPlugin = Precision | ClusterEnvironment | CheckpointIO | LayerSync  # what Trainer(plugins=[...]) takes
 
 
-def precision(cfg: Config) -> str:
+def precision(t: TrainerConfig) -> str:
     """``trainer.precision``; ``auto`` = bf16-mixed on a CUDA GPU with bf16, else 32-true."""
-    if cfg.trainer.precision != "auto":
-        return cfg.trainer.precision
+    if t.precision != "auto":
+        return t.precision
     import torch
 
-    return "bf16-mixed" if trains_on_cuda(cfg) and torch.cuda.is_bf16_supported() else "32-true"
+    return "bf16-mixed" if trains_on_cuda(t) and torch.cuda.is_bf16_supported() else "32-true"
 
 
-def trains_on_cuda(cfg: Config) -> bool:
+def trains_on_cuda(t: TrainerConfig) -> bool:
     """Whether this run's training device is a CUDA GPU (one is visible and ``trainer.accelerator`` allows it)."""
     import torch
 
-    return torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
+    return torch.cuda.is_available() and t.accelerator in ("auto", "gpu", "cuda")
 
 
-def fp32_matmul_precision(cfg: Config) -> str:
+def fp32_matmul_precision(t: TrainerConfig) -> str:
     """On a CUDA run, let fp32 matmuls use TF32 (``torch.set_float32_matmul_precision("high")``; torch's default
     ``highest`` leaves Ampere and later GPUs' tensor cores idle for them); elsewhere leave torch's setting.
     Returns the setting now in force. bf16-mixed runs most matmuls in bf16 anyway; this covers the ones autocast
     keeps in fp32 and 32-true runs."""
     import torch
 
-    if trains_on_cuda(cfg):
+    if trains_on_cuda(t):
         torch.set_float32_matmul_precision("high")
     return torch.get_float32_matmul_precision()
 
 
-def tune_process(cfg: Config) -> None:
+def tune_process(t: TrainerConfig) -> None:
     """Process-wide settings of a training process: glibc malloc keeps freed memory, so training steps stop
     re-faulting their activations (experiments/perf/allocator.py); TF32 for fp32 matmuls on a CUDA run."""
     keep_freed_memory()
-    fp32_matmul_precision(cfg)
+    fp32_matmul_precision(t)
 
 
-def syncs_batchnorm(cfg: Config) -> bool:
+def syncs_batchnorm(t: TrainerConfig) -> bool:
     """A fine-tune's standardising head (BatchNorm) sees the global batch's statistics under DDP, as on one device.
     torch's SyncBatchNorm runs on GPUs only, so a CPU (gloo) DDP run standardises per rank (docs/scale.md)."""
-    return trains_on_cuda(cfg) and planned_world(cfg.trainer) > 1
+    return trains_on_cuda(t) and planned_world(t) > 1
 
 
 def make_trainer(
@@ -86,8 +86,8 @@ def make_trainer(
     from famlab.experiments.plumbing.reliability import reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
 
-    tune_process(cfg)
     t = cfg.trainer
+    tune_process(t)
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
                             *reliability_callbacks(cfg, checkpoint_dir)]
@@ -105,7 +105,7 @@ def make_trainer(
         devices=check_lightning_settings(t)["devices"],
         strategy=t.strategy,
         num_nodes=t.num_nodes,
-        precision=precision(cfg),  # type: ignore[arg-type]  # one of Lightning's values (lightning_check.py)
+        precision=precision(t),  # type: ignore[arg-type]  # one of Lightning's values (lightning_check.py)
         accumulate_grad_batches=t.accumulate_grad_batches,
         gradient_clip_val=cfg.optim.grad_clip,
         deterministic=t.deterministic,
@@ -118,7 +118,7 @@ def make_trainer(
         # no_grad instead of inference_mode for evaluation: metric states reset inside trainer.validate()
         # (validate_first) would otherwise be inference tensors that fit's validation cannot update
         inference_mode=False,
-        sync_batchnorm=syncs_batchnorm(cfg),
+        sync_batchnorm=syncs_batchnorm(t),
         plugins=cluster_plugins(),
     )
     note_world(trainer.world_size)  # a failure after fit is still reported as one rank's (plumbing/rank_failure.py)
@@ -136,9 +136,9 @@ def cluster_plugins() -> list[TrainerPlugin]:
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
-def maybe_compile(cfg: Config, module: PretrainModule) -> PretrainModule:
+def maybe_compile(t: TrainerConfig, module: PretrainModule) -> PretrainModule:
     """When ``trainer.compile``: ``torch.compile`` (inductor) the whole training loss, network and objective in one
     graph (``PretrainModule.compile_step``); eager from the first call that fails, with a warning naming the error."""
-    if cfg.trainer.compile:
+    if t.compile:
         module.compile_step()
     return module

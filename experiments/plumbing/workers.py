@@ -98,8 +98,8 @@ def executor(workers: int, init: Callable[[ContextT], None], context: ContextT,
     each started with ``init(context)`` after setting its torch threads (:func:`threads_per_worker`).
 
     ``plugin_names`` (:mod:`famlab.experiments.plumbing.plugins`; None: those this process imported) are imported
-    here and in each worker before its context is unpickled: the context may hold a plugin's enum member
-    (``Family('toy')``), which a process without the plugin cannot rebuild."""
+    here and in each worker before its context is unpickled: the context's configs name a plugin's family,
+    objective or position scheme, which the worker's jobs look up in registries that only the plugin fills."""
     plugin_names = plugins.loaded() if plugin_names is None else list(plugin_names)
     plugins.load(plugin_names)
     if workers == 1:

@@ -27,7 +27,14 @@ from famlab.experiments.configuration.budget import (
     solve_params,
     step_cost,
 )
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import (
+    CompareConfig,
+    Config,
+    DataConfig,
+    FinetuneConfig,
+    TrainerConfig,
+    with_values,
+)
 from famlab.experiments.configuration.placement import Placement
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
 from famlab.experiments.plumbing.data_cache import cache_dir, prepare_settings
@@ -40,32 +47,33 @@ from famlab.objectives import Objective, TokenIds, make_objective
 
 def make_objective_for(cfg: Config, ids: TokenIds) -> Objective:
     """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
-    return make_objective(objective_name(cfg), ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
-                          **objective_settings(cfg))
+    return make_objective(objective_name(cfg.objective), ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
+                          **objective_settings(cfg.objective))
 
 
-def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> Plan:
-    """Match the budget across arms in place (steps or sizes); returns the plan the report states.
+def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> tuple[Plan, dict[str, Config]]:
+    """Match the budget across arms (steps or sizes); returns the plan the report states and each arm's config with
+    its budget (the configs given are left as they are).
 
-    ``cfgs`` maps arm names to configs (:func:`compose_all`); so does ``plan.arms``, each entry naming its
-    family and objective. FLOPs and corpus tokens per step come from each arm's own objective batch shape, so
-    arms of one family with different objectives get different step counts.
+    ``cfgs`` maps arm names to configs (:func:`compose_all`); so do ``plan.arms`` and the configs returned, each
+    entry naming its family and objective. FLOPs and corpus tokens per step come from each arm's own objective
+    batch shape, so arms of one family with different objectives get different step counts.
     """
     match, tol = base.compare.match.value, base.compare.tolerance
     plan = Plan(match=match, tolerance=tol, arms={})
     if match == "params":
         ref_arm = next(iter(cfgs))
-        plan.target_non_embedding_params = match_sizes(cfgs, ref_arm)
+        cfgs, plan.target_non_embedding_params = match_sizes(cfgs, ref_arm)
         plan.reference = f"{ref_arm} at its preset size (non-embedding parameters)"
     # data.batch_size is the global batch of one optimizer step, whatever the devices and accumulation
     costs = {arm: step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size) for arm, cfg in cfgs.items()}
     if match in ("flops", "tokens"):
-        plan.target = match_step_counts(base, cfgs, costs)
+        cfgs, plan.target = match_step_counts(base, cfgs, costs)
         plan.reference_steps = base.trainer.max_steps
         plan.reference = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost " + (
             "arm" if base.compare.objectives else "family")
     plan.arms = {arm: arm_budget(cfg, costs[arm]) for arm, cfg in cfgs.items()}
-    plan.corpus_train_tokens, plan.corpus_size = corpus_train_tokens(base)
+    plan.corpus_train_tokens, plan.corpus_size = corpus_train_tokens(base.data)
     if plan.corpus_train_tokens:
         for budget in plan.arms.values():
             budget.passes = budget.corpus_tokens / plan.corpus_train_tokens
@@ -74,34 +82,34 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> Plan:
     plan.achieved_spread = spread
     if spread > tol:
         raise BudgetError(f"compare.match={match}: budgets differ by {spread:.2%} > compare.tolerance={tol}")
-    return plan
+    return plan, cfgs
 
 
-def match_sizes(cfgs: dict[str, Config], ref_arm: str) -> int:
-    """``compare.match=params``: resize every other arm's model to the reference arm's non-embedding parameter
-    count (in place); returns that count."""
+def match_sizes(cfgs: dict[str, Config], ref_arm: str) -> tuple[dict[str, Config], int]:
+    """``compare.match=params``: every arm's config with its model resized to the reference arm's non-embedding
+    parameter count, and that count."""
     target = count_params(cfgs[ref_arm].model)[1]
-    for arm, cfg in cfgs.items():
-        if arm != ref_arm:
-            cfg.model, _ = solve_params(cfg.model, target)
-    return target
+    sized = {arm: cfg if arm == ref_arm else with_values(cfg, {"model": solve_params(cfg.model, target)[0]})
+             for arm, cfg in cfgs.items()}
+    return sized, target
 
 
-def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, StepCost]) -> int:
-    """``compare.match=flops / tokens``: give every arm the steps that spend what ``trainer.max_steps`` steps of
-    the median-cost arm spend, with its warmup and validation interval scaled to them (in place); returns the
-    budget."""
+def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, StepCost]
+                      ) -> tuple[dict[str, Config], int]:
+    """``compare.match=flops / tokens``: every arm's config with the steps that spend what ``trainer.max_steps``
+    steps of the median-cost arm spend, its warmup and validation interval scaled to them; and that budget."""
     match, tol = base.compare.match.value, base.compare.tolerance
     per_step = {f: (c.flops if match == "flops" else c.corpus_tokens) for f, c in costs.items()}
     ordered = sorted(per_step.values())
     target = base.trainer.max_steps * ordered[len(ordered) // 2]
     steps = match_steps(per_step, target, tol, match)
     checks = max(1, round(base.trainer.max_steps / base.trainer.val_check_interval))
-    for arm, cfg in cfgs.items():
-        cfg.trainer.max_steps = steps[arm]
-        cfg.optim.warmup_steps = min(cfg.optim.warmup_steps, max(1, steps[arm] // 5))
-        cfg.trainer.val_check_interval = _divisor_near(steps[arm], steps[arm] / checks)
-    return target
+    budgeted = {arm: with_values(cfg, {
+        "trainer.max_steps": steps[arm],
+        "optim.warmup_steps": min(cfg.optim.warmup_steps, max(1, steps[arm] // 5)),
+        "trainer.val_check_interval": _divisor_near(steps[arm], steps[arm] / checks),
+    }) for arm, cfg in cfgs.items()}
+    return budgeted, target
 
 
 def arm_budget(cfg: Config, cost: StepCost) -> ArmBudget:
@@ -126,11 +134,11 @@ def _divisor_near(n: int, want: float) -> int:
 
 # --- famlab compare --dry-run: the plan and the jobs, stated before anything runs -----------------------------------
 
-def assumed_ids(cfg: Config) -> TokenIds:
+def assumed_ids(data: DataConfig) -> TokenIds:
     """Token ids for a plan made before the comparison's tokenizer exists (``famlab compare --dry-run``): the
     requested ``data.tokenizer.vocab_size``, special tokens first and sentinels on top, as a trained tokenizer lays
     them out (one that stops short of the requested size on a small corpus plans slightly other steps)."""
-    size, sentinels = cfg.data.tokenizer.vocab_size, cfg.data.tokenizer.num_sentinels
+    size, sentinels = data.tokenizer.vocab_size, data.tokenizer.num_sentinels
     names = ("pad", "unk", "cls", "sep", "mask", "bos", "eos", "r", "x", "s")
     return TokenIds(vocab_size=size, sentinel_ids=range(size - 1, size - 1 - sentinels, -1),
                     **{n: i for i, n in enumerate(names)})
@@ -153,9 +161,8 @@ def plan_lines(base: Config, cfgs: dict[str, Config], plan: Plan) -> list[str]:
             f"  spread on {plan.match}: {plan.achieved_spread:.2%} (compare.tolerance {cmp.tolerance:.0%})"]
 
 
-def finetune_note(cfg: Config, seeds: list[int]) -> str:
+def finetune_note(ft: FinetuneConfig, seeds: list[int]) -> str:
     """What one fine-tuning job trains: its grid, seeds and the fine-tunes they make (``finetune.select_seeds``)."""
-    ft = cfg.finetune
     points = grid_points(ft)
     k = len(seeds) if ft.select_seeds is None or len(points) == 1 else min(ft.select_seeds, len(seeds))
     runs = len(points) * k + len(seeds) - k
@@ -165,14 +172,13 @@ def finetune_note(cfg: Config, seeds: list[int]) -> str:
     return f"seeds {seeds} x grid (body/head lr) {grid}{select}: {runs} fine-tunes of {steps}"
 
 
-def job_lines(base: Config, cfgs: dict[str, Config], plan: Plan, tasks: list[str | None], rate: Rate | None = None
+def job_lines(cmp: CompareConfig, cfgs: dict[str, Config], plan: Plan, tasks: list[str | None], rate: Rate | None = None
               ) -> list[str]:
     """The comparison's jobs in the order they are submitted (pretraining, most FLOPs first; the scratch baselines;
     each pretrained model's probe and fine-tunes as soon as it is trained), one line each, with what each writes.
 
     ``tasks``: ``[None]`` for one task (runs in the comparison directory), else the suite's task names (a folder
     each). ``rate``: each pretraining run's time from its planned FLOPs is stated at it (:func:`cost_lines`)."""
-    cmp = base.compare
     order = sorted(cfgs, key=lambda arm: plan.arms[arm].flops, reverse=True)
     lines = []
     for arm in order:
@@ -189,7 +195,7 @@ def job_lines(base: Config, cfgs: dict[str, Config], plan: Plan, tasks: list[str
     firsts: dict[str, Config] = {}  # a family's scratch baseline is its first arm's network
     for cfg in cfgs.values():
         firsts.setdefault(cfg.model.family.value, cfg)
-    lines += [f"fine-tune {family} from scratch{_on(task)}: {finetune_note(cfg, list(cmp.scratch_seeds))} -> "
+    lines += [f"fine-tune {family} from scratch{_on(task)}: {finetune_note(cfg.finetune, list(cmp.scratch_seeds))} -> "
               f"{_in(task)}{family}-scratch/" for family, cfg in firsts.items() if cmp.scratch_seeds for task in tasks]
     for arm in order:
         for seed in cmp.pretrain_seeds:
@@ -199,7 +205,7 @@ def job_lines(base: Config, cfgs: dict[str, Config], plan: Plan, tasks: list[str
                     lines.append(f"probe {model}: frozen features vs {len(cfgs[arm].finetune.probe_seeds)} "
                                  f"random-init bodies -> {_in(task)}{arm}-probe-s{seed}/")
                 if cmp.seeds:
-                    lines.append(f"fine-tune {model}: {finetune_note(cfgs[arm], list(cmp.seeds))} -> "
+                    lines.append(f"fine-tune {model}: {finetune_note(cfgs[arm].finetune, list(cmp.seeds))} -> "
                                  f"{_in(task)}{arm}-ft-s{seed}/")
     return lines
 
@@ -228,15 +234,15 @@ REPEATS_WORTH_LESS = 4.0
 CORPUS_DOC = "docs/data.md, \"A corpus large enough for small and base\""
 
 
-def corpus_train_tokens(base: Config) -> tuple[int | None, str]:
+def corpus_train_tokens(data: DataConfig) -> tuple[int | None, str]:
     """The training split's tokens of ``data.corpus`` prepared with ``base``'s ``data.*`` settings, and how they were
     found; ``(None, why)`` when it is not prepared yet. Reads the prepared directory's small JSON files only: the
     stream file a pretraining run cuts blocks from (``streams-sep<id>.json``, separators included), else the
     manifest's tokens scaled by the training documents' share."""
-    spec = base.data.corpus
+    spec = data.corpus
     try:
         where = Path(spec).expanduser() if is_prepared_dir(spec) else prepared_location(
-            spec, prepare_settings(base), cache_dir(base))
+            spec, prepare_settings(data), cache_dir(data))
     except DataError as e:
         return None, f"unknown ({e})"
     if not (where / MANIFEST).is_file():
@@ -261,14 +267,14 @@ class Rate:
     how: str
 
 
-def training_rate(base: Config, placement: Placement) -> Rate:
+def training_rate(t: TrainerConfig, placement: Placement) -> Rate:
     """The rate a job of this comparison trains at on this machine: a GPU's datasheet peak at the run's precision x
     :data:`GPU_MFU`, or the CPU's fp32 matmul measured now on the threads each rank will have x :data:`CPU_MFU`."""
     k = placement.devices_per_job
     if placement.gpus and not torch.cuda.is_available():  # GPUs listed (CUDA_VISIBLE_DEVICES) that torch cannot use
         return Rate(math.nan, k, "no GPU peak: CUDA is not available to this process")
     if placement.gpus:
-        peak, how = peak_flops(torch.device("cuda"), dtype=precision_dtype(precision(base)))
+        peak, how = peak_flops(torch.device("cuda"), dtype=precision_dtype(precision(t)))
         return Rate(peak * GPU_MFU, k, f"{how} x an assumed {GPU_MFU:.0%} MFU (nanoGPT / litgpt, GPT-2-124M on A100 / "
                     "H100; a smaller model reaches less, so read the times as lower bounds)")
     threads = placement.threads_per_rank(cores())

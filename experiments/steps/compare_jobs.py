@@ -3,7 +3,6 @@ probe and fine-tune it on a task, fine-tune a family from scratch; and the compa
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from famlab.experiments.analysis.results import (
     read_failures,
 )
 from famlab.experiments.configuration.compare_defaults import visible_gpus
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import Config, with_values
 from famlab.experiments.configuration.placement import devices_per_job
 from famlab.experiments.plumbing import failures, process_group, workers
 from famlab.experiments.plumbing.data_cache import token_ids
@@ -47,7 +46,7 @@ def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: TokenizerB
     """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents), on
     the device the run trained on (:func:`eval_device`)."""
     ckpt = RunDir(run_dir).last_checkpoint
-    net, _ = load_network(cfg, Init("run", run_dir=run_dir, checkpoint=ckpt))
+    net, _ = load_network(cfg.model, Init("run", run_dir=run_dir, checkpoint=ckpt))
     net.to(eval_device(cfg.trainer.accelerator)).eval()
 
     def encode(text: str) -> list[int]:
@@ -64,13 +63,10 @@ def _pretrain_one(
     cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
     evaluate: Callable[[Path, Config], ByteScore | None] | None = None,
 ) -> PretrainedRun:
-    run = copy.deepcopy(cfg)
-    run.seed = seed
-    run.run_dir = str(comp_dir / f"{arm or cfg.model.family.value}-pretrain-s{seed}{suffix}")
-    run.name = Path(run.run_dir).name
-    run.wandb.group = group
-    run.wandb.tags = list(dict.fromkeys([*run.wandb.tags, *tags]))
-    done = RunDir(Path(run.run_dir))
+    run_dir = comp_dir / f"{arm or cfg.model.family.value}-pretrain-s{seed}{suffix}"
+    run = with_values(cfg, {"seed": seed, "run_dir": str(run_dir), "name": run_dir.name, "wandb.group": group,
+                            "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
+    done = RunDir(run_dir)
     if run.resume == "auto" and done.is_finished():  # finished before this comparison was stopped: read back
         return PretrainedRun(PretrainResult.from_json(done.results_data()), run)
     return PretrainedRun(in_job_world(pretrain, run, comp_dir=comp_dir, evaluate=evaluate), run)
@@ -78,16 +74,14 @@ def _pretrain_one(
 
 def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Path,
                  evaluate: Callable[[Path, Config], ByteScore | None] | None = None) -> T:
-    """``fn(cfg, *args)`` (a step that fits: pretraining or a fine-tune; ``cfg`` the job's own copy) on its devices
-    (:mod:`famlab.experiments.configuration.placement`): one device in this process; several as the job's own DDP
-    world, a child process group (:mod:`famlab.experiments.plumbing.process_group`), so that Lightning's launcher
-    re-runs the job, never ``famlab compare``. ``evaluate`` (scoring while the W&B run is open) runs in this process
-    only; a job on several devices is scored afterwards (:func:`evaluate_pretrained`)."""
-    job = cfg  # the job's own copy (its caller's), given its devices
-    k = devices_per_job(job.trainer, tuple(visible_gpus(job.trainer.accelerator)))
-    job.trainer.devices = k
-    if k == 1 and job.trainer.strategy.startswith("ddp"):  # a one-rank world has nothing to synchronise
-        job.trainer.strategy = "auto"
+    """``fn(job, *args)`` (a step that fits: pretraining or a fine-tune; ``job`` is ``cfg`` given the job's devices)
+    on its devices (:mod:`famlab.experiments.configuration.placement`): one device in this process; several as the
+    job's own DDP world, a child process group (:mod:`famlab.experiments.plumbing.process_group`), so that Lightning's
+    launcher re-runs the job, never ``famlab compare``. ``evaluate`` (scoring while the W&B run is open) runs in this
+    process only; a job on several devices is scored afterwards (:func:`evaluate_pretrained`)."""
+    k = devices_per_job(cfg.trainer, tuple(visible_gpus(cfg.trainer.accelerator)))
+    one_rank_ddp = k == 1 and cfg.trainer.strategy.startswith("ddp")  # a one-rank world has nothing to synchronise
+    job = with_values(cfg, {"trainer.devices": k, **({"trainer.strategy": "auto"} if one_rank_ddp else {})})
     if k == 1:
         return fn(job, *args, **({"evaluate": evaluate} if evaluate is not None else {}))
     threads = max(1, workers.cores() // (job.compare.workers * k))
@@ -101,24 +95,24 @@ def arm_tags(c: Comparison, cfg: Config) -> list[str]:
     return [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
 
 
-def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> PretrainedRun:
+def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> tuple[PretrainedRun, Config]:
     """``compare.lr_grid``: pretrain the first seed at each lr and keep the lr with the lowest final validation
-    loss (in ``cfg`` and ``plan.json``); returns the run at that lr, which stands for the first seed."""
+    loss (in ``plan.json``); returns the run at that lr, which stands for the first seed, and the arm's config with
+    that lr."""
     cmp = c.base.compare
     tried = []
     for lr in cmp.lr_grid:
-        trial = copy.deepcopy(cfg)
-        trial.optim.lr, trial.optim.lr_scale = lr, 1.0
+        trial = with_values(cfg, {"optim.lr": lr, "optim.lr_scale": 1.0})
         r = c.clock.timed("pretraining", _pretrain_one,
                           trial, c.comp_dir, c.group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm)
         tried.append((r.result.final.get("val/loss", float("inf")), lr, r))
         c.clock.progress(f"lr {lr:g} {arm}: val/loss {r.result.final.get('val/loss')}")
     best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
-    cfg.optim.lr, cfg.optim.lr_scale = best_lr, 1.0
     c.plan.arms[arm].lr_grid = {f"{lr:g}": loss for loss, lr, _ in tried}
     c.plan.arms[arm].lr = best_lr
     log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
-    return next(r for _, lr, r in tried if lr == best_lr)
+    best = next(r for _, lr, r in tried if lr == best_lr)
+    return best, with_values(cfg, {"optim.lr": best_lr, "optim.lr_scale": 1.0})
 
 
 def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
@@ -238,21 +232,14 @@ def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: st
     done = read_done(run_dir)  # finished before a stop: read back, as pretraining and probes are (the comparison's
     if isinstance(done, FinetuneResult):  # settings were checked when it resumed; its paths may be another cwd's)
         return done
-    ft = copy.deepcopy(cfg)
-    ft.init = init
-    ft.run_dir = str(run_dir)
-    ft.name = run_dir.name
-    ft.finetune.seeds = seeds
-    ft.wandb.group = group
-    ft.wandb.tags = list(dict.fromkeys([*ft.wandb.tags, *tags]))
+    ft = with_values(cfg, {"init": init, "run_dir": str(run_dir), "name": run_dir.name, "finetune.seeds": seeds,
+                           "wandb.group": group, "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
     return in_job_world(finetune, ft, parse_init(init), comp_dir=comp_dir)
 
 
 def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> ProbeResult:
-    pr = copy.deepcopy(cfg)
-    pr.init, pr.run_dir, pr.name = init, str(run_dir), run_dir.name
-    pr.wandb.group = group
-    pr.wandb.tags = list(dict.fromkeys([*pr.wandb.tags, *tags, "probe"]))
+    pr = with_values(cfg, {"init": init, "run_dir": str(run_dir), "name": run_dir.name, "wandb.group": group,
+                           "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags, "probe"]))})
     return probe(pr, parse_init(init))
 
 

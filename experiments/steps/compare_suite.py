@@ -10,7 +10,6 @@ single-task comparison puts in the compare directory itself (``<arm>-ft-s<seed>`
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from collections.abc import Callable
@@ -20,8 +19,8 @@ from typing import TypedDict
 
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.experiments.analysis.suite_table import SUITE_FILE
-from famlab.experiments.configuration.config import Config
-from famlab.experiments.configuration.task import check_compare_task, check_subsample
+from famlab.experiments.configuration.config import Config, DataConfig, with_values
+from famlab.experiments.configuration.task import check_compare_task, check_subsample, with_task
 
 Subsample = Callable[[Config, Path], dict[str, str | None]]
 
@@ -59,7 +58,7 @@ def check_tasks(cfg: Config, specs: list[TaskSpec] | None) -> None:
         check_compare_task(cfg)
         return
     for spec in specs:
-        task = load_suite_task(spec, **_split(cfg))
+        task = load_suite_task(spec, **_split(cfg.data))
         check_subsample(task, cfg.compare.task_limit, cfg.compare.task_eval_limit, seed=cfg.data.seed,
                         source=f"data.task={cfg.data.task}: task '{spec.name}' ({spec.task})")
 
@@ -81,7 +80,7 @@ def prepare_tasks(
         folder = comp_dir / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         if subsample is not None:
-            data = subsample(with_spec(cfg, spec), folder / "task.csv")
+            data = subsample(with_task(cfg, spec), folder / "task.csv")
         else:
             data = {"task": spec.task, "text_column": spec.text_column, "label_column": spec.label_column,
                     "split_column": spec.split_column, "text_pair_column": spec.text_pair_column}
@@ -91,23 +90,11 @@ def prepare_tasks(
     return tasks
 
 
-def with_spec(cfg: Config, spec: TaskSpec) -> Config:
-    """A copy of ``cfg`` reading ``spec``'s task and columns."""
-    out = copy.deepcopy(cfg)
-    d = out.data
-    d.task, d.text_column, d.text_pair_column = spec.task, spec.text_column, spec.text_pair_column
-    d.label_column, d.split_column = spec.label_column, spec.split_column
-    return out
-
-
 def task_config(cfg: Config, task: SuiteTask | None) -> Config:
     """``cfg`` as the fine-tunes and probes of ``task`` read it (``cfg`` itself when there is no suite)."""
     if task is None:
         return cfg
-    out = copy.deepcopy(cfg)
-    for key, value in task.data.items():
-        setattr(out.data, key, value)
-    return out
+    return with_values(cfg, {f"data.{key}": value for key, value in task.data.items()})
 
 
 class _Split(TypedDict):
@@ -118,7 +105,7 @@ class _Split(TypedDict):
     test_fraction: float
 
 
-def _split(cfg: Config) -> _Split:
-    d = cfg.data
+def _split(data: DataConfig) -> _Split:
+    d = data
     return {"seed": d.seed, "val_fraction": d.val_fraction if d.val_fraction is not None else 0.1,
             "test_fraction": d.test_fraction}

@@ -5,14 +5,13 @@ the clock every job writes its phase times to (:class:`Comparison`); the jobs ar
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import importlib.util
 import multiprocessing as mp
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from famlab.datamodules.prepare import PreparedDataset
 from famlab.datamodules.suite import TaskSpec
@@ -25,11 +24,11 @@ from famlab.experiments.configuration.compare_defaults import (
     visible_gpus,
 )
 from famlab.experiments.configuration.compose import compose, parse_overrides
-from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError
+from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError, DataConfig, with_values
 from famlab.experiments.configuration.placement import Placement, devices_per_job, place
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures
-from famlab.experiments.plumbing.data_cache import get_bundle, prepared_corpus, set_vocab, token_ids
+from famlab.experiments.plumbing.data_cache import get_bundle, prepared_corpus, token_ids, with_vocab
 from famlab.experiments.plumbing.rundir import CompareDir, write_json
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_budget import plan_budget
@@ -65,24 +64,38 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
     pairs, kept = expand_arms(families, list(base.compare.objectives))
     if kept:
         log(f"compare.objectives gives no objective to {', '.join(kept)}: kept the preset objective")
+    if base.compare.scratch_seeds is None:
+        base = with_values(base, {"compare.scratch_seeds": list(base.compare.seeds)})
     cfgs = {}
+    given_own: set[str] = set()  # objective.<key> settings of registered objectives' own (Entry.own)
     for family, objective in pairs:
         # objective.name follows each family's preset unless the user fixed it or compare.objectives names one
         chosen = [f"objective.name={objective}"] if objective else []
-        cfg = compose([family, *family_free], [*defaults, *overrides, *chosen]).cfg
+        composed = compose([family, *family_free], [*defaults, *overrides, *chosen], others_own=True)
+        cfg = composed.cfg
+        given_own |= {str(k) for k in composed.raw.objective.own}
+        fixed: dict[str, Any] = {"compare.scratch_seeds": list(base.compare.scratch_seeds or [])}
         if "finetune.lr_grid" not in user_flat:  # the protocol's grid at every scale, around the preset's body lr
             lr = cfg.finetune.lr
-            cfg.finetune.lr_grid = [lr / 3, lr, lr * 3] if base.compare.finetune_lr_points == 3 else [lr, lr * 3]
+            fixed["finetune.lr_grid"] = [lr / 3, lr, lr * 3] if base.compare.finetune_lr_points == 3 else [lr, lr * 3]
+        cfg = with_values(cfg, fixed)
         cfgs[arm_name(family, str(cfg.objective.name), bool(base.compare.objectives))] = cfg
-    if base.compare.scratch_seeds is None:
-        base.compare.scratch_seeds = list(base.compare.seeds)
-    for cfg in cfgs.values():
-        cfg.compare.scratch_seeds = list(base.compare.scratch_seeds)
+    _check_own_settings_used(given_own, cfgs)
     if not base.compare.seeds and not base.compare.scratch_seeds:
         raise ConfigInputError("compare.seeds and compare.scratch_seeds are both empty: nothing to fine-tune")
     if not base.compare.pretrain_seeds:
         raise ConfigInputError("compare.pretrain_seeds=[] must name at least one seed")
     return base, cfgs
+
+
+def _check_own_settings_used(given: set[str], cfgs: dict[str, Config]) -> None:
+    """An objective's own setting reaches the arms whose objective declares it; one that no arm's objective declares
+    is refused in one line, naming it and each arm's objective with its own settings."""
+    unused = sorted(given - {key for cfg in cfgs.values() for key in cfg.objective.own})
+    if unused:
+        arms = "; ".join(f"{arm}: {cfg.objective.name} ({', '.join(cfg.objective.own) or 'none'})"
+                         for arm, cfg in cfgs.items())
+        raise ConfigInputError(f"objective.{unused[0]} is a setting of no arm's objective (their own settings: {arms})")
 
 
 def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str], Config, Placement]:
@@ -94,13 +107,13 @@ def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], l
     parse_overrides(overrides)  # malformed tokens fail here, naming the token
     presets, defaults = comparison_presets(presets, overrides)
     family_free = [p for p in presets if p not in family_names()]
-    base = compose(family_free, [*defaults, *overrides]).cfg
+    base = compose(family_free, [*defaults, *overrides], others_own=True).cfg
     gpus = visible_gpus(base.trainer.accelerator)
     workers_set = WORKERS in user_keys(presets, overrides)
     if len(gpus) >= 2 and not workers_set:
         per_gpu = max(1, len(gpus) // devices_per_job(base.trainer, tuple(gpus)))
         defaults = [d for d in defaults if not d.startswith(f"{WORKERS}=")] + [f"{WORKERS}={per_gpu}"]
-        base = compose(family_free, [*defaults, *overrides]).cfg
+        base = compose(family_free, [*defaults, *overrides], others_own=True).cfg
     placement = place(base.trainer, base.compare.workers, gpus)
     if base.compare.launcher != "local" and importlib.util.find_spec("submitit") is None:
         raise ConfigInputError(f"compare.launcher={base.compare.launcher} needs submitit: pip install 'famlab[slurm]'")
@@ -162,7 +175,7 @@ def expand_arms(families: list[str], objectives: list[str]) -> tuple[list[tuple[
     return arms, [f for f in families if not chosen[f]]
 
 
-def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None = None) -> Path:
+def subsample_task(data: DataConfig, limit: int, path: Path, eval_limit: int | None = None) -> Path:
     """Write a seeded subsample of ``data.task`` as CSV: ``limit`` train examples, ``eval_limit`` (default
     ``limit // 5``) each val/test.
 
@@ -172,8 +185,8 @@ def subsample_task(cfg: Config, limit: int, path: Path, eval_limit: int | None =
     import csv
     import random
 
-    task = load_configured_task(cfg.data)
-    rng = random.Random(cfg.data.seed)
+    task = load_configured_task(data)
+    rng = random.Random(data.seed)
     train = rng.sample(task.train, min(limit, len(task.train)))
     seen = {e.label for e in train}
     rows = [("train", e) for e in train]
@@ -295,14 +308,14 @@ class Stopped(Exception):  # noqa: N818 - how a comparison ended, not an error o
 def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path, started: float,
            resumed: bool) -> Comparison:
     """The shared tokenizer, the tasks and the budget plan: what every job of the comparison reads."""
-    corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
+    base, cfgs, corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
     check_corpus_fits(cfgs, corpus, bundle)
-    suite = prepare_tasks(base, cfgs, specs, comp_dir)
-    plan = plan_budget(base, cfgs, token_ids(bundle))
+    cfgs, suite = prepare_tasks(base, cfgs, specs, comp_dir)
+    plan, cfgs = plan_budget(base, cfgs, token_ids(bundle))
     plan.tokenizer_hash = bundle.hash
     write_json(CompareDir(comp_dir).plan_file, plan.to_json())
-    log_plan(base, plan)
-    clock = Clock(started, count_jobs(base, cfgs, suite), mp.get_context("spawn").Value("i", 0))
+    log_plan(base.compare, plan)
+    clock = Clock(started, count_jobs(base.compare, cfgs, suite), mp.get_context("spawn").Value("i", 0))
     placement = place(base.trainer, base.compare.workers, visible_gpus(base.trainer.accelerator))
     for line in placement.lines():
         log(line)
@@ -316,67 +329,64 @@ def check_corpus_fits(cfgs: dict[str, Config], corpus: PreparedDataset, bundle: 
     """Each arm's token streams (written now, once, as its pretraining would) hold a batch of its blocks and a
     validation block: a corpus too small fails here in one line, before any baseline or pretraining runs."""
     for cfg in cfgs.values():
-        data_module(copy.deepcopy(cfg), corpus, bundle)
+        data_module(cfg, corpus, bundle)
 
 
 def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False
-                    ) -> tuple[PreparedDataset, TokenizerBundle]:
-    """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings), pointed at by each
-    arm's config, with one W&B directory for the whole comparison; returns ``(corpus, bundle)``.
+                    ) -> tuple[Config, dict[str, Config], PreparedDataset, TokenizerBundle]:
+    """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings); returns the configs
+    pointed at it (each arm's with the tokenizer's vocabulary and one W&B directory for the whole comparison), the
+    corpus and the tokenizer: ``(base, cfgs, corpus, bundle)``.
 
     ``reuse``: a resumed comparison keeps its own ``tokenizer.json`` (training is not bit-reproducible, and its
     models were trained with that one)."""
     shared = CompareDir(comp_dir).tokenizer_file.resolve()
     if reuse and shared.is_file():
-        base.data.tokenizer.path = str(shared)
-        corpus = prepared_corpus(base)  # the same streams, encoded with the comparison's own tokenizer
-        bundle = get_bundle(base, corpus)
+        base = with_values(base, {"data.tokenizer.path": str(shared)})
+        corpus = prepared_corpus(base.data)  # the same streams, encoded with the comparison's own tokenizer
+        bundle = get_bundle(base.data, corpus)
     else:
-        corpus = prepared_corpus(base)  # streamed once into the cache (docs/data.md); a prepared directory as it is
-        bundle = get_bundle(base, corpus, comp_dir)
-    for cfg in cfgs.values():
-        cfg.data.tokenizer.path = str(shared)
-        cfg.wandb.dir = cfg.wandb.dir or str(comp_dir.resolve())
-        set_vocab(cfg, bundle.vocab_size)
-    return corpus, bundle
+        corpus = prepared_corpus(base.data)  # once into the cache (docs/data.md); a prepared dir as it is
+        bundle = get_bundle(base.data, corpus, comp_dir)
+    shared_cfgs = {arm: with_vocab(with_values(cfg, {
+        "data.tokenizer.path": str(shared), "wandb.dir": cfg.wandb.dir or str(comp_dir.resolve())}), bundle.vocab_size)
+        for arm, cfg in cfgs.items()}
+    return base, shared_cfgs, corpus, bundle
 
 
 def prepare_tasks(
     base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path
-) -> list[compare_suite.SuiteTask | None]:
-    """The fine-tuning tasks: ``[None]`` for one task (subsampled to ``compare.task_limit`` into the compare
-    directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task."""
+) -> tuple[dict[str, Config], list[compare_suite.SuiteTask | None]]:
+    """The arms' configs and the fine-tuning tasks: ``[None]`` for one task (subsampled to ``compare.task_limit``
+    into the compare directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task."""
     cmp = base.compare
     if specs is None:
-        if cmp.task_limit:
-            use_subsample(base, cfgs, comp_dir)
-        return [None]
+        return (use_subsample(base, cfgs, comp_dir) if cmp.task_limit else cfgs), [None]
     subsample = _subsampler(cmp) if cmp.task_limit else None
     suite: list[compare_suite.SuiteTask | None] = list(compare_suite.prepare_tasks(base, specs, comp_dir, subsample))
     log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
-    return suite
+    return cfgs, suite
 
 
-def use_subsample(base: Config, cfgs: dict[str, Config], comp_dir: Path) -> None:
-    """Write ``task.csv`` (:func:`subsample_task`) and point every arm's ``data.*`` at it."""
+def use_subsample(base: Config, cfgs: dict[str, Config], comp_dir: Path) -> dict[str, Config]:
+    """Write ``task.csv`` (:func:`subsample_task`); returns every arm's config with its ``data.*`` pointed at it."""
     cmp = base.compare
     assert cmp.task_limit is not None, "use_subsample without compare.task_limit"
-    task_path = subsample_task(base, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
+    task_path = subsample_task(base.data, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
     log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
         f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
-    for cfg in cfgs.values():
-        d = cfg.data
-        d.task, d.text_column, d.label_column, d.split_column = str(task_path), "text", "label", "split"
-        d.text_pair_column = "text_pair" if _has_pairs(task_path) else None  # bundled pair tasks have no column key
+    columns = {"data.task": str(task_path), "data.text_column": "text", "data.label_column": "label",
+               "data.split_column": "split",
+               "data.text_pair_column": "text_pair" if _has_pairs(task_path) else None}  # bundled pairs: no column key
+    return {arm: with_values(cfg, columns) for arm, cfg in cfgs.items()}
 
 
-def log_plan(base: Config, plan: Plan) -> None:
+def log_plan(cmp: CompareConfig, plan: Plan) -> None:
     for arm, p in plan.arms.items():
         log(
             f"budget {arm}: {p.steps} steps x {p.batch_shape}, {p.flops:.3e} FLOPs, "
             f"{p.corpus_tokens} corpus tokens, {p.non_embedding_params} non-embedding params"
         )
-    cmp = base.compare
     log(f"budget spread on {cmp.match.value}: {plan.achieved_spread:.3%} (tolerance {cmp.tolerance:.0%})")
 
 
@@ -388,9 +398,8 @@ def scratch_configs(cfgs: dict[str, Config]) -> dict[str, Config]:
     return first
 
 
-def count_jobs(base: Config, cfgs: dict[str, Config], suite: list[compare_suite.SuiteTask | None]) -> int:
+def count_jobs(cmp: CompareConfig, cfgs: dict[str, Config], suite: list[compare_suite.SuiteTask | None]) -> int:
     """The progress lines the comparison will print: pretraining runs, probes, fine-tunes, scratch baselines."""
-    cmp = base.compare
     per_seed = 1 + (bool(cmp.seeds) + cmp.probe) * len(suite)
     total = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))
     return total + len(scratch_configs(cfgs)) * bool(cmp.scratch_seeds) * len(suite)
@@ -402,7 +411,7 @@ def _subsampler(cmp: CompareConfig) -> compare_suite.Subsample:
     assert limit is not None, "_subsampler without compare.task_limit"
 
     def subsample(cfg: Config, path: Path) -> dict[str, str | None]:
-        path = subsample_task(cfg, limit, path, cmp.task_eval_limit).resolve()
+        path = subsample_task(cfg.data, limit, path, cmp.task_eval_limit).resolve()
         return {"task": str(path), "text_column": "text", "label_column": "label", "split_column": "split",
                 "text_pair_column": "text_pair" if _has_pairs(path) else None}
 

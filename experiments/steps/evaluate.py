@@ -16,7 +16,7 @@ from famlab.datamodules.jsonl import JsonlError, JsonRecord, read_jsonl
 from famlab.experiments.analysis.results import BigramScores, NormAccuracy, ZeroShotResult, ZeroShotScores
 from famlab.experiments.analysis.stats import bootstrap_ci
 from famlab.experiments.configuration.compose import to_dataclass
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
 from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.rundir import RunDir
 from famlab.experiments.steps.generate import Run, load_run
@@ -120,12 +120,11 @@ def load_bigram(run: Run, saved: Mapping[str, object], run_dir: Path) -> BigramL
     chunk (a corpus of any size, no raw text read when it is prepared); the validation texts are its first 2,000."""
     from famlab.experiments.plumbing.data_cache import prepared_corpus
 
-    cfg = Config()
     data = OmegaConf.merge(OmegaConf.structured(DataConfig), saved.get("data") or {})
     assert isinstance(data, DictConfig)
-    cfg.data = to_dataclass(data)
-    cfg.data.tokenizer.path = str(RunDir(run_dir).tokenizer_file)  # the corpus as the run's own tokenizer encodes it
-    corpus = prepared_corpus(cfg)
+    # the corpus as the run's own tokenizer encodes it
+    cfg = Config(data=with_values(to_dataclass(data), {"tokenizer.path": str(RunDir(run_dir).tokenizer_file)}))
+    corpus = prepared_corpus(cfg.data)
     eos = run.ids.eos
     corpus.ensure_streams(eos)
     train_file, _ = corpus.stream_files(eos)

@@ -38,10 +38,10 @@ from famlab.datamodules.tasks import Task
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import to_plain
-from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig
+from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig, with_values
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.plumbing.collective import from_rank_zero
-from famlab.experiments.plumbing.data_cache import get_bundle, set_vocab, token_ids
+from famlab.experiments.plumbing.data_cache import get_bundle, token_ids, with_vocab
 from famlab.experiments.plumbing.loggers import make_loggers
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.provenance import provenance
@@ -150,11 +150,11 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     if cfg.resume not in ("never", "auto"):
         raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
                                f"{LAST_CKPT}; use resume=auto with run_dir=<the fine-tune's run directory>")
-    has_pooler = settle_model(cfg, init)
+    cfg, has_pooler = settle_model(cfg, init)
     batches(cfg)  # a global batch the ranks cannot share fails before anything is written
     task = load_task_for(cfg.data)
     run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
-    bundle = finetune_bundle(cfg, init, run_dir)
+    cfg, bundle = finetune_bundle(cfg, init, run_dir)
     family = cfg.model.family.value
     pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
     if cfg.resume == "auto":
@@ -172,17 +172,18 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     return results
 
 
-def settle_model(cfg: Config, init: Init) -> bool:
-    """Set ``cfg.model`` to the model that fine-tunes (an hf: model's own config; ``finetune.dropout``); returns
-    whether it brings a trained pooler (a Hugging Face BERT)."""
+def settle_model(cfg: Config, init: Init) -> tuple[Config, bool]:
+    """``cfg`` with the model that fine-tunes (an hf: model's own config; ``finetune.dropout``), and whether it
+    brings a trained pooler (a Hugging Face BERT)."""
     hf_pooler = None
+    model = cfg.model
     if init.kind == "hf":
         # the family (and so the run name) is only known once the model is loaded; fail early if it cannot be
         net0, hf_pooler = hf_network(init.hf or "")
-        cfg.model = net0.config
+        model = net0.config
     if cfg.finetune.dropout is not None:  # the fine-tune's model: config.yaml records the dropout it trains with
-        cfg.model = dataclasses.replace(cfg.model, dropout=cfg.finetune.dropout)
-    return init.kind == "hf" and hf_pooler is not None
+        model = dataclasses.replace(model, dropout=cfg.finetune.dropout)
+    return with_values(cfg, {"model": model}), init.kind == "hf" and hf_pooler is not None
 
 
 def batches(cfg: Config) -> tuple[int, int]:
@@ -195,21 +196,22 @@ def batches(cfg: Config) -> tuple[int, int]:
     return global_batch, per_device_batch(global_batch, planned_world(t), t.accumulate_grad_batches, key)
 
 
-def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> TokenizerBundle:
-    """The model's tokenizer: an hf: model's own, a run's, or one trained on the corpus for a scratch network."""
+def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> tuple[Config, TokenizerBundle]:
+    """The model's tokenizer: an hf: model's own, a run's, or one trained on the corpus for a scratch network (the
+    config returned has its vocabulary)."""
     if init.kind == "hf":
         bundle = hf_bundle(init.hf or "", run_dir)
     elif init.kind == "run":
-        bundle = get_bundle(cfg, None, run_dir)
+        bundle = get_bundle(cfg.data, None, run_dir)
     else:
         corpus = load_corpus(cfg.data.corpus, val_fraction=0.05, seed=cfg.data.seed)
-        bundle = get_bundle(cfg, corpus, run_dir)
-        set_vocab(cfg, bundle.vocab_size)
+        bundle = get_bundle(cfg.data, corpus, run_dir)
+        cfg = with_vocab(cfg, bundle.vocab_size)
     if bundle.vocab_size > cfg.model.vocab_size:  # HF T5 pads its embedding to 32128 > 32100 tokens: fine
         raise ConfigInputError(
             f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {bundle.vocab_size} tokens"
         )
-    return bundle
+    return cfg, bundle
 
 
 def _finish_wandb(loggers: list[Logger], *, selected: bool, point: str, test: dict[str, float] | None = None,
@@ -404,7 +406,7 @@ class _Job:
 
     def module(self, point: GridPoint) -> ClassifierModule:
         cfg, ft = self.cfg, self.cfg.finetune
-        net, pooler = load_network(cfg, self.init)
+        net, pooler = load_network(cfg.model, self.init)
         net = with_dropout(net, cfg.model.dropout)  # an hf: model arrives with its own config's dropout
         optim = OptimSettings(
             lr=point.lr, betas=(cfg.optim.betas[0], cfg.optim.betas[1]), eps=cfg.optim.eps,
@@ -430,7 +432,7 @@ class _Job:
         cfg, ft = self.cfg, self.cfg.finetune
         L.seed_everything(seed, workers=True, verbose=False)
         module, dm = self.module(point), self.datamodule(seed)
-        ckpt_path = resolve_resume(cfg, RunDir(seed_dir).checkpoint_dir)
+        ckpt_path = resolve_resume(cfg.resume, RunDir(seed_dir).checkpoint_dir)
         if ckpt_path is not None:
             check_checkpoint_matches(ckpt_path, module)
             print(f"famlab: fine-tuning job {name} resumes from {ckpt_path}", file=sys.stderr)

@@ -77,10 +77,10 @@ def load_run(run_dir: str) -> Run:
     init = parse_init(run_dir)
     assert init.run_dir is not None
     saved = RunDir(init.run_dir).config_data()
-    cfg = Config()
     # merging a mapping into a structured dataclass config gives a DictConfig
-    cfg.model = to_dataclass(cast(DictConfig, OmegaConf.merge(OmegaConf.structured(ModelConfig), saved["model"])))
-    net, _ = load_network(cfg, init)
+    cfg = Config(model=to_dataclass(cast(DictConfig, OmegaConf.merge(OmegaConf.structured(ModelConfig),
+                                                                      saved["model"]))))
+    net, _ = load_network(cfg.model, init)
     num_sentinels = int(saved.get("data", {}).get("tokenizer", {}).get("num_sentinels", 100))
     bundle = get_tokenizer(
         None, path=RunDir(init.run_dir).tokenizer_file, num_sentinels=num_sentinels, cache_dir=init.run_dir

@@ -14,7 +14,7 @@ import torch
 from famlab.datamodules.tasks import Task
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, parse_overrides, to_dataclass
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, TokenizerKind
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, TokenizerKind, with_values
 from famlab.experiments.configuration.run_files import CHECKPOINTS, CONFIG, LAST_CKPT
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing.rundir import RunDir
@@ -107,25 +107,25 @@ def compose_finetune(presets: list[str], overrides: list[str]) -> tuple[Config, 
     _check_contradictions(stated.explicit_model, loaded, str(init_value))
     if "dropout" in composed.explicit_model:  # model.dropout=... fine-tunes with that rate (finetune.dropout wins)
         loaded = dataclasses.replace(loaded, dropout=float(composed.explicit_model["dropout"]))
-    cfg = composed.cfg
-    cfg.model = loaded
     # the run's tokenizer is the model's, and so are its settings (config.yaml records what the fine-tune used; an
     # override of data.tokenizer.* only applies to init=scratch, which trains one); the family's pooling default
     # follows the loaded family
-    cfg.data.tokenizer.path = str(RunDir(init.run_dir).tokenizer_file)
     run_tok = run_cfg["data"]["tokenizer"]
-    cfg.data.tokenizer.kind = TokenizerKind(run_tok["kind"])
-    cfg.data.tokenizer.vocab_size = int(run_tok["vocab_size"])
-    cfg.data.tokenizer.num_sentinels = int(run_tok["num_sentinels"])
-    cross_checks(cfg)  # again, against the loaded model (e.g. data.max_len <= model.max_seq_len)
-    return cfg, init
+    cfg = with_values(composed.cfg, {
+        "model": loaded,
+        "data.tokenizer.path": str(RunDir(init.run_dir).tokenizer_file),
+        "data.tokenizer.kind": TokenizerKind(run_tok["kind"]),
+        "data.tokenizer.vocab_size": int(run_tok["vocab_size"]),
+        "data.tokenizer.num_sentinels": int(run_tok["num_sentinels"]),
+    })
+    return cross_checks(cfg), init  # again, against the loaded model (e.g. data.max_len <= model.max_seq_len)
 
 
-def load_network(cfg: Config, init: Init) -> tuple[Network, dict[str, Tensor] | None]:
+def load_network(model: ModelConfig, init: Init) -> tuple[Network, dict[str, Tensor] | None]:
     """Build the network for ``init``; returns ``(net, pooler_state or None)``."""
     if init.kind == "hf":
         return hf_network(init.hf or "")
-    net = build_network(cfg.model)
+    net = build_network(model)
     if init.kind == "run":
         assert init.checkpoint is not None
         # our own Lightning checkpoint: hparams hold plain dicts, so weights_only loading is not needed

@@ -15,9 +15,9 @@ from famlab.datamodules.prepare import PreparedDataset
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import ByteScore, PretrainResult
 from famlab.experiments.configuration.budget import step_cost
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import Config, ObjectiveConfig, OptimConfig
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
-from famlab.experiments.plumbing.data_cache import cache_dir, get_bundle, prepared_corpus, set_vocab, token_ids
+from famlab.experiments.plumbing.data_cache import cache_dir, get_bundle, prepared_corpus, token_ids, with_vocab
 from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.loggers import make_loggers
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
@@ -48,9 +48,8 @@ class LengthRecord(TypedDict):
     reason: str | None  # why not
 
 
-def optim_settings(cfg: Config, max_steps: int) -> OptimSettings:
+def optim_settings(o: OptimConfig, max_steps: int) -> OptimSettings:
     """``objectives.OptimSettings`` from ``optim.*`` (effective lr = lr * lr_scale)."""
-    o = cfg.optim
     return OptimSettings(
         lr=o.lr * o.lr_scale,
         name=o.name,
@@ -71,19 +70,19 @@ def unigram_log_probs(counts: np.ndarray) -> torch.Tensor:
     return (smoothed / smoothed.sum()).log().float()
 
 
-def objective_name(cfg: Config) -> str:
+def objective_name(objective: ObjectiveConfig) -> str:
     """``objective.name``, which composing the config set to the family's default when the user left it unset
     (``famlab.experiments.configuration.compose.cross_checks``)."""
-    name = cfg.objective.name
+    name = objective.name
     assert name is not None, "objective.name is set when the config is composed"
     return name
 
 
-def objective_settings(cfg: Config) -> dict[str, Any]:
+def objective_settings(objective: ObjectiveConfig) -> dict[str, Any]:
     """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
     evaluation, which rebuilds the objective at other lengths), the chosen objective's own settings included."""
-    values = {key: getattr(cfg.objective, key) for key in SETTINGS}
-    return values | {"ul2_rates": tuple(values["ul2_rates"])} | dict(cfg.objective.own)
+    values = {key: getattr(objective, key) for key in SETTINGS}
+    return values | {"ul2_rates": tuple(values["ul2_rates"])} | dict(objective.own)
 
 
 def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Config, settings: dict[str, Any]
@@ -94,7 +93,7 @@ def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Conf
     beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.
     """
     points = length_extrapolation(
-        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=objective_name(cfg),
+        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=objective_name(cfg.objective),
         train_seq_len=cfg.data.seq_len, max_tokens=16_384, seed=cfg.data.seed, **settings,
     )
     return {f"{p.multiple}x": {"seq_len": p.seq_len, "loss": p.loss, "reason": p.reason} for p in points}
@@ -111,7 +110,7 @@ def pretrain(
     started = time.time()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir = make_run_dir(cfg, job_name or run_name(cfg, "pretrain"))
-    corpus, bundle, objective, dm = prepare_data(cfg, run_dir)
+    cfg, corpus, bundle, objective, dm = prepare_data(cfg, run_dir)
     module = make_module(cfg, objective, dm)
     num_params = sum(p.numel() for p in module.net.parameters())
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
@@ -147,33 +146,34 @@ def pretrain(
         net = module.net.to(eval_device(cfg.trainer.accelerator))
         assert dm.val_tokens is not None  # prepare_data set the data module up for fitting
         results.length_extrapolation = length_points(net, dm.val_tokens, token_ids(bundle), cfg,
-                                                     objective_settings(cfg))
+                                                     objective_settings(cfg.objective))
         if evaluate is not None:
             results.byte_score = evaluate(run_dir, cfg)
         write_json(RunDir(run_dir).results_file, results.to_json())
-        wandb_pretrain_results(cfg, loggers, run_dir, results.to_json())
+        wandb_pretrain_results(cfg.wandb, loggers, run_dir, results.to_json())
     close_wandb(loggers)
     return results
 
 
 def prepare_data(cfg: Config, run_dir: Path
-                 ) -> tuple[PreparedDataset, TokenizerBundle, Objective, PretrainDataModule]:
-    """The prepared corpus (``data.corpus`` prepared once into the cache by rank 0, or a prepared directory), its
-    tokenizer (``model.vocab_size`` set from it), the objective and the data module, its token streams memory-mapped
-    (the streams for the objective's separator written by rank 0 if new) and set up for fitting."""
-    corpus = prepared_corpus(cfg)
-    bundle = get_bundle(cfg, corpus, run_dir)
+                 ) -> tuple[Config, PreparedDataset, TokenizerBundle, Objective, PretrainDataModule]:
+    """The config with ``model.vocab_size`` from the tokenizer (what the rest of the run reads), the prepared corpus
+    (``data.corpus`` prepared once into the cache by rank 0, or a prepared directory), its tokenizer, the objective
+    and the data module, its token streams memory-mapped (the streams for the objective's separator written by rank 0
+    if new) and set up for fitting."""
+    corpus = prepared_corpus(cfg.data)
+    bundle = get_bundle(cfg.data, corpus, run_dir)
+    cfg = with_vocab(cfg, bundle.vocab_size)
     objective, dm = data_module(cfg, corpus, bundle)
-    return corpus, bundle, objective, dm
+    return cfg, corpus, bundle, objective, dm
 
 
 def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
                 ) -> tuple[Objective, PretrainDataModule]:
-    """The objective and the data module of ``corpus`` encoded with ``bundle`` (``model.vocab_size`` set from it),
-    its streams written by rank 0 if new and set up for fitting: a corpus too small for a batch fails here."""
-    set_vocab(cfg, bundle.vocab_size)
-    objective = make_objective(objective_name(cfg), token_ids(bundle), seq_len=cfg.data.seq_len,
-                               family=cfg.model.family.value, **objective_settings(cfg))
+    """The objective and the data module of ``corpus`` encoded with ``bundle``, its streams written by rank 0 if new
+    and set up for fitting: a corpus too small for a batch fails here."""
+    objective = make_objective(objective_name(cfg.objective), token_ids(bundle), seq_len=cfg.data.seq_len,
+                               family=cfg.model.family.value, **objective_settings(cfg.objective))
     dm = PretrainDataModule(
         corpus,
         bundle,
@@ -181,7 +181,7 @@ def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
         batch_size=device_batch(cfg),
         collate_fn=objective.collate,
         separator_id=objective.separator_id,
-        cache_dir=cache_dir(cfg),
+        cache_dir=cache_dir(cfg.data),
         seed=cfg.data.seed,
         shuffle=cfg.data.shuffle,
         num_workers=cfg.data.num_workers,
@@ -208,13 +208,13 @@ def make_module(cfg: Config, objective: Objective, dm: PretrainDataModule) -> Pr
     flops_per_step = step_cost(cfg.model, objective, device_batch(cfg)).flops  # one rank's micro-batch
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
     peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,
-                         dtype=precision_dtype(precision(cfg)))  # GPU datasheet peak at the run's dtype
+                         dtype=precision_dtype(precision(cfg.trainer)))  # GPU datasheet peak at the run's dtype
     module = PretrainModule(
-        net, objective, optim_settings(cfg, cfg.trainer.max_steps),
+        net, objective, optim_settings(cfg.optim, cfg.trainer.max_steps),
         unigram_log_probs=unigram_log_probs(dm.train_token_counts()), flops_per_step=flops_per_step,
         peak_flops=peak if peak == peak else None,  # NaN: a GPU with no datasheet entry -> no perf/mfu
     )
-    return maybe_compile(cfg, module)
+    return maybe_compile(cfg.trainer, module)
 
 
 def fit(
@@ -224,7 +224,7 @@ def fit(
     """Train to ``trainer.max_steps`` (resuming under ``resume=``); returns the validation metrics before training
     (``trainer.validate_first``, a fresh run only) and the setup time in seconds."""
     check_world(planned_world(cfg.trainer), trainer.world_size)  # the per-device batch assumed this world
-    ckpt_path = resolve_resume(cfg, RunDir(run_dir).checkpoint_dir)
+    ckpt_path = resolve_resume(cfg.resume, RunDir(run_dir).checkpoint_dir)
     if ckpt_path is not None:
         check_checkpoint_matches(ckpt_path, module)
     setup_s = time.time() - started

@@ -27,7 +27,7 @@ from famlab.datamodules.tasks import Task
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import ProbeGain, ProbeResult, ProbeScore
 from famlab.experiments.analysis.stats import above
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, with_values
 from famlab.experiments.plumbing.data_cache import token_ids
 from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.provenance import provenance
@@ -126,7 +126,7 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
         raise ConfigInputError("probe: init=scratch has no trained body to probe; give a run directory, "
                                "a checkpoint or hf:<name> (random-init bodies are probed alongside it anyway)")
     started = time.time()
-    net, task, run_dir, bundle = load_body(cfg, init)
+    cfg, net, task, run_dir, bundle = load_body(cfg, init)
     family = cfg.model.family.value
     pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family)
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, init=cfg.init, task=task.name))
@@ -161,19 +161,20 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
     return results
 
 
-def load_body(cfg: Config, init: Init) -> tuple[Network, Task, Path, TokenizerBundle]:
-    """``(network, task, run directory, tokenizer)``; an hf: model sets ``cfg.model`` (and so the run's name)."""
+def load_body(cfg: Config, init: Init) -> tuple[Config, Network, Task, Path, TokenizerBundle]:
+    """``(config, network, task, run directory, tokenizer)``; an hf: model brings its own model config (and so the
+    run's name)."""
     from famlab.experiments.plumbing.data_cache import get_bundle
 
     if init.kind == "hf":
-        net, _ = load_network(cfg, init)
-        cfg.model = net.config
+        net, _ = load_network(cfg.model, init)
+        cfg = with_values(cfg, {"model": net.config})
     task = load_task_for(cfg.data)
     run_dir = make_run_dir(cfg, run_name(cfg, "probe", task.name))
-    bundle = hf_bundle(init.hf or "", run_dir) if init.kind == "hf" else get_bundle(cfg, None, run_dir)
+    bundle = hf_bundle(init.hf or "", run_dir) if init.kind == "hf" else get_bundle(cfg.data, None, run_dir)
     if init.kind != "hf":
-        net, _ = load_network(cfg, init)
-    return net, task, run_dir, bundle
+        net, _ = load_network(cfg.model, init)
+    return cfg, net, task, run_dir, bundle
 
 
 def probe_scores(pretrained: ProbeScore, random: dict[str, ProbeScore]) -> ProbeScores:

@@ -5,7 +5,6 @@ letting the next ones start (:func:`follow_ups`), and the live view's list of th
 from __future__ import annotations
 
 import concurrent.futures as cf
-import copy
 import dataclasses
 import os
 import pickle
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from famlab.experiments.analysis.results import ArmBudget
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import Config, with_values
 from famlab.experiments.plumbing import failures, live, plugins, workers
 from famlab.experiments.plumbing.console import quiet_libraries
 from famlab.experiments.plumbing.rundir import CompareDir, write_json
@@ -127,7 +126,7 @@ def make_pool(c: Comparison) -> cf.Executor:
     cluster = "slurm" if cmp.launcher == "slurm" else "local"
 
     def prepare(fn: object, args: tuple) -> tuple[SubmittedJob, tuple, str]:
-        (job,) = args  # the job's process imports the plugins before it reads the job (a plugin's enum members)
+        (job,) = args  # its process imports the plugins before it reads the job (which names their choices)
         return SubmittedJob(), (plugins.Carried((context, job), plugins.loaded()),), job_name(c, job)
 
     folder = c.comp_dir / STATUS_DIR / "submitit"
@@ -174,9 +173,12 @@ class SubmittedJob:
 
 def resume_everywhere(c: Comparison, job: Job) -> tuple[Comparison, Job]:
     """The comparison and job with ``resume=auto`` in every config a requeued job reads."""
-    for cfg in [c.base, *c.cfgs.values(), *([job.cfg] if job.cfg else []), *([job.run.cfg] if job.run else [])]:
-        cfg.resume = "auto"
-    return c, job
+    def auto(cfg: Config) -> Config:
+        return with_values(cfg, {"resume": "auto"})
+
+    c = dataclasses.replace(c, base=auto(c.base), cfgs={arm: auto(cfg) for arm, cfg in c.cfgs.items()})
+    run = dataclasses.replace(job.run, cfg=auto(job.run.cfg)) if job.run else None
+    return c, dataclasses.replace(job, cfg=auto(job.cfg) if job.cfg else None, run=run)
 
 
 def first_jobs(c: Comparison, tune: bool) -> list[Job]:
@@ -283,9 +285,8 @@ def _run_job(c: Comparison, job: Job) -> Done:
         return Done(c.clock.phases)
     tuned = None
     if job.tune:
-        cfg = copy.deepcopy(cfg)
-        run = tune_lr(c, job.arm, cfg, arm_tags(c, cfg))
-        tuned = (cfg, c.plan.arms[job.arm])
+        run, tuned_cfg = tune_lr(c, job.arm, cfg, arm_tags(c, cfg))
+        tuned = (tuned_cfg, c.plan.arms[job.arm])
     else:
         run = pretrain_seed(c, job.arm, cfg, arm_tags(c, cfg), job.seed)
     evaluate_pretrained(c, job.arm, job.seed, run)

@@ -24,7 +24,6 @@ checked before the first one trains, so a bad suite fails at once.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import json
@@ -45,7 +44,8 @@ from famlab.experiments.analysis.suite_score import (
     task_interval,
 )
 from famlab.experiments.analysis.suite_table import SuiteScoreEntry
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig
+from famlab.experiments.configuration.task import with_task
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import Preempted
@@ -165,24 +165,18 @@ def _entry_lines(tasks_node: object, path: Path) -> list[int]:
 
 
 def _task_config(cfg: Config, spec: TaskSpec, run_dir: Path) -> Config:
-    sub = copy.deepcopy(cfg)
-    d = sub.data
-    d.task, d.text_column, d.text_pair_column = spec.task, spec.text_column, spec.text_pair_column
-    d.label_column, d.split_column = spec.label_column, spec.split_column
-    sub.run_dir = str(run_dir)
-    sub.name = f"{run_dir.parent.name}-{spec.name}"
-    return sub
+    return with_task(cfg, spec, run_dir=str(run_dir), name=f"{run_dir.parent.name}-{spec.name}")
 
 
-def tfidf_reference(cfg: Config, spec: TaskSpec, task: Task) -> dict[str, float]:
+def tfidf_reference(data: DataConfig, spec: TaskSpec, task: Task) -> dict[str, float]:
     """TF-IDF + logistic regression test scores of a task (:func:`famlab.experiments.analysis.baselines.tfidf`),
     cached under the cache directory by task, split and the rule (``baselines.TFIDF_RULE``)."""
-    d = cfg.data
+    d = data
     key = {"spec": dataclasses.asdict(spec), "seed": d.seed, "val_fraction": d.val_fraction,
            "test_fraction": d.test_fraction, "sizes": [len(task.train), len(task.val), len(task.test)],
            "rule": TFIDF_RULE}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_dir(cfg) / "references" / f"tfidf-{spec.name}-{digest}.json"
+    path = cache_dir(data) / "references" / f"tfidf-{spec.name}-{digest}.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
     scores = tfidf(task)
@@ -217,7 +211,7 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSu
             "num_classes": ft.num_classes, "sizes": ft.sizes, "seeds": dict(result.seeds),
             "mean": interval.mean, "low": interval.low, "high": interval.high,
             "majority": ft.majority[spec.headline],
-            "tfidf": tfidf_reference(cfg, spec, tasks[spec.name])[spec.headline],
+            "tfidf": tfidf_reference(cfg.data, spec, tasks[spec.name])[spec.headline],
         })
     score = suite_score(results)
     family = ft.family  # for init=hf:, known only once the model is loaded

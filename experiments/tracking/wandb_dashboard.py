@@ -315,7 +315,7 @@ def dashboard_step(cfg: Config, comp_dir: Path) -> Path | None:
     Returns the spec's path, or None with ``wandb.mode=disabled``. Offline, ``famlab dashboard <dir>`` creates
     both after ``wandb sync``; so it does online without ``wandb-workspaces`` installed.
     """
-    mode = wandb_mode(cfg)
+    mode = wandb_mode(cfg.wandb)
     if mode == "disabled":
         return None
     path = write_spec(comp_dir)

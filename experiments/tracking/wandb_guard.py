@@ -17,9 +17,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from famlab.experiments.configuration.config import Config
-
 if TYPE_CHECKING:
+    from famlab.experiments.configuration.config import WandbConfig
     from lightning.pytorch.loggers import WandbLogger
     from wandb import Settings
 
@@ -95,9 +94,9 @@ def _start(logger_class: type[WandbLogger], mode: str, kwargs: dict[str, Any], s
     return logger
 
 
-def wandb_mode(cfg: Config) -> str:
+def wandb_mode(settings: WandbConfig) -> str:
     """``auto`` -> online where credentials exist (``WANDB_API_KEY`` or ``~/.netrc`` for api.wandb.ai), else offline."""
-    mode = cfg.wandb.mode.value
+    mode = settings.mode.value
     if mode != "auto":
         return mode
     if os.environ.get("WANDB_API_KEY"):

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from famlab.experiments.configuration.config import Config
 from famlab.experiments.libraries.internals import stop_console_copy
 from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_pretrain_artifacts, use_run_artifacts
 
 if TYPE_CHECKING:
+    from famlab.experiments.configuration.config import WandbConfig
     from lightning.pytorch.loggers import Logger, WandbLogger
 
 
@@ -26,14 +26,15 @@ def wandb_loggers(loggers: Sequence[Logger]) -> list[WandbLogger]:
     return [logger for logger in loggers if isinstance(logger, WandbLogger)]
 
 
-def wandb_pretrain_results(cfg: Config, loggers: Sequence[Logger], run_dir: Path, results: dict[str, Any]) -> None:
+def wandb_pretrain_results(settings: WandbConfig, loggers: Sequence[Logger], run_dir: Path, results: dict[str, Any]
+                           ) -> None:
     """Evaluation results into the run's W&B summary, tokenizer + checkpoint artifacts; never raises."""
     from famlab.experiments.tracking.wandb_metrics import pretrain_summary, record_summary
 
     record_summary(loggers, pretrain_summary(results))
     for logger in wandb_loggers(loggers):
         try:
-            log_pretrain_artifacts(logger.experiment, run_dir, mode=log_model_mode(cfg.wandb.log_model),
+            log_pretrain_artifacts(logger.experiment, run_dir, mode=log_model_mode(settings.log_model),
                                    final_step=int(results["steps"]))
         except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (docs/scale.md)
             warnings.warn(f"W&B artifacts not logged ({type(e).__name__}: {e})", stacklevel=2)

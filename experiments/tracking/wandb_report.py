@@ -118,7 +118,7 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
 
     Never raises: W&B trouble is a warning, the local report stands on its own.
     """
-    mode = wandb_mode(cfg)
+    mode = wandb_mode(cfg.wandb)
     files = CompareFiles(out_dir)
     report = files.report_file
     if mode == "disabled" or not report.is_file():

@@ -15,7 +15,7 @@ import yaml
 from famlab.datamodules import DataError, load_corpus
 from famlab.datamodules.suite import TaskSpec
 from famlab.experiments.commands import cli
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError, DataConfig
 from famlab.experiments.configuration.task import check_compare_task, check_subsample, load_configured_task
 from famlab.experiments.steps.compare_suite import check_tasks
 from famlab.experiments.steps.suite import read_suite
@@ -164,18 +164,12 @@ def test_short_csv_row_is_refused_naming_the_column(tmp_path):
 
 
 def _data(task: Path, **settings: object) -> object:
-    cfg = Config()
-    cfg.data.task = str(task)
-    for key, value in settings.items():
-        setattr(cfg.data, key, value)
-    return cfg.data
+    return DataConfig(task=str(task), **settings)  # type: ignore[arg-type]
 
 
 def _compare_cfg(task: Path, limit: int | None, eval_limit: int | None = None, seed: int = 0) -> Config:
-    cfg = Config()
-    cfg.data.task, cfg.data.seed = str(task), seed
-    cfg.compare.task_limit, cfg.compare.task_eval_limit = limit, eval_limit
-    return cfg
+    return Config(data=DataConfig(task=str(task), seed=seed),
+                  compare=CompareConfig(task_limit=limit, task_eval_limit=eval_limit))
 
 
 @pytest.mark.parametrize("task,limit,eval_limit,fragment", [
@@ -210,7 +204,8 @@ def test_subsample_check_predicts_subsample_task(tmp_path):
                 for i in range(rng.randint(1, 6))]
         path = _csv(tmp_path / f"task{case}.csv", train + held)
         cfg = _compare_cfg(path, rng.randint(1, 30), rng.choice([None, 0, 1, 3]), seed=rng.randint(0, 5))
-        written = subsample_task(cfg, cfg.compare.task_limit, tmp_path / f"sub{case}.csv", cfg.compare.task_eval_limit)
+        limit, eval_limit = cfg.compare.task_limit, cfg.compare.task_eval_limit
+        written = subsample_task(cfg.data, limit, tmp_path / f"sub{case}.csv", eval_limit)
         rows = [line.split(",") for line in written.read_text().splitlines()[1:]]
         bad = len({r[2] for r in rows if r[3] == "train"}) < 2 or not all(
             any(r[3] == s for r in rows) for s in ("val", "test"))

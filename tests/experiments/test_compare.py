@@ -239,15 +239,13 @@ def _ids(vocab_size: int = 2048, sentinels: int = 100):
 @pytest.mark.parametrize("match", ["flops", "tokens"])
 def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
     from famlab.experiments.configuration.budget import relative_spread
-    from famlab.experiments.plumbing.data_cache import set_vocab
+    from famlab.experiments.plumbing.data_cache import with_vocab
     from famlab.experiments.steps.compare_budget import plan_budget
     from famlab.experiments.steps.comparison import compose_all
 
     base, cfgs = compose_all([], ["compare.families=[gpt,t5]", "compare.objectives=[clm,span,prefix_lm]",
                                   f"compare.match={match}", "trainer.max_steps=300"])
-    for cfg in cfgs.values():
-        set_vocab(cfg, 2048)
-    plan = plan_budget(base, cfgs, _ids())
+    plan, cfgs = plan_budget(base, {arm: with_vocab(cfg, 2048) for arm, cfg in cfgs.items()}, _ids())
     arms = plan.arms
     assert list(arms) == ["gpt-clm", "gpt-span", "gpt-prefix_lm", "t5-span", "t5-prefix_lm"]
     assert {a: (p.family, p.objective) for a, p in arms.items()} == {

@@ -97,7 +97,7 @@ def test_fsdp_is_refused_in_one_line_and_a_sharded_checkpoint_never_restarts_sil
     (tmp_path / "checkpoints" / "last.ckpt").mkdir(parents=True)  # what a sharded strategy writes
     cfg = compose(["gpt", "tiny"], ["resume=auto"]).cfg
     with pytest.raises(ConfigInputError, match="is a sharded checkpoint directory"):
-        resolve_resume(cfg, tmp_path / "checkpoints")
+        resolve_resume(cfg.resume, tmp_path / "checkpoints")
 
 
 # --- a job's own process group ---------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def test_trainer_compile_true_compiles_the_whole_training_loss_with_inductor():
     cfg = compose(["gpt", "tiny"], ["trainer.compile=true"]).cfg
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    module = maybe_compile(cfg, PretrainModule(net, objective, OptimSettings()))
+    module = maybe_compile(cfg.trainer, PretrainModule(net, objective, OptimSettings()))
     loss = module.training_step(batch, 0)
     assert torch._dynamo.utils.counters["frames"]["ok"] == 1  # one frame: no graph break anywhere in the loss
     assert module.step_loss.is_compiled and not is_compiled(module.net)  # the loss is compiled, not only the net
@@ -193,6 +193,6 @@ def test_tf32_matmuls_exactly_when_the_run_trains_on_cuda(monkeypatch, cuda, acc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     try:
         torch.set_float32_matmul_precision("highest")
-        assert fp32_matmul_precision(cfg) == expected == torch.get_float32_matmul_precision()
+        assert fp32_matmul_precision(cfg.trainer) == expected == torch.get_float32_matmul_precision()
     finally:
         torch.set_float32_matmul_precision(before)

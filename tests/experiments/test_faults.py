@@ -167,20 +167,20 @@ def test_corrupt_last_ckpt_falls_back_to_the_previous_one(env, capsys):
 
 
 def test_resolve_resume_cases(tmp_path):
-    from famlab.experiments.configuration.config import Config, ConfigInputError
+    from famlab.experiments.configuration.config import ConfigInputError
 
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    assert resolve_resume(Config(resume="auto"), ckpts) is None  # requeued job, nothing yet: start fresh
-    assert resolve_resume(Config(resume="never"), ckpts) is None
+    assert resolve_resume("auto", ckpts) is None  # requeued job, nothing yet: start fresh
+    assert resolve_resume("never", ckpts) is None
     with pytest.raises(ConfigInputError, match="no such checkpoint"):
-        resolve_resume(Config(resume=str(tmp_path / "nope.ckpt")), ckpts)
+        resolve_resume(str(tmp_path / "nope.ckpt"), ckpts)
     (ckpts / "last.ckpt").write_bytes(b"garbage")
     with pytest.raises(ConfigInputError, match="unreadable"):
-        resolve_resume(Config(resume="auto"), ckpts)
+        resolve_resume("auto", ckpts)
     torch.save({"global_step": 1}, ckpts / PREV_NAME)
     with pytest.warns(UserWarning, match="previous checkpoint"):
-        assert resolve_resume(Config(resume="auto"), ckpts) == str(ckpts / PREV_NAME)
+        assert resolve_resume("auto", ckpts) == str(ckpts / PREV_NAME)
 
 
 @pytest.mark.slow

@@ -211,16 +211,15 @@ def test_iterating_the_train_loader_leaves_the_global_rng_alone():
 
 def test_resumed_config_may_change_where_it_runs_and_reports_only(tmp_path):
     from famlab.experiments.configuration.compose import to_plain, to_yaml
-    from famlab.experiments.configuration.config import Config, ConfigInputError, WandbMode
+    from famlab.experiments.configuration.config import Config, ConfigInputError, WandbMode, with_values
     from famlab.experiments.plumbing.reliability import check_resumed_config
 
     (tmp_path / "config.yaml").write_text(to_yaml(Config(run_dir="a", provenance={"command": "famlab finetune"})))
     check_resumed_config(tmp_path / "fresh", to_plain(Config()))  # no config.yaml yet: nothing to compare
-    free = Config(run_dir="b", resume="auto")
-    free.wandb.mode, free.trainer.progress_bar, free.data.cache_dir = WandbMode.disabled, False, "/elsewhere"
+    free = with_values(Config(run_dir="b", resume="auto"), {
+        "wandb.mode": WandbMode.disabled, "trainer.progress_bar": False, "data.cache_dir": "/elsewhere"})
     check_resumed_config(tmp_path, to_plain(free))
-    changed = Config(resume="auto")
-    changed.finetune.seeds, changed.optim.lr = [0, 1], 0.5
+    changed = with_values(Config(resume="auto"), {"finetune.seeds": [0, 1], "optim.lr": 0.5})
     with pytest.raises(ConfigInputError, match=r"finetune\.seeds=\[0, 1\] \(stored \[0\]\), optim\.lr=0\.5 "
                                                r"\(stored 0\.001\); resume with the original settings"):
         check_resumed_config(tmp_path, to_plain(changed))

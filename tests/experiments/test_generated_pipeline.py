@@ -37,7 +37,7 @@ def test_generated_corpus_makes_blocks_or_one_line_error(seed, tmp_path, monkeyp
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     try:
-        _, bundle, _, dm = prepare_data(cfg, run_dir)
+        _, _, bundle, _, dm = prepare_data(cfg, run_dir)
     except ValueError as e:
         assert case.expect_error is not None and case.expect_error in str(e), f"{case.name}: {e}"
         assert "\n" not in str(e).strip(), str(e)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from famlab.experiments.commands import cli
+from famlab.experiments.configuration import config as config_module
 from famlab.experiments.configuration.config import Config
 from famlab.experiments.configuration.reads import (
     CONFIG_COMMANDS,
@@ -84,6 +85,25 @@ class Recorder:
             names = frozenset(f.name for f in dataclasses.fields(cls))
             monkeypatch.setattr(cls, "__getattribute__", self._getter(prefix, names))
             monkeypatch.setattr(cls, "__setattr__", self._setter(names))
+        monkeypatch.setattr(config_module, "replace", self._replacer())
+
+    def _replacer(self) -> Any:
+        """The sections are frozen: a command sets a key by building a section with ``with_values`` (which calls
+        ``dataclasses.replace``); the keys it sets there are its own, not read from the user's config."""
+        recorder, replace = self, dataclasses.replace
+
+        def replace_recorded(obj: Any, /, **changes: Any) -> Any:
+            new = replace(obj, **changes)
+            # what the command set in ``obj`` it still set in the copy
+            recorder.written.update([(id(new), name) for i, name in recorder.written if i == id(obj)])
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_name == "with_values":
+                frame = frame.f_back  # the caller of the outermost with_values
+            if frame is not None and frame.f_code.co_filename.startswith(SOURCES):
+                recorder.written.update((id(new), name) for name in changes if not _checking(frame, name))
+            return new
+
+        return replace_recorded
 
     def _getter(self, prefix: str, names: frozenset[str]) -> Any:
         recorder = self

@@ -16,7 +16,7 @@ from famlab.experiments.analysis.repetition import RISE_MARGIN, rise
 from famlab.experiments.analysis.report import build_report
 from famlab.experiments.analysis.results import ArmBudget, PretrainResult
 from famlab.experiments.commands import cli
-from famlab.experiments.plumbing.data_cache import set_vocab
+from famlab.experiments.plumbing.data_cache import with_vocab
 from famlab.experiments.steps.compare_budget import (
     CPU_MFU,
     Rate,
@@ -122,9 +122,9 @@ def test_report_shows_passes_and_names_an_arm_trained_past_its_best(workspace):
     overrides = [f"data.corpus={corpus}", "compare.families=[gpt,bert]"]
     assert cli.main(["prepare", "tiny", f"data.corpus={corpus}"]) == 0
     base, cfgs = compose_all(["tiny"], overrides)
-    for cfg in cfgs.values():  # planned as a start plans, with the vocabulary the corpus's tokenizer asked for
-        set_vocab(cfg, cfg.data.tokenizer.vocab_size)
-    plan = plan_budget(base, cfgs, assumed_ids(base))
+    # planned as a start plans, with the vocabulary the corpus's tokenizer asked for
+    cfgs = {arm: with_vocab(cfg, cfg.data.tokenizer.vocab_size) for arm, cfg in cfgs.items()}
+    plan, cfgs = plan_budget(base, cfgs, assumed_ids(base.data))
     train = _train_tokens(workspace / "cache")
     assert plan.corpus_train_tokens == train
     comp = workspace / "comparison"

@@ -16,13 +16,13 @@ def test_wandb_auto_mode_follows_credentials(monkeypatch, tmp_path):
     cfg = compose(["gpt", "tiny"], ["wandb.mode=auto"]).cfg
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    assert wandb_mode(cfg) == "offline"
+    assert wandb_mode(cfg.wandb) == "offline"
     (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password x\n")
-    assert wandb_mode(cfg) == "online"
+    assert wandb_mode(cfg.wandb) == "online"
     (tmp_path / "netrc").write_text("machine example.com\n")
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    assert wandb_mode(cfg) == "online"
-    assert wandb_mode(compose(["gpt"], ["wandb.mode=disabled"]).cfg) == "disabled"
+    assert wandb_mode(cfg.wandb) == "online"
+    assert wandb_mode(compose(["gpt"], ["wandb.mode=disabled"]).cfg.wandb) == "disabled"
 
 
 def test_default_run_dir_is_readable_and_timestamped(monkeypatch, tmp_path):
@@ -44,10 +44,10 @@ def test_explicit_nonempty_run_dir_without_resume_fails(tmp_path):
 
 def test_cache_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "env"))
-    assert cache_dir(compose(["gpt"], []).cfg) == tmp_path / "env"
-    assert cache_dir(compose(["gpt"], [f"data.cache_dir={tmp_path / 'cfg'}"]).cfg) == tmp_path / "cfg"
+    assert cache_dir(compose(["gpt"], []).cfg.data) == tmp_path / "env"
+    assert cache_dir(compose(["gpt"], [f"data.cache_dir={tmp_path / 'cfg'}"]).cfg.data) == tmp_path / "cfg"
     monkeypatch.delenv("FAMLAB_CACHE")
-    assert cache_dir(compose(["gpt"], []).cfg).parts[-2:] == (".cache", "famlab")
+    assert cache_dir(compose(["gpt"], []).cfg.data).parts[-2:] == (".cache", "famlab")
 
 
 def test_provenance_records_versions_git_and_hashes():

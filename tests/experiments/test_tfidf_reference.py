@@ -17,7 +17,7 @@ from famlab.datamodules.tasks import Task
 from famlab.experiments.analysis.baselines import reference_scores, tfidf
 from famlab.experiments.analysis.report import tfidf_reference as report_tfidf
 from famlab.experiments.analysis.results import RunRecord
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import DataConfig
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.steps.suite import tfidf_reference as suite_tfidf
 
@@ -58,13 +58,12 @@ def test_the_baselines_and_a_suite_score_a_pair_task_with_one_rule_that_keeps_th
     record, task = pair_task(tmp_path)
     baselines = reference_scores(task)["tfidf"]
     assert baselines["test/acc"] == 1.0
-    cfg = Config()
-    cfg.data.cache_dir = str(tmp_path / "cache")
+    data = DataConfig(cache_dir=str(tmp_path / "cache"))
     spec = TaskSpec(name="side", task=record.config.data.task, pair=True, **COLUMNS)
     suite_task = load_suite_task(spec, **SPLIT)
     assert [(e.text, e.text_pair, e.label) for e in suite_task.test] == [(e.text, e.text_pair, e.label)
                                                                          for e in task.test]
-    computed, cached = suite_tfidf(cfg, spec, suite_task), suite_tfidf(cfg, spec, suite_task)
+    computed, cached = suite_tfidf(data, spec, suite_task), suite_tfidf(data, spec, suite_task)
     assert len(list((tmp_path / "cache" / "references").glob("tfidf-side-*.json"))) == 1
     for scores in (computed, cached):
         assert {m: scores[m] for m in METRICS} == {m: baselines[m] for m in METRICS}

@@ -1,5 +1,7 @@
 """The objective registry is the one table of family x objective pairs: every consumer reads it."""
 
+import dataclasses
+
 import pytest
 import torch
 from famlab.experiments.configuration.compose import compose
@@ -33,9 +35,8 @@ def test_every_registered_pair_builds_its_class_and_composes(family, name, make_
 
 def test_config_defaults_are_the_registry_settings():
     """ObjectiveConfig's defaults and the settings pretrain passes are exactly the registry's."""
-    cfg = compose(["gpt"], []).cfg
-    cfg.objective = ObjectiveConfig()
-    settings = objective_settings(cfg)
+    cfg = dataclasses.replace(compose(["gpt"], []).cfg, objective=ObjectiveConfig())
+    settings = objective_settings(cfg.objective)
     assert settings == {k: tuple(v) if isinstance(v, list) else v for k, v in SETTINGS.items()}
 
 

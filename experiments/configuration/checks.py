@@ -15,17 +15,18 @@ from pathlib import Path
 from famlab.datamodules.bundled import BUNDLED_TASKS
 from famlab.datamodules.suite import is_suite
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.families.config import ModelConfig
 
 BYTES_PER_PARAM = 16  # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
 
 
-def approx_params(cfg: Config) -> int:
-    """Parameter count from the config alone: embeddings plus attention and feed-forward weights per layer.
+def approx_params(m: ModelConfig, tokenizer_vocab: int) -> int:
+    """Parameter count from the model section alone (``tokenizer_vocab``: the vocabulary when ``model.vocab_size`` is
+    0, taken from the tokenizer): embeddings plus attention and feed-forward weights per layer.
 
     An estimate (biases, norms and position tables are left out, so it errs low), good for a fit check only.
     """
-    m = cfg.model
-    vocab = m.vocab_size or cfg.data.tokenizer.vocab_size
+    vocab = m.vocab_size or tokenizer_vocab
     head_dim = m.head_dim or m.dim // max(1, m.num_heads)
     kv_heads = m.num_kv_heads or m.num_heads
     attn = m.dim * head_dim * (2 * m.num_heads + 2 * kv_heads)  # q, o and k, v projections
@@ -52,12 +53,13 @@ def machine_memory(accelerator: str) -> tuple[int, str]:
 
 def check_fits_memory(cfg: Config) -> None:
     """Refuse a model whose parameters and optimizer state alone exceed the machine's memory."""
-    need = approx_params(cfg) * BYTES_PER_PARAM
+    params = approx_params(cfg.model, cfg.data.tokenizer.vocab_size)
+    need = params * BYTES_PER_PARAM
     have, what = machine_memory(cfg.trainer.accelerator)
     if need > have:
         m = cfg.model
         raise ConfigInputError(
-            f"model too large for this machine: ~{approx_params(cfg) / 1e9:.1f}B parameters need "
+            f"model too large for this machine: ~{params / 1e9:.1f}B parameters need "
             f"~{need / 2**30:.0f} GiB to train, this machine has {have / 2**30:.0f} GiB of {what} "
             f"(model.dim={m.dim}, model.num_layers={m.num_layers}, model.ffn_dim={m.ffn_dim}, "
             f"vocabulary {m.vocab_size or cfg.data.tokenizer.vocab_size})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as pl
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
 from famlab.experiments.plumbing.checkpoints import PREV_NAME, save_last
 from famlab.experiments.plumbing.csv_logger import AppendingCSVLogger
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT, resume_hint, stop_exit_code
@@ -31,15 +31,15 @@ from famlab.experiments.plumbing.signals import (
 )
 
 
-def reliability_callbacks(cfg: Config, checkpoint_dir: Path) -> list[pl.Callback]:
-    """The callbacks every famlab fit gets (RNG states, preemption, non-finite steps)."""
-    if cfg.trainer.max_bad_steps < 1:
-        raise ConfigInputError(f"trainer.max_bad_steps={cfg.trainer.max_bad_steps} must be >= 1")
+def reliability_callbacks(t: TrainerConfig, seed: int, checkpoint_dir: Path) -> list[pl.Callback]:
+    """The callbacks every famlab fit gets (RNG states, preemption, non-finite steps); ``seed`` is the run's."""
+    if t.max_bad_steps < 1:
+        raise ConfigInputError(f"trainer.max_bad_steps={t.max_bad_steps} must be >= 1")
     preemption = PreemptionCallback(checkpoint_dir)  # its stop flag rides on the non-finite check's all-reduce
     return [
-        RNGStateCallback(cfg.seed),
+        RNGStateCallback(seed),
         preemption,
-        NonFiniteCallback(cfg.trainer.max_bad_steps, checkpoint_dir, preemption=preemption),
+        NonFiniteCallback(t.max_bad_steps, checkpoint_dir, preemption=preemption),
     ]
 
 

@@ -90,7 +90,7 @@ def make_trainer(
     tune_process(t)
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
-                            *reliability_callbacks(cfg, checkpoint_dir)]
+                            *reliability_callbacks(t, cfg.seed, checkpoint_dir)]
     bar = progress_bar(t.progress_bar)  # a bar only on a terminal; else (a log file, a worker) a line a minute
     callbacks.append(RichProgressBar(leave=True) if bar else Heartbeat(run_dir.name, heartbeat_seconds()))
     trainer = L.Trainer(

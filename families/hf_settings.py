@@ -43,6 +43,30 @@ ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "s
 T5_GATED_TO_HF = {"gelu": "gelu_python", "gelu_tanh": "gelu", "relu": "relu", "silu": "silu"}
 
 
+# model.<key> -> the Hugging Face config key holding the same value, read and written as it is (one table for both
+# directions, so they cannot drift); what a direction converts is written out in its function
+BERT_KEYS = {"vocab_size": "vocab_size", "dim": "hidden_size", "num_layers": "num_hidden_layers",
+             "num_heads": "num_attention_heads", "ffn_dim": "intermediate_size",
+             "max_seq_len": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
+             "norm_eps": "layer_norm_eps", "init_std": "initializer_range"}
+GPT2_KEYS = {"vocab_size": "vocab_size", "dim": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
+             "max_seq_len": "n_positions", "norm_eps": "layer_norm_epsilon", "init_std": "initializer_range"}
+T5_KEYS = {"vocab_size": "vocab_size", "dim": "d_model", "num_layers": "num_layers",
+           "num_decoder_layers": "num_decoder_layers", "num_heads": "num_heads", "head_dim": "d_kv", "ffn_dim": "d_ff",
+           "rel_pos_buckets": "relative_attention_num_buckets",
+           "rel_pos_max_distance": "relative_attention_max_distance", "norm_eps": "layer_norm_epsilon"}
+
+
+def _read(hf: object, keys: dict[str, str]) -> dict[str, Any]:
+    """``keys``' values from a Hugging Face config, under famlab's names."""
+    return {ours: getattr(hf, theirs) for ours, theirs in keys.items()}
+
+
+def _written(cfg: ModelConfig, keys: dict[str, str]) -> dict[str, Any]:
+    """``keys``' values of ``cfg``, under the Hugging Face config's names."""
+    return {theirs: getattr(cfg, ours) for ours, theirs in keys.items()}
+
+
 class HFConversionError(ValueError):
     """A setting one side cannot express the way the other computes it; one line naming setting and value."""
 
@@ -98,18 +122,10 @@ def bert_config(model: PreTrainedModel, family: str) -> ModelConfig:
     prefix = "bert." if hasattr(model, "bert") else ""
     return ModelConfig(
         family=family,  # type: ignore[arg-type]  # enum fields accept their string values
-        vocab_size=c.vocab_size,
-        dim=c.hidden_size,
-        num_layers=c.num_hidden_layers,
-        num_heads=c.num_attention_heads,
-        ffn_dim=c.intermediate_size,
-        max_seq_len=c.max_position_embeddings,
+        **_read(c, BERT_KEYS),
         activation=_activation(c, "hidden_act"),  # type: ignore[arg-type]
         dropout=_same_dropout(c, ("hidden_dropout_prob", "attention_probs_dropout_prob")),
         tie_embeddings=_tied(model, "cls.predictions.decoder.weight", f"{prefix}embeddings.word_embeddings.weight"),
-        type_vocab_size=c.type_vocab_size,
-        norm_eps=c.layer_norm_eps,
-        init_std=c.initializer_range,
         pad_token_id=c.pad_token_id or 0,
         **_fixed(family),
     )
@@ -123,18 +139,12 @@ def gpt_config(model: PreTrainedModel, family: str) -> ModelConfig:
     # reorder_and_upcast_attn only changes the precision of the score matmul (fp32 either way here): honoured
     return ModelConfig(
         family=family,  # type: ignore[arg-type]
-        vocab_size=c.vocab_size,
-        dim=c.n_embd,
-        num_layers=c.n_layer,
-        num_heads=c.n_head,
+        **_read(c, GPT2_KEYS),
         ffn_dim=c.n_inner or 4 * c.n_embd,
-        max_seq_len=c.n_positions,
         activation=_activation(c, "activation_function"),  # type: ignore[arg-type]
         dropout=_same_dropout(c, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
         tie_embeddings=_tied(model, "lm_head.weight", "transformer.wte.weight"),
         qk_scale=None if c.scale_attn_weights else 1.0,
-        norm_eps=c.layer_norm_epsilon,
-        init_std=c.initializer_range,
         pad_token_id=c.pad_token_id or 0,
         **_fixed(family),
     )
@@ -151,22 +161,13 @@ def t5_config(model: PreTrainedModel, family: str) -> ModelConfig:
     scaled = getattr(c, "scale_decoder_outputs", c.tie_word_embeddings)
     return ModelConfig(
         family=family,  # type: ignore[arg-type]
-        vocab_size=c.vocab_size,
-        dim=c.d_model,
-        num_layers=c.num_layers,
-        num_decoder_layers=c.num_decoder_layers,
-        num_heads=c.num_heads,
-        head_dim=c.d_kv,
-        ffn_dim=c.d_ff,
+        **_read(c, T5_KEYS),
         ffn="gated" if c.is_gated_act else "plain",  # type: ignore[arg-type]
         activation=_activation(c, "dense_act_fn"),  # type: ignore[arg-type]
         dropout=float(c.dropout_rate),
         tie_embeddings=_tied(model, "lm_head.weight", "shared.weight"),
         qk_scale=family_defaults(family).model["qk_scale"],  # HF T5 has no attention scale setting
         head_scale=c.d_model**-0.5 if scaled else 1.0,
-        rel_pos_buckets=c.relative_attention_num_buckets,
-        rel_pos_max_distance=c.relative_attention_max_distance,
-        norm_eps=c.layer_norm_epsilon,
         init_std=0.02 * c.initializer_factor,
         pad_token_id=c.pad_token_id or 0,
         **_fixed(family),
@@ -260,24 +261,17 @@ def config_to_hf(cfg: ModelConfig) -> PretrainedConfig:
 
 
 def _common(cfg: ModelConfig) -> dict[str, object]:
-    return dict(vocab_size=cfg.vocab_size, pad_token_id=cfg.pad_token_id, tie_word_embeddings=cfg.tie_embeddings)
+    return dict(pad_token_id=cfg.pad_token_id, tie_word_embeddings=cfg.tie_embeddings)
 
 
 def bert_config_to_hf(cfg: ModelConfig) -> BertConfig:
     """The ``BertConfig`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
     transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     return transformers.BertConfig(
-        hidden_size=cfg.dim,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        intermediate_size=cfg.ffn_dim,
-        max_position_embeddings=cfg.max_seq_len,
+        **_written(cfg, BERT_KEYS),
         hidden_act=ACT_TO_HF[cfg.activation.value],
         hidden_dropout_prob=cfg.dropout,
         attention_probs_dropout_prob=cfg.dropout,
-        type_vocab_size=cfg.type_vocab_size,
-        layer_norm_eps=cfg.norm_eps,
-        initializer_range=cfg.init_std,
         **_common(cfg),
     )
 
@@ -286,17 +280,12 @@ def gpt2_config_to_hf(cfg: ModelConfig) -> GPT2Config:
     """The ``GPT2Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
     transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     return transformers.GPT2Config(
-        n_embd=cfg.dim,
-        n_layer=cfg.num_layers,
-        n_head=cfg.num_heads,
+        **_written(cfg, GPT2_KEYS),
         n_inner=cfg.ffn_dim,
-        n_positions=cfg.max_seq_len,
         activation_function=ACT_TO_HF[cfg.activation.value],
         resid_pdrop=cfg.dropout,
         embd_pdrop=cfg.dropout,
         attn_pdrop=cfg.dropout,
-        layer_norm_epsilon=cfg.norm_eps,
-        initializer_range=cfg.init_std,
         scale_attn_weights=cfg.qk_scale is None or cfg.qk_scale != 1.0,
         bos_token_id=None,
         eos_token_id=None,
@@ -312,16 +301,8 @@ def t5_config_to_hf(cfg: ModelConfig) -> T5Config:
     common = _common(cfg)
     common["tie_word_embeddings"] = cfg.head_scale != 1.0  # transformers 5: False means "do not rescale"
     return transformers.T5Config(
-        d_model=cfg.dim,
-        d_kv=cfg.head_dim,
-        d_ff=cfg.ffn_dim,
-        num_layers=cfg.num_layers,
-        num_decoder_layers=cfg.num_decoder_layers,
-        num_heads=cfg.num_heads,
-        relative_attention_num_buckets=cfg.rel_pos_buckets,
-        relative_attention_max_distance=cfg.rel_pos_max_distance,
+        **_written(cfg, T5_KEYS),
         dropout_rate=cfg.dropout,
-        layer_norm_epsilon=cfg.norm_eps,
         initializer_factor=cfg.init_std / 0.02,
         feed_forward_proj=ffp,
         decoder_start_token_id=cfg.pad_token_id,

@@ -36,19 +36,13 @@ from famlab.experiments.configuration.config import (
     with_values,
 )
 from famlab.experiments.configuration.placement import Placement
+from famlab.experiments.configuration.specs import configured_objective
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
 from famlab.experiments.plumbing.data_cache import cache_dir, prepare_settings
 from famlab.experiments.plumbing.trainer import precision
 from famlab.experiments.plumbing.workers import cores
 from famlab.experiments.steps.finetune import grid_points
-from famlab.experiments.steps.pretrain import objective_name, objective_settings
-from famlab.objectives import Objective, TokenIds, make_objective
-
-
-def make_objective_for(cfg: Config, ids: TokenIds) -> Objective:
-    """The family's objective with ``objective.*`` settings (as ``famlab pretrain`` builds it)."""
-    return make_objective(objective_name(cfg.objective), ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value,
-                          **objective_settings(cfg.objective))
+from famlab.objectives import TokenIds
 
 
 def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> tuple[Plan, dict[str, Config]]:
@@ -66,7 +60,9 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> tuple[P
         cfgs, plan.target_non_embedding_params = match_sizes(cfgs, ref_arm)
         plan.reference = f"{ref_arm} at its preset size (non-embedding parameters)"
     # data.batch_size is the global batch of one optimizer step, whatever the devices and accumulation
-    costs = {arm: step_cost(cfg.model, make_objective_for(cfg, ids), cfg.data.batch_size) for arm, cfg in cfgs.items()}
+    costs = {arm: step_cost(cfg.model, configured_objective(cfg.objective, ids, seq_len=cfg.data.seq_len,
+                                                            family=cfg.model.family.value), cfg.data.batch_size)
+             for arm, cfg in cfgs.items()}
     if match in ("flops", "tokens"):
         cfgs, plan.target = match_step_counts(base, cfgs, costs)
         plan.reference_steps = base.trainer.max_steps

@@ -15,7 +15,13 @@ from famlab.datamodules.prepare import PreparedDataset
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import ByteScore, PretrainResult
 from famlab.experiments.configuration.budget import step_cost
-from famlab.experiments.configuration.config import Config, ObjectiveConfig, OptimConfig
+from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.specs import (
+    configured_objective,
+    objective_name,
+    objective_settings,
+    optim_settings,
+)
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
 from famlab.experiments.plumbing.data_cache import cache_dir, get_bundle, prepared_corpus, token_ids, with_vocab
 from famlab.experiments.plumbing.eval_device import eval_device
@@ -34,9 +40,8 @@ from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, pre
 from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_pretrain_results
 from famlab.families import Network, build_network
-from famlab.objectives import Objective, OptimSettings, PretrainModule, TokenIds, make_objective
+from famlab.objectives import Objective, PretrainModule, TokenIds
 from famlab.objectives.evaluation import length_extrapolation
-from famlab.objectives.registry import SETTINGS
 from lightning.pytorch.loggers import Logger
 
 
@@ -48,41 +53,11 @@ class LengthRecord(TypedDict):
     reason: str | None  # why not
 
 
-def optim_settings(o: OptimConfig, max_steps: int) -> OptimSettings:
-    """``objectives.OptimSettings`` from ``optim.*`` (effective lr = lr * lr_scale)."""
-    return OptimSettings(
-        lr=o.lr * o.lr_scale,
-        name=o.name,
-        betas=(o.betas[0], o.betas[1]),
-        eps=o.eps,
-        weight_decay=o.weight_decay,
-        warmup_steps=o.warmup_steps,
-        max_steps=max_steps,
-        min_lr_ratio=o.min_lr_ratio,
-        fused=o.fused,
-    )
-
-
 def unigram_log_probs(counts: np.ndarray) -> torch.Tensor:
     """``(V,)`` log-probabilities of the training split's unigram model (add-one smoothed, so finite)."""
 
     smoothed = torch.as_tensor(counts, dtype=torch.float64) + 1.0
     return (smoothed / smoothed.sum()).log().float()
-
-
-def objective_name(objective: ObjectiveConfig) -> str:
-    """``objective.name``, which composing the config set to the family's default when the user left it unset
-    (``famlab.experiments.configuration.compose.cross_checks``)."""
-    name = objective.name
-    assert name is not None, "objective.name is set when the config is composed"
-    return name
-
-
-def objective_settings(objective: ObjectiveConfig) -> dict[str, Any]:
-    """The ``objective.*`` settings as keyword arguments of ``famlab.objectives.make_objective`` (and of the length
-    evaluation, which rebuilds the objective at other lengths), the chosen objective's own settings included."""
-    values = {key: getattr(objective, key) for key in SETTINGS}
-    return values | {"ul2_rates": tuple(values["ul2_rates"])} | dict(objective.own)
 
 
 def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Config, settings: dict[str, Any]
@@ -172,8 +147,8 @@ def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
                 ) -> tuple[Objective, PretrainDataModule]:
     """The objective and the data module of ``corpus`` encoded with ``bundle``, its streams written by rank 0 if new
     and set up for fitting: a corpus too small for a batch fails here."""
-    objective = make_objective(objective_name(cfg.objective), token_ids(bundle), seq_len=cfg.data.seq_len,
-                               family=cfg.model.family.value, **objective_settings(cfg.objective))
+    objective = configured_objective(cfg.objective, token_ids(bundle), seq_len=cfg.data.seq_len,
+                                     family=cfg.model.family.value)
     dm = PretrainDataModule(
         corpus,
         bundle,

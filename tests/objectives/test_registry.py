@@ -6,7 +6,7 @@ import pytest
 import torch
 from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ObjectiveConfig
-from famlab.experiments.steps.pretrain import objective_settings
+from famlab.experiments.configuration.specs import objective_settings
 from famlab.families import family_defaults
 from famlab.objectives import OBJECTIVES, REGISTRY, ObjectiveError, check_pair, make_objective
 from famlab.objectives.registry import SETTINGS, entry, valid_pairs

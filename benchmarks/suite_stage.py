@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.out / name
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        task = SuiteTask(spec, folder, subsample(with_task(cfg, spec), folder / "task.csv"))
+        task = SuiteTask(spec, folder, subsample(with_task(cfg, spec).data, folder / "task.csv"))
         tcfg = task_config(cfg, task)
         jobs = {"probe": partial(_probe, tcfg, str(pre), folder / "probe", "suite-stage", []),
                 "finetune": partial(_finetune, tcfg, str(pre), folder / "ft", seeds, "suite-stage", []),

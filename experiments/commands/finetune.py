@@ -31,7 +31,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         else:
             suite = finetune_suite(cfg, init, specs)
     except (Preempted, NonFiniteError) as e:
-        return stop_exit_code(e, cfg, "finetune")
+        return stop_exit_code(e, "finetune")
     if env_rank() != 0:
         return 0
     if specs is None:

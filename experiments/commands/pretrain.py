@@ -15,7 +15,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     try:
         results = pretrain(cfg)
     except (Preempted, NonFiniteError) as e:
-        return stop_exit_code(e, cfg, "pretrain")
+        return stop_exit_code(e, "pretrain")
     if env_rank() != 0:
         return 0  # rank 0 reports
     first, final = results.first.get("val/loss"), results.final.get("val/loss")

@@ -293,8 +293,9 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     for r, rc in zip(records, statuses, strict=True):
         r["status"] = "ok" if rc == 0 else f"failed ({rc})"
     print(write_report(sweep_dir, spec, records, name=path.stem, group=group), end="")
-    log_report_run(cfg, sweep_dir, group=group, name=f"{sweep_dir.name}-report", sources=pretraining_dirs(sweep_dir))
-    sweep_dashboard_step(cfg, sweep_dir)
+    log_report_run(cfg.wandb, sweep_dir, group=group, name=f"{sweep_dir.name}-report",
+                   sources=pretraining_dirs(sweep_dir))
+    sweep_dashboard_step(cfg.wandb, sweep_dir)
     print_wandb_commands(sweep_dir)
     failed = sum(rc != 0 for rc in statuses)
     if failed:

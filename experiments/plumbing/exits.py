@@ -6,7 +6,6 @@ import signal
 import sys
 from pathlib import Path
 
-from famlab.experiments.configuration.config import Config
 from famlab.experiments.plumbing.nonfinite import NonFiniteError
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.signals import Preempted, request_requeue
@@ -14,7 +13,7 @@ from famlab.experiments.plumbing.signals import Preempted, request_requeue
 PREEMPTED_EXIT = 3  # exit status of a preempted (checkpointed, resumable) run
 
 
-def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
+def stop_exit_code(e: BaseException, job: str = "pretrain") -> int:
     """Report a preempted or non-finite stop on stderr and return the CLI's exit status for it.
 
     Preempted: `PREEMPTED_EXIT` on rank 0 with the command that resumes (``run_dir=<e.run_dir> resume=auto``);
@@ -30,11 +29,11 @@ def stop_exit_code(e: BaseException, cfg: Config, job: str = "pretrain") -> int:
     if e.signum == getattr(signal, "SIGUSR1", None):
         print(f"famlab: {request_requeue()}", file=sys.stderr)
     where = f"at step {e.step}; checkpoint {e.checkpoint}" if e.checkpoint is not None else "before training"
-    print(f"famlab: preempted {where}. Resume with: {resume_hint(cfg, e.run_dir, job)}", file=sys.stderr)
+    print(f"famlab: preempted {where}. Resume with: {resume_hint(e.run_dir, job)}", file=sys.stderr)
     return PREEMPTED_EXIT
 
 
-def resume_hint(cfg: Config, run_dir: Path, job: str = "pretrain") -> str:
+def resume_hint(run_dir: Path, job: str = "pretrain") -> str:
     """The command line that resumes this run."""
     args = " ".join(a for a in sys.argv[1:] if not a.startswith(("run_dir=", "resume=")))
     return f"famlab {args or job} run_dir={run_dir} resume=auto"

@@ -208,9 +208,9 @@ def finish(c: Comparison, presets: list[str], overrides: list[str]) -> None:
                     "presets": presets, "overrides": overrides}, indent=2) + "\n"
     )
     build_report([c.comp_dir], c.comp_dir)
-    failures.optional(c.comp_dir, StepFailure(step="W&B report"), log_report_run, c.base, c.comp_dir, group=c.group,
-                      name=f"{c.comp_dir.name}-report", sources=pretraining_dirs(c.comp_dir), say=log)
-    failures.optional(c.comp_dir, StepFailure(step="W&B dashboard"), dashboard_step, c.base, c.comp_dir, say=log)
+    failures.optional(c.comp_dir, StepFailure(step="W&B report"), log_report_run, c.base.wandb, c.comp_dir,
+                      group=c.group, name=f"{c.comp_dir.name}-report", sources=pretraining_dirs(c.comp_dir), say=log)
+    failures.optional(c.comp_dir, StepFailure(step="W&B dashboard"), dashboard_step, c.base.wandb, c.comp_dir, say=log)
     log(f"done in {time.time() - c.clock.started:.0f} s: {CompareDir(c.comp_dir).report_file}")
 
 

@@ -22,7 +22,7 @@ from famlab.experiments.analysis.suite_table import SUITE_FILE
 from famlab.experiments.configuration.config import Config, DataConfig, with_values
 from famlab.experiments.configuration.task import check_compare_task, check_subsample, with_task
 
-Subsample = Callable[[Config, Path], dict[str, str | None]]
+Subsample = Callable[[DataConfig, Path], dict[str, str | None]]
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def prepare_tasks(
         folder = comp_dir / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         if subsample is not None:
-            data = subsample(with_task(cfg, spec), folder / "task.csv")
+            data = subsample(with_task(cfg, spec).data, folder / "task.csv")
         else:
             data = {"task": spec.task, "text_column": spec.text_column, "label_column": spec.label_column,
                     "split_column": spec.split_column, "text_pair_column": spec.text_pair_column}

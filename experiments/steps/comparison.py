@@ -410,8 +410,8 @@ def _subsampler(cmp: CompareConfig) -> compare_suite.Subsample:
     limit = cmp.task_limit
     assert limit is not None, "_subsampler without compare.task_limit"
 
-    def subsample(cfg: Config, path: Path) -> dict[str, str | None]:
-        path = subsample_task(cfg.data, limit, path, cmp.task_eval_limit).resolve()
+    def subsample(data: DataConfig, path: Path) -> dict[str, str | None]:
+        path = subsample_task(data, limit, path, cmp.task_eval_limit).resolve()
         return {"task": str(path), "text_column": "text", "label_column": "label", "split_column": "split",
                 "text_pair_column": "text_pair" if _has_pairs(path) else None}
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import ConfigInputError, WandbConfig
 from famlab.experiments.configuration.run_files import CONFIG, RESULTS, CompareFiles, RunFiles
 from famlab.experiments.tracking.wandb_guard import wandb_mode
 from famlab.experiments.tracking.wandb_report import markdown_tables, table_slug
@@ -308,14 +308,14 @@ def create_dashboard(spec: DashboardSpec, entity: str | None = None, project: st
     return str(workspace.url), str(report.url)
 
 
-def dashboard_step(cfg: Config, comp_dir: Path) -> Path | None:
+def dashboard_step(settings: WandbConfig, comp_dir: Path) -> Path | None:
     """A comparison's last optional step: write ``wandb-dashboard.json`` beside the runs and, when W&B is online,
     create the workspace view and the Report (raises on any trouble: the caller records it as a failure).
 
     Returns the spec's path, or None with ``wandb.mode=disabled``. Offline, ``famlab dashboard <dir>`` creates
     both after ``wandb sync``; so it does online without ``wandb-workspaces`` installed.
     """
-    mode = wandb_mode(cfg.wandb)
+    mode = wandb_mode(settings)
     if mode == "disabled":
         return None
     path = write_spec(comp_dir)
@@ -325,18 +325,18 @@ def dashboard_step(cfg: Config, comp_dir: Path) -> Path | None:
         except ImportError:
             print(f"famlab: W&B dashboard not created ({INSTALL}); then: famlab dashboard {comp_dir}")
             return path
-        workspace, report = create_dashboard(read_spec(comp_dir), cfg.wandb.entity, cfg.wandb.project)
+        workspace, report = create_dashboard(read_spec(comp_dir), settings.entity, settings.project)
         print(f"W&B workspace view: {workspace}\nW&B report: {report}")
     else:
         print(f"W&B dashboard: after wandb sync {comp_dir / 'wandb'}, famlab dashboard {comp_dir}")
     return path
 
 
-def sweep_dashboard_step(cfg: Config, sweep_dir: Path) -> Path | None:
+def sweep_dashboard_step(w: WandbConfig, sweep_dir: Path) -> Path | None:
     """:func:`dashboard_step` for a sweep, never raising: its trouble is one warning line (the sweep's report and
     runs stand on their own, as its W&B report run does)."""
     try:
-        return dashboard_step(cfg, sweep_dir)
+        return dashboard_step(w, sweep_dir)
     except Exception as e:  # noqa: BLE001 - W&B trouble never stops famlab (docs/config.md, W&B)
         print(f"famlab: WARNING W&B dashboard not created ({type(e).__name__}: {e})", file=sys.stderr)
         return None

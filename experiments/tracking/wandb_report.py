@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import WandbConfig
 from famlab.experiments.configuration.run_files import CompareFiles
 from famlab.experiments.tracking.wandb_artifacts import ARTIFACTS_FILE, use_run_artifacts
 from famlab.experiments.tracking.wandb_guard import wandb_mode
@@ -106,11 +106,12 @@ def report_summary(results: Path) -> dict[str, float]:
     return dict(summary) if isinstance(summary, dict) else {}
 
 
-def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources: Sequence[Path] = ()) -> str | None:
+def log_report_run(w: WandbConfig, out_dir: Path, *, group: str, name: str, sources: Sequence[Path] = ()
+                   ) -> str | None:
     """Log the report in ``out_dir`` as a ``job_type=report`` run in ``group``; returns its run id or None.
 
     Args:
-        cfg: the invocation's config (``wandb.project`` / ``entity`` / ``mode`` / ``tags``).
+        w: the invocation's ``wandb.*`` (``project`` / ``entity`` / ``mode`` / ``tags``).
         out_dir: holds ``report.md`` and ``results.json``; the run is written under ``out_dir/wandb``.
         group: the invocation's W&B group (:func:`invocation_group`).
         name: the run's name.
@@ -118,7 +119,7 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
 
     Never raises: W&B trouble is a warning, the local report stands on its own.
     """
-    mode = wandb_mode(cfg.wandb)
+    mode = wandb_mode(w)
     files = CompareFiles(out_dir)
     report = files.report_file
     if mode == "disabled" or not report.is_file():
@@ -131,12 +132,12 @@ def log_report_run(cfg: Config, out_dir: Path, *, group: str, name: str, sources
         md = report.read_text(encoding="utf-8")
         settings = wandb.Settings(init_timeout=30.0, silent=True)
         try:
-            run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=group, job_type="report",
-                             name=name, dir=str(out_dir), mode=init_mode, tags=[*cfg.wandb.tags, "report"],
+            run = wandb.init(project=w.project, entity=w.entity, group=group, job_type="report",
+                             name=name, dir=str(out_dir), mode=init_mode, tags=[*w.tags, "report"],
                              settings=settings, reinit="create_new")
         except Exception:  # noqa: BLE001 - an unreachable server: the report goes offline like every run
-            run = wandb.init(project=cfg.wandb.project, entity=cfg.wandb.entity, group=group, job_type="report",
-                             name=name, dir=str(out_dir), mode="offline", tags=[*cfg.wandb.tags, "report"],
+            run = wandb.init(project=w.project, entity=w.entity, group=group, job_type="report",
+                             name=name, dir=str(out_dir), mode="offline", tags=[*w.tags, "report"],
                              settings=settings, reinit="create_new")
         logged: dict[str, wandb.Table | wandb.Image] = {}
         for title, header, rows in markdown_tables(md):

@@ -108,7 +108,7 @@ def test_report_rebuilds_the_same_suite_tables(suite_compare, tmp_path):
 def test_the_wandb_report_run_carries_the_suite_table_and_summary(suite_compare, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     cfg = compose([], ["wandb.mode=offline"]).cfg
-    run_id = log_report_run(cfg, suite_compare, group="suite-1", name="suite-1-report")
+    run_id = log_report_run(cfg.wandb, suite_compare, group="suite-1", name="suite-1-report")
     recs = inspect(next((suite_compare / "wandb").glob(f"offline-run-*-{run_id}")))
     results = json.loads((suite_compare / "results.json").read_text())
     s = summary(recs)

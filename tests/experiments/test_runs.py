@@ -281,7 +281,7 @@ def test_compare_zero_shot_step_fills_the_report_table_and_the_wandb_report_run(
     out.mkdir()
     (out / "report.md").write_text("# comparison\n\n" + "\n".join(section))
     (out / "results.json").write_text(json.dumps({"zero_shot": rows, "wandb_summary": zero_shot_summary(rows)}))
-    run_id = log_report_run(compose([], ["wandb.mode=offline"]).cfg, out, group="zs", name="zs-report")
+    run_id = log_report_run(compose([], ["wandb.mode=offline"]).cfg.wandb, out, group="zs", name="zs-report")
     recs = [json.loads(line) for line in subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(next((out / "wandb").glob(f"*{run_id}")))],
         capture_output=True, text=True, timeout=120, check=True).stdout.splitlines() if line.strip()]

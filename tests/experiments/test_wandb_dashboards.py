@@ -162,7 +162,7 @@ def test_the_report_run_holds_tables_images_and_the_report_artifact(dash, tmp_pa
         "## Fine-tuning\n\n| arm | acc |\n|---|---|\n| gpt | 0.25 |\n\n![curves](curves.png)\n")
     (out / "results.json").write_text("{}\n")
     cfg = compose([], ["wandb.mode=offline"]).cfg
-    run_id = log_report_run(cfg, out, group="cmp-1", name="cmp-1-report", sources=[dash / "pre", dash / "pre"])
+    run_id = log_report_run(cfg.wandb, out, group="cmp-1", name="cmp-1-report", sources=[dash / "pre", dash / "pre"])
     recs = inspect(next((out / "wandb").glob(f"offline-run-*-{run_id}")))
     run = next(r["run"] for r in recs if r["type"] == "run")
     assert run["job_type"] == "report" and run["run_group"] == "cmp-1"

@@ -232,11 +232,11 @@ def test_a_comparison_offline_writes_the_spec_and_names_the_command(comparison, 
     nothing at all."""
     (comparison / SPEC_FILE).unlink(missing_ok=True)
     cfg = compose([], ["wandb.mode=offline"]).cfg
-    assert dashboard_step(cfg, comparison) == comparison / SPEC_FILE
+    assert dashboard_step(cfg.wandb, comparison) == comparison / SPEC_FILE
     assert json.loads((comparison / SPEC_FILE).read_text()) == dashboard_spec(comparison).to_json()
     assert f"famlab dashboard {comparison}" in capsys.readouterr().out and server.calls == []
     (comparison / SPEC_FILE).unlink()
-    assert dashboard_step(compose([], ["wandb.mode=disabled"]).cfg, comparison) is None
+    assert dashboard_step(compose([], ["wandb.mode=disabled"]).cfg.wandb, comparison) is None
     assert not (comparison / SPEC_FILE).exists()
 
 
@@ -244,7 +244,7 @@ def test_a_comparison_offline_writes_the_spec_and_names_the_command(comparison, 
 def test_a_comparison_online_creates_the_dashboard_with_its_entity_and_project(comparison, server):
     """Online, the same step saves the view and the Report, to the comparison's wandb.entity / wandb.project."""
     cfg = compose([], ["wandb.mode=online", "wandb.entity=lab", "wandb.project=cmp-project"]).cfg
-    assert dashboard_step(cfg, comparison) == comparison / SPEC_FILE
+    assert dashboard_step(cfg.wandb, comparison) == comparison / SPEC_FILE
     assert [(c["entityName"], c["projectName"]) for c in server.calls if "spec" in c] == [("lab", "cmp-project")] * 2
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import lightning as L
 import numpy as np
@@ -15,7 +15,7 @@ from famlab.datamodules.prepare import PreparedDataset
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import ByteScore, PretrainResult
 from famlab.experiments.configuration.budget import step_cost
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import Config, DataConfig, ObjectiveConfig, TrainerConfig
 from famlab.experiments.configuration.specs import (
     configured_objective,
     objective_name,
@@ -60,7 +60,7 @@ def unigram_log_probs(counts: np.ndarray) -> torch.Tensor:
     return (smoothed / smoothed.sum()).log().float()
 
 
-def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Config, settings: dict[str, Any]
+def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, objective: ObjectiveConfig, data: DataConfig
                   ) -> dict[str, LengthRecord]:
     """Validation loss at 1x, 2x and 4x the training length, for the report and sweep summaries.
 
@@ -68,8 +68,8 @@ def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, cfg: Conf
     beyond `model.max_seq_len`). At most 16k validation tokens per length keep this to seconds at tiny scale.
     """
     points = length_extrapolation(
-        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=objective_name(cfg.objective),
-        train_seq_len=cfg.data.seq_len, max_tokens=16_384, seed=cfg.data.seed, **settings,
+        net, torch.as_tensor(val_tokens[:16_384].astype("int64")), ids, objective=objective_name(objective),
+        train_seq_len=data.seq_len, max_tokens=16_384, seed=data.seed, **objective_settings(objective),
     )
     return {f"{p.multiple}x": {"seq_len": p.seq_len, "loss": p.loss, "reason": p.reason} for p in points}
 
@@ -120,8 +120,7 @@ def pretrain(
         # fit's teardown left the network on the CPU: evaluate it on the device it trained on
         net = module.net.to(eval_device(cfg.trainer.accelerator))
         assert dm.val_tokens is not None  # prepare_data set the data module up for fitting
-        results.length_extrapolation = length_points(net, dm.val_tokens, token_ids(bundle), cfg,
-                                                     objective_settings(cfg.objective))
+        results.length_extrapolation = length_points(net, dm.val_tokens, token_ids(bundle), cfg.objective, cfg.data)
         if evaluate is not None:
             results.byte_score = evaluate(run_dir, cfg)
         write_json(RunDir(run_dir).results_file, results.to_json())
@@ -153,7 +152,7 @@ def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
         corpus,
         bundle,
         block_len=objective.raw_block_len,
-        batch_size=device_batch(cfg),
+        batch_size=device_batch(cfg.data.batch_size, cfg.trainer),
         collate_fn=objective.collate,
         separator_id=objective.separator_id,
         cache_dir=cache_dir(cfg.data),
@@ -169,18 +168,18 @@ def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
     return objective, dm
 
 
-def device_batch(cfg: Config) -> int:
+def device_batch(batch_size: int, t: TrainerConfig) -> int:
     """Each rank's micro-batch: the global ``data.batch_size`` over ranks and accumulation
     (:mod:`famlab.experiments.plumbing.world`), so the recipe is the same on any number of devices."""
-    t = cfg.trainer
-    return per_device_batch(cfg.data.batch_size, planned_world(t), t.accumulate_grad_batches, "data.batch_size")
+    return per_device_batch(batch_size, planned_world(t), t.accumulate_grad_batches, "data.batch_size")
 
 
 def make_module(cfg: Config, objective: Objective, dm: PretrainDataModule) -> PretrainModule:
     """The ``PretrainModule`` around a new network: the unigram floor of the training split, the FLOPs of one
     micro-batch (budget/flops x-axis) and the device's peak (perf/mfu); compiled if ``trainer.compile``."""
     net = build_network(cfg.model)
-    flops_per_step = step_cost(cfg.model, objective, device_batch(cfg)).flops  # one rank's micro-batch
+    micro_batch = device_batch(cfg.data.batch_size, cfg.trainer)
+    flops_per_step = step_cost(cfg.model, objective, micro_batch).flops  # one rank's micro-batch
     use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
     peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,
                          dtype=precision_dtype(precision(cfg.trainer)))  # GPU datasheet peak at the run's dtype

@@ -46,16 +46,16 @@ def test_pretrain_small_on_eight_gpus_trains_the_presets_global_batch(eight_gpus
     micro-batch times the world are the global batch's."""
     cfg = compose(["gpt", "small"], [f"trainer.devices={devices}"]).cfg
     assert cfg.data.batch_size == 64
-    assert (planned_world(cfg.trainer), device_batch(cfg)) == (world, per_device)
-    assert world * device_batch(cfg) == cfg.data.batch_size
+    assert (planned_world(cfg.trainer), device_batch(cfg.data.batch_size, cfg.trainer)) == (world, per_device)
+    assert world * device_batch(cfg.data.batch_size, cfg.trainer) == cfg.data.batch_size
 
 
 def test_accumulation_shares_the_global_batch_and_an_uneven_one_is_refused(eight_gpus):
     cfg = compose(["gpt", "small"], ["trainer.accumulate_grad_batches=4"]).cfg
-    assert device_batch(cfg) == 2  # 64 / (8 ranks x 4 micro-batches)
+    assert device_batch(cfg.data.batch_size, cfg.trainer) == 2  # 64 / (8 ranks x 4 micro-batches)
     cfg = compose(["gpt", "small"], ["data.batch_size=36"]).cfg
     with pytest.raises(ConfigInputError, match=r"data.batch_size=36 is the global batch .* use a multiple of 8"):
-        device_batch(cfg)
+        device_batch(cfg.data.batch_size, cfg.trainer)
 
 
 def test_a_launcher_that_starts_another_world_than_planned_is_refused():

@@ -44,3 +44,24 @@ def test_with_values_runs_the_changed_sections_checks():
         with_values(cfg, {"seed": -1})
     with pytest.raises(TypeError, match="no_such_key"):
         with_values(cfg, {"trainer.no_such_key": 1})
+
+
+def test_a_requeued_comparison_job_reads_resume_auto_in_every_config():
+    """A job requeued by submitit (a timeout or a preemption) runs again with ``resume=auto`` in the comparison's,
+    the arms', its own and its pretrained run's config, built anew: the comparison it was handed stays as it was."""
+    from pathlib import Path
+
+    from famlab.experiments.steps.comparison import Comparison, PretrainedRun
+    from famlab.experiments.steps.schedule import Job, resume_everywhere
+
+    cfg = compose(["gpt", "tiny"], []).cfg
+    tuned = with_values(cfg, {"optim.lr": 0.002})
+    c = Comparison(base=cfg, cfgs={"gpt": cfg}, comp_dir=Path("cmp"), bpb_texts=[], bundle=None, suite=[None],
+                   plan=None, clock=None)  # type: ignore[arg-type]  # what resume_everywhere does not read
+    job = Job("transfer", "gpt", run=PretrainedRun(result=None, cfg=cfg), cfg=tuned)  # type: ignore[arg-type]
+    requeued, requeued_job = resume_everywhere(c, job)
+    assert requeued_job.run is not None and requeued_job.cfg is not None
+    configs = [requeued.base, *requeued.cfgs.values(), requeued_job.cfg, requeued_job.run.cfg]
+    assert [c.resume for c in configs] == ["auto"] * 4
+    assert requeued_job.cfg.optim.lr == 0.002 and (requeued.comp_dir, requeued_job.kind) == (Path("cmp"), "transfer")
+    assert cfg.resume == tuned.resume == "never"

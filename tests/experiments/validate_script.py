@@ -42,7 +42,7 @@ def main() -> int:
     presets, overrides, _ = split_args(sys.argv[2:])  # argv[1] is the command, pretrain
     cfg = compose(presets, overrides).cfg
     run_dir = make_run_dir(cfg, "validate")
-    _, _, _, objective, dm = prepare_data(cfg, run_dir)
+    cfg, _, _, objective, dm = prepare_data(cfg, run_dir)  # the config with the tokenizer's vocabulary
     module = make_module(cfg, objective, dm)
     trainer = make_trainer(cfg, run_dir, [], checkpoint_dir=run_dir / "checkpoints", monitor="val/loss", mode="min",
                            limit_val_batches=cfg.trainer.limit_val_batches)

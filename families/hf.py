@@ -102,7 +102,7 @@ def gpt2_weight_map(cfg: ModelConfig, hf_class: str = "GPT2LMHeadModel") -> list
 def t5_weight_map(cfg: ModelConfig, hf_class: str = "T5ForConditionalGeneration") -> list[tuple[str, list[str], str]]:
     """(our key, HF keys, how) triples of a ``T5ForConditionalGeneration``."""
     m = [("embed.weight", ["shared.weight"], "copy")]
-    wi = ["wi_0", "wi_1"] if cfg.ffn.value == "gated" else ["wi"]
+    wi = ["wi_0", "wi_1"] if cfg.ffn.gated else ["wi"]
     for side, depth in (("encoder", cfg.num_layers), ("decoder", cfg.num_decoder_layers or 0)):
         m += [
             (

@@ -297,7 +297,7 @@ def t5_config_to_hf(cfg: ModelConfig) -> T5Config:
     """The ``T5Config`` of ``cfg`` (unchecked: :func:`config_to_hf` checks)."""
     transformers = importlib.import_module("transformers")  # optional extra: imported lazily
     act = cfg.activation.value
-    ffp = f"gated-{T5_GATED_TO_HF[act]}" if cfg.ffn.value == "gated" else ACT_TO_HF[act]
+    ffp = f"gated-{T5_GATED_TO_HF[act]}" if cfg.ffn.gated else ACT_TO_HF[act]
     common = _common(cfg)
     common["tie_word_embeddings"] = cfg.head_scale != 1.0  # transformers 5: False means "do not rescale"
     return transformers.T5Config(

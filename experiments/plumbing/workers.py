@@ -16,10 +16,10 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from famlab.experiments.plumbing import plugins
 from famlab.experiments.plumbing.signals import STOP_SIGNALS, Preempted, SignalLatch
@@ -110,9 +110,15 @@ def executor(workers: int, init: Callable[[ContextT], None], context: ContextT,
     )
 
 
-def stop(pool: cf.Executor) -> None:
+def stop(pool: cf.Executor, futures: Iterable[cf.Future[Any]] = ()) -> None:
     """After a job failed: cancel the jobs not started and end the running ones now rather than when they finish
-    (their run directories keep what they wrote). The pool's processes are this process's only children."""
+    (their run directories keep what they wrote). The pool's processes are this process's only children.
+
+    ``futures`` (the jobs submitted) are cancelled here, before any process ends: ``shutdown(cancel_futures=True)``
+    cancels in the pool's own thread, which may first see the ended processes and fail the waiting jobs as a broken
+    pool instead."""
+    for future in futures:
+        future.cancel()  # a job not started yet; a running one is ended below
     pool.shutdown(wait=False, cancel_futures=True)
     if isinstance(pool, cf.ProcessPoolExecutor):
         for child in mp.active_children():

@@ -100,12 +100,12 @@ def run_jobs(c: Comparison) -> None:
                 if halt.requested:
                     halt.halt(pool, list(pending))
     except BrokenProcessPool as e:
-        workers.stop(pool)
+        workers.stop(pool, pending)
         raise RuntimeError(f"a compare worker process died (killed by the system, perhaps out of memory; its jobs' "
                            f"run directories keep what they wrote): rerun with fewer compare.workers (now "
                            f"{c.base.compare.workers})") from e
     except BaseException:
-        workers.stop(pool)
+        workers.stop(pool, pending)
         raise
     finally:
         _start_worker(None)

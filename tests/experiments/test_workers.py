@@ -91,7 +91,7 @@ def test_stop_cancels_waiting_jobs_and_ends_running_ones():
     pool = workers.executor(2, _remember, None)
     futures = [pool.submit(time.sleep, 60) for _ in range(8)]
     t0 = time.time()
-    workers.stop(pool)
+    workers.stop(pool, futures)
     assert time.time() - t0 < 30
     assert sum(f.cancelled() for f in futures) >= 3
     for f in futures:

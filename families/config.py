@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from famlab.families.registries import Name, Registry
 
@@ -275,6 +275,16 @@ MODEL_RANGES: dict[str, Range] = {
 }
 
 
+NameT = TypeVar("NameT", bound=Name)
+
+
+def _registered(cls: type[NameT], registry: Registry[Any], value: str) -> NameT:
+    """``value`` as its :class:`Name` class once ``registry`` has it; an unregistered name is one ConfigError line
+    naming the key and the registered names (:meth:`Registry.get`)."""
+    registry.get(value)
+    return cls(value)
+
+
 def _enum(cls: type[Enum], key: str, value: object) -> Enum:
     """Coerce a string (or enum) to ``cls``, raising a one-line ConfigError naming ``model.<key>``."""
     if isinstance(value, cls):
@@ -366,17 +376,12 @@ class ModelConfig:
     def _coerce_enums(self) -> None:
         """The enum-valued fields as their enums and the registered names as their :class:`Name` (a config file or
         the command line gives strings); an unknown value is one line naming the key and the valid values."""
-        FAMILIES.get(self.family)  # an unregistered name: one line naming model.family and the registered ones
-        self.family = Family(self.family)
-        POSITIONS.get(self.pos)
-        self.pos = PosScheme(self.pos)
-        NORMS.get(self.norm)
-        self.norm = Norm(self.norm)
+        self.family = _registered(Family, FAMILIES, self.family)
+        self.pos = _registered(PosScheme, POSITIONS, self.pos)
+        self.norm = _registered(Norm, NORMS, self.norm)
         self.norm_position = _enum(NormPosition, "norm_position", self.norm_position)  # type: ignore[assignment]
-        FFN_KINDS.get(self.ffn)
-        self.ffn = FFNKind(self.ffn)
-        ACTIVATIONS.get(self.activation)
-        self.activation = Activation(self.activation)
+        self.ffn = _registered(FFNKind, FFN_KINDS, self.ffn)
+        self.activation = _registered(Activation, ACTIVATIONS, self.activation)
         self.init = _enum(InitScheme, "init", self.init)  # type: ignore[assignment]
         self.attn_impl = _enum(AttnImpl, "attn_impl", self.attn_impl)  # type: ignore[assignment]
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import sys
@@ -169,5 +168,5 @@ def with_vocab(cfg: Config, vocab_size: int) -> Config:
             f"model.vocab_size={cfg.model.vocab_size} does not match the tokenizer's {vocab_size} tokens "
             "(data.tokenizer); set model.vocab_size=0 to take it from the tokenizer"
         )
-    return with_values(cfg, {"model": dataclasses.replace(cfg.model, vocab_size=vocab_size)})  # reruns its checks
+    return with_values(cfg, {"model.vocab_size": vocab_size})  # reruns ModelConfig's checks
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from famlab.experiments.configuration.config import Config, TrainerConfig
 from famlab.experiments.perf.allocator import keep_freed_memory
 from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
+from famlab.experiments.plumbing.eval_device import GPU_ACCELERATORS
 from famlab.experiments.plumbing.launch_env import note_world
 from famlab.experiments.plumbing.world import planned_world
 
@@ -36,7 +37,7 @@ def trains_on_cuda(t: TrainerConfig) -> bool:
     """Whether this run's training device is a CUDA GPU (one is visible and ``trainer.accelerator`` allows it)."""
     import torch
 
-    return torch.cuda.is_available() and t.accelerator in ("auto", "gpu", "cuda")
+    return torch.cuda.is_available() and t.accelerator in GPU_ACCELERATORS
 
 
 def fp32_matmul_precision(t: TrainerConfig) -> str:

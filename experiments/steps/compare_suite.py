@@ -106,6 +106,5 @@ class _Split(TypedDict):
 
 
 def _split(data: DataConfig) -> _Split:
-    d = data
-    return {"seed": d.seed, "val_fraction": d.val_fraction if d.val_fraction is not None else 0.1,
-            "test_fraction": d.test_fraction}
+    return {"seed": data.seed, "val_fraction": data.val_fraction if data.val_fraction is not None else 0.1,
+            "test_fraction": data.test_fraction}

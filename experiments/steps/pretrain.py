@@ -36,7 +36,7 @@ from famlab.experiments.plumbing.reliability import (
     save_last,
 )
 from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, run_name, write_config, write_json
-from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, precision
+from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, precision, trains_on_cuda
 from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_pretrain_results
 from famlab.families import Network, build_network
@@ -180,8 +180,7 @@ def make_module(cfg: Config, objective: Objective, dm: PretrainDataModule) -> Pr
     net = build_network(cfg.model)
     micro_batch = device_batch(cfg.data.batch_size, cfg.trainer)
     flops_per_step = step_cost(cfg.model, objective, micro_batch).flops  # one rank's micro-batch
-    use_cuda = torch.cuda.is_available() and cfg.trainer.accelerator in ("auto", "gpu", "cuda")
-    peak, _ = peak_flops(torch.device("cuda" if use_cuda else "cpu"), size=1024, repeats=3,
+    peak, _ = peak_flops(torch.device("cuda" if trains_on_cuda(cfg.trainer) else "cpu"), size=1024, repeats=3,
                          dtype=precision_dtype(precision(cfg.trainer)))  # GPU datasheet peak at the run's dtype
     module = PretrainModule(
         net, objective, optim_settings(cfg.optim, cfg.trainer.max_steps),

@@ -171,9 +171,8 @@ def _task_config(cfg: Config, spec: TaskSpec, run_dir: Path) -> Config:
 def tfidf_reference(data: DataConfig, spec: TaskSpec, task: Task) -> dict[str, float]:
     """TF-IDF + logistic regression test scores of a task (:func:`famlab.experiments.analysis.baselines.tfidf`),
     cached under the cache directory by task, split and the rule (``baselines.TFIDF_RULE``)."""
-    d = data
-    key = {"spec": dataclasses.asdict(spec), "seed": d.seed, "val_fraction": d.val_fraction,
-           "test_fraction": d.test_fraction, "sizes": [len(task.train), len(task.val), len(task.test)],
+    key = {"spec": dataclasses.asdict(spec), "seed": data.seed, "val_fraction": data.val_fraction,
+           "test_fraction": data.test_fraction, "sizes": [len(task.train), len(task.val), len(task.test)],
            "rule": TFIDF_RULE}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir(data) / "references" / f"tfidf-{spec.name}-{digest}.json"

@@ -16,7 +16,7 @@ from famlab.datamodules.jsonl import JsonlError, JsonRecord, read_jsonl
 from famlab.experiments.analysis.results import BigramScores, NormAccuracy, ZeroShotResult, ZeroShotScores
 from famlab.experiments.analysis.stats import bootstrap_ci
 from famlab.experiments.configuration.compose import to_dataclass
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.config import ConfigInputError, DataConfig, with_values
 from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.rundir import RunDir
 from famlab.experiments.steps.generate import Run, load_run
@@ -123,8 +123,7 @@ def load_bigram(run: Run, saved: Mapping[str, object], run_dir: Path) -> BigramL
     data = OmegaConf.merge(OmegaConf.structured(DataConfig), saved.get("data") or {})
     assert isinstance(data, DictConfig)
     # the corpus as the run's own tokenizer encodes it
-    cfg = Config(data=with_values(to_dataclass(data), {"tokenizer.path": str(RunDir(run_dir).tokenizer_file)}))
-    corpus = prepared_corpus(cfg.data)
+    corpus = prepared_corpus(with_values(to_dataclass(data), {"tokenizer.path": str(RunDir(run_dir).tokenizer_file)}))
     eos = run.ids.eos
     corpus.ensure_streams(eos)
     train_file, _ = corpus.stream_files(eos)

@@ -15,7 +15,7 @@ from typing import TypedDict, cast
 import torch
 from famlab.datamodules import get_tokenizer
 from famlab.experiments.configuration.compose import to_dataclass
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.plumbing.rundir import RunDir
 from famlab.experiments.steps.init import load_network, parse_init
 from famlab.families.config import ModelConfig
@@ -78,14 +78,14 @@ def load_run(run_dir: str) -> Run:
     assert init.run_dir is not None
     saved = RunDir(init.run_dir).config_data()
     # merging a mapping into a structured dataclass config gives a DictConfig
-    cfg = Config(model=to_dataclass(cast(DictConfig, OmegaConf.merge(OmegaConf.structured(ModelConfig),
-                                                                      saved["model"]))))
-    net, _ = load_network(cfg.model, init)
+    model: ModelConfig = to_dataclass(cast(DictConfig, OmegaConf.merge(OmegaConf.structured(ModelConfig),
+                                                                         saved["model"])))
+    net, _ = load_network(model, init)
     num_sentinels = int(saved.get("data", {}).get("tokenizer", {}).get("num_sentinels", 100))
     bundle = get_tokenizer(
         None, path=RunDir(init.run_dir).tokenizer_file, num_sentinels=num_sentinels, cache_dir=init.run_dir
     )
-    family = cfg.model.family.value
+    family = model.family.value
     objective = (saved.get("objective") or {}).get("name") or default_objective(family)
     return Run(net.eval(), bundle.tokenizer, token_ids(bundle), family, objective)
 

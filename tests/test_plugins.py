@@ -140,7 +140,8 @@ def test_a_sweep_passes_its_plugins_to_every_trial(plugin_here, tmp_path, monkey
     from famlab.experiments.commands.sweep import SETTINGS_FILE, write_settings
     from famlab.experiments.configuration.compose import compose
 
-    write_settings(tmp_path, compose([], ["plugins=[json]"]).cfg)
+    cfg = compose([], ["plugins=[json]"]).cfg
+    write_settings(tmp_path, cfg.sweep, cfg.wandb, cfg.plugins)
     assert plugins.stored(tmp_path) == (tmp_path / SETTINGS_FILE, ["json"])
 
 

@@ -76,7 +76,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     started = time.time()
     base, cfgs = compose_all(presets, overrides)
     specs = read_suite(base.data.task)  # None: one task
-    compare_suite.check_tasks(base, specs)  # a bad task, suite or task_limit subsample fails before anything runs
+    # a bad task, suite or task_limit subsample fails before anything runs
+    compare_suite.check_tasks(base.data, base.compare, specs)
     comp_dir, resumed = open_dir(base, cfgs)
     quiet_libraries(comp_dir / failures.LOG_NAME)  # until a run's own directory takes them: into compare.log
     if not resumed:
@@ -148,10 +149,10 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     names, defaults, _, placement = compose_base(presets, overrides)
     base, cfgs = compose_all(presets, overrides)
     specs = read_suite(base.data.task)  # None: one task
-    compare_suite.check_tasks(base, specs)
+    compare_suite.check_tasks(base.data, base.compare, specs)
     config = config_lines(cfgs, defaults, planned=base.compare.match.value != "params")
     cfgs = {arm: with_vocab(cfg, cfg.data.tokenizer.vocab_size) for arm, cfg in cfgs.items()}
-    plan, cfgs = plan_budget(base, cfgs, assumed_ids(base.data))
+    plan, cfgs = plan_budget(base.compare, base.trainer, base.data, cfgs, assumed_ids(base.data))
     cmp = base.compare
     tasks: list[str | None] = [None] if specs is None else [s.name for s in specs]
     rate = training_rate(base.trainer, placement)  # each job's time from its planned FLOPs on the device it will run on
@@ -166,7 +167,8 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
            f"fine-tuning task: data.task={task}",
            "runs go to: " + (f"run_dir={base.run_dir}" if base.run_dir else "runs/compare-<name>-<YYYYmmdd-HHMMSS>/")
            + (" (resume=auto: its finished jobs are read back, not rerun)" if base.resume == "auto" else ""),
-           "", *config, "", *plan_lines(base, cfgs, plan), *cost_lines(base, plan, rate), "",
+           "", *config, "", *plan_lines(base.compare, base.data, cfgs, plan),
+           *cost_lines(base.compare, base.data.corpus, plan, rate), "",
            f"jobs ({len(jobs)}, compare.workers={cmp.workers} at a time, in this order; a model's probe and fine-tunes"
            " start once it is pretrained):", *(f"  {i}. {line}" for i, line in enumerate(jobs, 1))]
     print("\n".join(out))

@@ -59,7 +59,7 @@ from famlab.experiments.configuration.compose import (
     sweep_path,
     to_plain,
 )
-from famlab.experiments.configuration.config import Config, ConfigInputError, SweepConfig
+from famlab.experiments.configuration.config import ConfigInputError, SweepConfig, WandbConfig
 from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
@@ -265,13 +265,13 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
         print(register_wandb(spec, cfg.wandb.project, cfg.wandb.entity))
         return 0
     trials = expand_trials(spec, cfg.sweep, path)
-    sweep_dir, resuming = sweep_directory(cfg, path)
+    sweep_dir, resuming = sweep_directory(cfg.run_dir, cfg.resume, path)
     if resuming:
         check_resumed_sweep(sweep_dir, spec, cfg.sweep)
     fixed = spec["parameters"].get("wandb.group", {}).get("value")  # a file that names its group keeps it
     # default: one group per sweep directory (name + timestamp)
     group = cfg.wandb.group or (str(fixed) if fixed else sweep_dir.name)
-    extra = forwarded_settings(cfg, overrides) + (["resume=auto"] if resuming else [])
+    extra = forwarded_settings(cfg.wandb, cfg.plugins, overrides) + (["resume=auto"] if resuming else [])
     records, commands = trial_commands(spec, trials, sweep_dir, group, cfg.wandb.dir, extra)
     done = {r["name"] for r in records if resuming and (Path(r["run_dir"]) / DONE_FILE).is_file()}
     if warning := metric_warning(spec, commands):
@@ -287,7 +287,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     if not resuming:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / SWEEP_FILE).write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-        write_settings(sweep_dir, cfg)
+        write_settings(sweep_dir, cfg.sweep, cfg.wandb, cfg.plugins)
     statuses = run_trials(records, commands, trials, sweep_dir, max(1, cfg.sweep.parallel), done=done,
                           resumed=resuming)
     for r, rc in zip(records, statuses, strict=True):
@@ -317,8 +317,8 @@ def check_arguments(presets: list[str], overrides: list[str], flags: list[str]) 
     check_overrides("sweep", overrides)  # a trial's settings belong in the sweep file, as W&B's agent reads them
 
 
-def sweep_directory(cfg: Config, path: Path) -> tuple[Path, bool]:
-    """The sweep's directory and whether this invocation resumes it.
+def sweep_directory(run_dir: str | None, resume: str, path: Path) -> tuple[Path, bool]:
+    """The sweep's directory (``run_dir``) and whether this invocation resumes it (``resume``).
 
     ``run_dir`` names it (else ``runs/sweep-<name>-<time>``); ``resume=auto`` resumes the sweep stored there, or
     starts one there when the directory is empty or missing. Nothing is created here (a dry run writes nothing).
@@ -327,28 +327,28 @@ def sweep_directory(cfg: Config, path: Path) -> tuple[Path, bool]:
         SweepError: ``resume=auto`` without ``run_dir``, a checkpoint path as ``resume``, a non-empty ``run_dir``
             without ``resume=auto``, or one that holds something other than a sweep.
     """
-    check_directory_resume(cfg, f"a sweep resumes each trial from the trial's own {LAST_CKPT}", "the sweep's directory",
-                           "runs/sweep-<name>-<time>", SweepError)
-    if not cfg.run_dir:
+    check_directory_resume(resume, run_dir, f"a sweep resumes each trial from the trial's own {LAST_CKPT}",
+                           "the sweep's directory", "runs/sweep-<name>-<time>", SweepError)
+    if not run_dir:
         sweep_dir = Path("runs") / f"sweep-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         while sweep_dir.exists():  # two sweeps started in the same second
             sweep_dir = sweep_dir.with_name(sweep_dir.name + "x")
         return sweep_dir, False
-    sweep_dir = Path(cfg.run_dir).expanduser()
+    sweep_dir = Path(run_dir).expanduser()
     if sweep_dir.exists() and not sweep_dir.is_dir():
-        raise SweepError(f"run_dir={cfg.run_dir} is a file, not a sweep directory")
+        raise SweepError(f"run_dir={run_dir} is a file, not a sweep directory")
     started = sweep_dir.is_dir() and any(sweep_dir.iterdir())
-    if started and cfg.resume == "never":
-        raise SweepError(f"run_dir={cfg.run_dir} exists and is not empty; pass resume=auto to resume the sweep "
+    if started and resume == "never":
+        raise SweepError(f"run_dir={run_dir} exists and is not empty; pass resume=auto to resume the sweep "
                          "there, or a new run_dir")
     if started and not (sweep_dir / SWEEP_FILE).is_file():
-        raise SweepError(f"resume=auto: run_dir={cfg.run_dir} holds no {SWEEP_FILE}; it is not a sweep directory")
+        raise SweepError(f"resume=auto: run_dir={run_dir} holds no {SWEEP_FILE}; it is not a sweep directory")
     return sweep_dir, started
 
 
-def write_settings(sweep_dir: Path, cfg: Config) -> None:
-    """Store the sweep's own settings (``sweep.*`` and ``wandb.*``) beside ``sweep.yaml``, for resuming."""
-    settings = {"sweep": to_plain(cfg.sweep), "wandb": to_plain(cfg.wandb), "plugins": list(cfg.plugins)}
+def write_settings(sweep_dir: Path, sweep: SweepConfig, wandb: WandbConfig, plugin_modules: list[str]) -> None:
+    """Store the sweep's own settings (``sweep.*``, ``wandb.*`` and ``plugins``) beside ``sweep.yaml``, for resuming."""
+    settings = {"sweep": to_plain(sweep), "wandb": to_plain(wandb), "plugins": list(plugin_modules)}
     (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
 
 
@@ -379,12 +379,13 @@ def check_resumed_sweep(sweep_dir: Path, spec: SweepSpec, sweep: SweepConfig) ->
                          "the original sweep file and settings, or start a new run_dir")
 
 
-def forwarded_settings(cfg: Config, overrides: list[str]) -> list[str]:
+def forwarded_settings(wandb: WandbConfig, plugin_modules: list[str], overrides: list[str]) -> list[str]:
     """The ``wandb.*`` settings given to the sweep, as ``key=value`` tokens for every trial (the sweep's report
-    run uses them too). The group and the W&B directory are set per sweep by :func:`trial_commands`."""
+    run uses them too), and the ``plugins``. The group and the W&B directory are set per sweep by
+    :func:`trial_commands`."""
     given = {token.removeprefix("--").split("=", 1)[0] for token in overrides}
-    forwarded = [_token(key, getattr(cfg.wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
-    return forwarded + ([plugins.override(cfg.plugins)] if cfg.plugins else [])  # every trial imports them too
+    forwarded = [_token(key, getattr(wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
+    return forwarded + ([plugins.override(plugin_modules)] if plugin_modules else [])  # every trial imports them too
 
 
 def expand_trials(spec: SweepSpec, sweep: SweepConfig, path: Path) -> list[dict[str, object]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from famlab.datamodules.bundled import BUNDLED_TASKS
 from famlab.datamodules.suite import is_suite
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import ConfigInputError, DataConfig
 from famlab.families.config import ModelConfig
 
 BYTES_PER_PARAM = 16  # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
@@ -51,18 +51,18 @@ def machine_memory(accelerator: str) -> tuple[int, str]:
         return 1 << 62, "RAM"
 
 
-def check_fits_memory(cfg: Config) -> None:
-    """Refuse a model whose parameters and optimizer state alone exceed the machine's memory."""
-    params = approx_params(cfg.model, cfg.data.tokenizer.vocab_size)
+def check_fits_memory(m: ModelConfig, tokenizer_vocab: int, accelerator: str) -> None:
+    """Refuse a model whose parameters and optimizer state alone exceed the machine's memory (``tokenizer_vocab``:
+    ``data.tokenizer.vocab_size``, the vocabulary when ``model.vocab_size`` is 0; ``trainer.accelerator``)."""
+    params = approx_params(m, tokenizer_vocab)
     need = params * BYTES_PER_PARAM
-    have, what = machine_memory(cfg.trainer.accelerator)
+    have, what = machine_memory(accelerator)
     if need > have:
-        m = cfg.model
         raise ConfigInputError(
             f"model too large for this machine: ~{params / 1e9:.1f}B parameters need "
             f"~{need / 2**30:.0f} GiB to train, this machine has {have / 2**30:.0f} GiB of {what} "
             f"(model.dim={m.dim}, model.num_layers={m.num_layers}, model.ffn_dim={m.ffn_dim}, "
-            f"vocabulary {m.vocab_size or cfg.data.tokenizer.vocab_size})"
+            f"vocabulary {m.vocab_size or tokenizer_vocab})"
         )
 
 
@@ -80,11 +80,11 @@ def is_suite_file(task: str) -> bool:
     return Path(task).suffix in (".yaml", ".yml")
 
 
-def check_inputs(cfg: Config) -> None:
-    """Files named by the config exist; the tokenizer's vocabulary holds its special tokens and sentinels."""
+def check_inputs(d: DataConfig, model_vocab: int) -> None:
+    """Files named by the data section exist; the tokenizer's vocabulary (and ``model.vocab_size``, ``model_vocab``,
+    when not 0) holds its special tokens and sentinels."""
     from famlab.datamodules.tokenizer import min_vocab_size
 
-    d = cfg.data
     if d.corpus != "wordnet" and not d.corpus.startswith("hf:") and not exists(d.corpus):
         raise ConfigInputError(f"data.corpus={d.corpus}: no such corpus file or directory (or wordnet, hf:<name>)")
     named = d.task in BUNDLED_TASKS or d.task.startswith("hf:") or (is_suite(d.task) and not is_suite_file(d.task))
@@ -98,5 +98,5 @@ def check_inputs(cfg: Config) -> None:
     if t.path is None and t.vocab_size < least:
         raise ConfigInputError(f"data.tokenizer.vocab_size={t.vocab_size} is below {least}, the least a "
                                f"{t.kind.value} tokenizer with data.tokenizer.num_sentinels={t.num_sentinels} needs")
-    if 0 < cfg.model.vocab_size < least:
-        raise ConfigInputError(f"model.vocab_size={cfg.model.vocab_size} must be 0 (from the tokenizer) or >= {least}")
+    if 0 < model_vocab < least:
+        raise ConfigInputError(f"model.vocab_size={model_vocab} must be 0 (from the tokenizer) or >= {least}")

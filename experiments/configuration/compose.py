@@ -313,8 +313,8 @@ def compose(presets: list[str], overrides: list[str] | DictConfig, *, family: st
     model_explicit = section_dict(explicit.get("model", OmegaConf.create({})))
     cfg = cross_checks(to_dataclass(merged), others_own=others_own)
     check_lightning_settings(cfg.trainer)  # before any work: a bad strategy must not cost a tokenizer and a W&B run
-    check_inputs(cfg)
-    check_fits_memory(cfg)
+    check_inputs(cfg.data, cfg.model.vocab_size)
+    check_fits_memory(cfg.model, cfg.data.tokenizer.vocab_size, cfg.trainer.accelerator)
     return Composed(cfg=cfg, raw=merged, presets=list(presets), explicit_model=model_explicit)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from famlab.datamodules.suite import TaskSpec
 from famlab.datamodules.tasks import Task, load_task
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError, DataConfig, with_values
 
 TASK_VAL_FRACTION = 0.1  # a task's validation fraction when data.val_fraction is unset (a corpus's is 0.05)
 
@@ -47,7 +47,7 @@ def load_configured_task(data: DataConfig | Mapping[str, Any]) -> Task:
     )
 
 
-def check_compare_task(cfg: Config) -> None:
+def check_compare_task(data: DataConfig, compare: CompareConfig) -> None:
     """Load the comparison's single task and check its ``compare.task_limit`` subsample, before anything trains.
 
     Without this the task is first read after the tokenizer is trained (for the subsample) or, with no limit, by
@@ -57,9 +57,8 @@ def check_compare_task(cfg: Config) -> None:
         DataError: the task cannot be loaded (a missing file or column, one class, ...).
         ConfigInputError: the subsample would hold one class or an empty split (:func:`check_subsample`).
     """
-    task = load_configured_task(cfg.data)
-    check_subsample(task, cfg.compare.task_limit, cfg.compare.task_eval_limit, seed=cfg.data.seed,
-                    source=f"data.task={cfg.data.task}")
+    task = load_configured_task(data)
+    check_subsample(task, compare.task_limit, compare.task_eval_limit, seed=data.seed, source=f"data.task={data.task}")
 
 
 def check_subsample(task: Task, limit: int | None, eval_limit: int | None, *, seed: int, source: str) -> None:

@@ -111,17 +111,18 @@ def check_resumed_config(run_dir: Path, config: Mapping[str, object]) -> None:
 
 
 
-def check_directory_resume(cfg: Config, whole: str, directory: str, example: str,
+def check_directory_resume(resume: str, run_dir: str | None, whole: str, directory: str, example: str,
                            error: type[ConfigInputError] = ConfigInputError) -> None:
     """``resume=`` of a command whose ``run_dir`` holds many runs (a sweep, a comparison): ``never`` or ``auto``
     (a checkpoint path would name one run), and ``auto`` only with ``run_dir`` naming ``directory``.
 
     Args:
+        resume, run_dir: the command's ``resume`` and ``run_dir``.
         whole: how that command resumes (``a comparison resumes as a whole``), for a checkpoint path's message.
         directory: what ``run_dir`` names (``the comparison directory``); ``example``: its default name.
         error: the ConfigInputError subclass raised.
     """
-    if cfg.resume not in ("never", "auto"):
-        raise error(f"resume={cfg.resume}: {whole}; use resume=auto with run_dir=<{directory}>")
-    if not cfg.run_dir and cfg.resume == "auto":
+    if resume not in ("never", "auto"):
+        raise error(f"resume={resume}: {whole}; use resume=auto with run_dir=<{directory}>")
+    if not run_dir and resume == "auto":
         raise error(f"resume=auto needs run_dir=<{directory}> ({example})")

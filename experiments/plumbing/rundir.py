@@ -62,23 +62,23 @@ def remove_empty_run_dirs() -> None:
             path.rmdir()
 
 
-def make_run_dir(cfg: Config, name: str) -> Path:
+def make_run_dir(run_dir: str | None, resume: str, name: str) -> Path:
     """Create the run directory (``run_dir`` or ``runs/<name>-<YYYYmmdd-HHMMSS>``).
 
-    An explicit non-empty ``run_dir`` without ``resume`` would be overwritten, so it fails instead.
+    An explicit non-empty ``run_dir`` with ``resume=never`` would be overwritten, so it fails instead.
     """
     if env_rank() != 0:
         # a DDP worker (Lightning relaunches the command per rank; torchrun / SLURM start every rank):
         # rank 0 made and checked the directory and published it (experiments/plumbing/launch_env.py)
-        path = Path(inherited_run_dir() or cfg.run_dir or "")
+        path = Path(inherited_run_dir() or run_dir or "")
         if not str(path) or str(path) == ".":
             raise ConfigInputError("multi-process runs started by torchrun / SLURM need an explicit run_dir=")
         path.mkdir(parents=True, exist_ok=True)
         return path
-    if cfg.run_dir:
-        path = Path(cfg.run_dir).expanduser()
-        if path.is_dir() and any(path.iterdir()) and cfg.resume == "never":
-            raise ConfigInputError(f"run_dir={cfg.run_dir} exists and is not empty; pass resume=auto or a new run_dir")
+    if run_dir:
+        path = Path(run_dir).expanduser()
+        if path.is_dir() and any(path.iterdir()) and resume == "never":
+            raise ConfigInputError(f"run_dir={run_dir} exists and is not empty; pass resume=auto or a new run_dir")
     else:
         path = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
         while path.exists():  # two runs started in the same second

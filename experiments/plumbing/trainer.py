@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from famlab.experiments.configuration.config import Config, TrainerConfig
+from famlab.experiments.configuration.config import TrainerConfig
 from famlab.experiments.perf.allocator import keep_freed_memory
 from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
 from famlab.experiments.plumbing.eval_device import GPU_ACCELERATORS
@@ -66,10 +66,12 @@ def syncs_batchnorm(t: TrainerConfig) -> bool:
 
 
 def make_trainer(
-    cfg: Config,
+    t: TrainerConfig,
     run_dir: Path,
     loggers: Sequence[Logger],
     *,
+    seed: int,
+    grad_clip: float | None,
     checkpoint_dir: Path,
     monitor: str,
     mode: str,
@@ -78,7 +80,10 @@ def make_trainer(
     val_check_interval: int | None = None,
     limit_val_batches: int | None = None,
 ) -> Trainer:
-    """A Lightning Trainer from ``trainer.*``: last.ckpt (and last-prev.ckpt), reliability callbacks, progress."""
+    """A Lightning Trainer from ``trainer.*``: last.ckpt (and last-prev.ckpt), reliability callbacks, progress.
+
+    ``seed`` is the run's (the reliability callbacks' skipped-batch record), ``grad_clip`` its ``optim.grad_clip``.
+    """
     import lightning as L
     from famlab.experiments.configuration.lightning_check import check_lightning_settings
     from famlab.experiments.plumbing.checkpoints import checkpoint_callback, keep_previous_last
@@ -87,11 +92,10 @@ def make_trainer(
     from famlab.experiments.plumbing.reliability import reliability_callbacks
     from lightning.pytorch.callbacks import RichProgressBar
 
-    t = cfg.trainer
     tune_process(t)
     # the test hook's faults go first, so each reliability callback sees them in the same step
     callbacks: list[Callback] = [checkpoint_callback(checkpoint_dir, monitor, mode), *test_hook_callbacks(),
-                            *reliability_callbacks(t, cfg.seed, checkpoint_dir)]
+                            *reliability_callbacks(t, seed, checkpoint_dir)]
     bar = progress_bar(t.progress_bar)  # a bar only on a terminal; else (a log file, a worker) a line a minute
     callbacks.append(RichProgressBar(leave=True) if bar else Heartbeat(run_dir.name, heartbeat_seconds()))
     trainer = L.Trainer(
@@ -108,7 +112,7 @@ def make_trainer(
         num_nodes=t.num_nodes,
         precision=precision(t),  # type: ignore[arg-type]  # one of Lightning's values (lightning_check.py)
         accumulate_grad_batches=t.accumulate_grad_batches,
-        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_val=grad_clip,
         deterministic=t.deterministic,
         logger=loggers,
         callbacks=callbacks,

@@ -42,18 +42,23 @@ from famlab.experiments.plumbing.data_cache import cache_dir, prepare_settings
 from famlab.experiments.plumbing.trainer import precision
 from famlab.experiments.plumbing.workers import cores
 from famlab.experiments.steps.finetune import grid_points
+from famlab.families.config import ModelConfig
 from famlab.objectives import TokenIds
 
 
-def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> tuple[Plan, dict[str, Config]]:
+def plan_budget(cmp: CompareConfig, reference: TrainerConfig, data: DataConfig, cfgs: dict[str, Config],
+                ids: TokenIds) -> tuple[Plan, dict[str, Config]]:
     """Match the budget across arms (steps or sizes); returns the plan the report states and each arm's config with
     its budget (the configs given are left as they are).
+
+    ``cmp`` is the comparison's ``compare.*``; ``reference`` its ``trainer.*`` (``max_steps`` of the median-cost arm
+    and the validation checks the arms keep); ``data`` its ``data.*`` (the corpus whose passes the plan counts).
 
     ``cfgs`` maps arm names to configs (:func:`compose_all`); so do ``plan.arms`` and the configs returned, each
     entry naming its family and objective. FLOPs and corpus tokens per step come from each arm's own objective
     batch shape, so arms of one family with different objectives get different step counts.
     """
-    match, tol = base.compare.match.value, base.compare.tolerance
+    match, tol = cmp.match.value, cmp.tolerance
     plan = Plan(match=match, tolerance=tol, arms={})
     if match == "params":
         ref_arm = next(iter(cfgs))
@@ -64,12 +69,13 @@ def plan_budget(base: Config, cfgs: dict[str, Config], ids: TokenIds) -> tuple[P
                                                             family=cfg.model.family.value), cfg.data.batch_size)
              for arm, cfg in cfgs.items()}
     if match in ("flops", "tokens"):
-        cfgs, plan.target = match_step_counts(base, cfgs, costs)
-        plan.reference_steps = base.trainer.max_steps
-        plan.reference = f"trainer.max_steps={base.trainer.max_steps} steps of the median-cost " + (
-            "arm" if base.compare.objectives else "family")
-    plan.arms = {arm: arm_budget(cfg, costs[arm]) for arm, cfg in cfgs.items()}
-    plan.corpus_train_tokens, plan.corpus_size = corpus_train_tokens(base.data)
+        cfgs, plan.target = match_step_counts(cmp, reference, cfgs, costs)
+        plan.reference_steps = reference.max_steps
+        plan.reference = f"trainer.max_steps={reference.max_steps} steps of the median-cost " + (
+            "arm" if cmp.objectives else "family")
+    plan.arms = {arm: arm_budget(cfg.model, cfg.objective.name, cfg.trainer.max_steps, costs[arm])
+                 for arm, cfg in cfgs.items()}
+    plan.corpus_train_tokens, plan.corpus_size = corpus_train_tokens(data)
     if plan.corpus_train_tokens:
         for budget in plan.arms.values():
             budget.passes = budget.corpus_tokens / plan.corpus_train_tokens
@@ -90,16 +96,16 @@ def match_sizes(cfgs: dict[str, Config], ref_arm: str) -> tuple[dict[str, Config
     return sized, target
 
 
-def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, StepCost]
-                      ) -> tuple[dict[str, Config], int]:
+def match_step_counts(cmp: CompareConfig, reference: TrainerConfig, cfgs: dict[str, Config],
+                      costs: dict[str, StepCost]) -> tuple[dict[str, Config], int]:
     """``compare.match=flops / tokens``: every arm's config with the steps that spend what ``trainer.max_steps``
     steps of the median-cost arm spend, its warmup and validation interval scaled to them; and that budget."""
-    match, tol = base.compare.match.value, base.compare.tolerance
+    match, tol = cmp.match.value, cmp.tolerance
     per_step = {f: (c.flops if match == "flops" else c.corpus_tokens) for f, c in costs.items()}
     ordered = sorted(per_step.values())
-    target = base.trainer.max_steps * ordered[len(ordered) // 2]
+    target = reference.max_steps * ordered[len(ordered) // 2]
     steps = match_steps(per_step, target, tol, match)
-    checks = max(1, round(base.trainer.max_steps / base.trainer.val_check_interval))
+    checks = max(1, round(reference.max_steps / reference.val_check_interval))
     budgeted = {arm: with_values(cfg, {
         "trainer.max_steps": steps[arm],
         "optim.warmup_steps": min(cfg.optim.warmup_steps, max(1, steps[arm] // 5)),
@@ -108,16 +114,16 @@ def match_step_counts(base: Config, cfgs: dict[str, Config], costs: dict[str, St
     return budgeted, target
 
 
-def arm_budget(cfg: Config, cost: StepCost) -> ArmBudget:
-    """What the arm's config trains: steps, FLOPs and corpus tokens (per step and in all), sizes, batch shape."""
-    total, non_emb = count_params(cfg.model)
-    steps = cfg.trainer.max_steps
-    assert cfg.model.ffn_dim is not None  # ModelConfig derives it when unset
+def arm_budget(model: ModelConfig, objective: str | None, steps: int, cost: StepCost) -> ArmBudget:
+    """What an arm trains (its model, objective name and ``trainer.max_steps``): steps, FLOPs and corpus tokens (per
+    step and in all), sizes, batch shape."""
+    total, non_emb = count_params(model)
+    assert model.ffn_dim is not None  # ModelConfig derives it when unset
     return ArmBudget(
-        family=cfg.model.family.value, objective=cfg.objective.name, steps=steps, flops_per_step=cost.flops,
+        family=model.family.value, objective=objective, steps=steps, flops_per_step=cost.flops,
         corpus_tokens_per_step=cost.corpus_tokens, flops=cost.flops * steps, corpus_tokens=cost.corpus_tokens * steps,
-        params=total, non_embedding_params=non_emb, batch_shape=cost.shape, dim=cfg.model.dim,
-        ffn_dim=cfg.model.ffn_dim, num_layers=cfg.model.num_layers,
+        params=total, non_embedding_params=non_emb, batch_shape=cost.shape, dim=model.dim,
+        ffn_dim=model.ffn_dim, num_layers=model.num_layers,
     )
 
 
@@ -140,7 +146,7 @@ def assumed_ids(data: DataConfig) -> TokenIds:
                     **{n: i for i, n in enumerate(names)})
 
 
-def plan_lines(base: Config, cfgs: dict[str, Config], plan: Plan) -> list[str]:
+def plan_lines(cmp: CompareConfig, data: DataConfig, cfgs: dict[str, Config], plan: Plan) -> list[str]:
     """The budget plan as ``--dry-run`` prints it: per arm the steps, warmup and validation interval the plan sets,
     training FLOPs, corpus tokens, parameters and batch shape; then the reference and the achieved spread."""
     head = ["arm", "steps", "warmup", "val every", "FLOPs", "corpus tokens", "params", "non-emb. params",
@@ -150,9 +156,8 @@ def plan_lines(base: Config, cfgs: dict[str, Config], plan: Plan) -> list[str]:
             for arm, p in plan.arms.items()]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     table = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]]
-    cmp = base.compare
     return [f"budget plan (compare.match={plan.match}: {plan.reference}; planned with "
-            f"data.tokenizer.vocab_size={base.data.tokenizer.vocab_size}, a start plans with the trained tokenizer's "
+            f"data.tokenizer.vocab_size={data.tokenizer.vocab_size}, a start plans with the trained tokenizer's "
             "size):", *table,
             f"  spread on {plan.match}: {plan.achieved_spread:.2%} (compare.tolerance {cmp.tolerance:.0%})"]
 
@@ -299,21 +304,20 @@ def pretrain_seconds(budget: ArmBudget, rate: Rate) -> float:
     return budget.flops / (rate.per_device * rate.devices) if rate.per_device > 0 else math.nan
 
 
-def cost_lines(base: Config, plan: Plan, rate: Rate) -> list[str]:
+def cost_lines(cmp: CompareConfig, corpus: str, plan: Plan, rate: Rate) -> list[str]:
     """What ``--dry-run`` says the plan costs and how often it reads its corpus: the rate it prices with, each arm's
-    pretraining time and passes over the corpus, and a warning past :data:`REPEATS_WORTH_LESS` passes."""
-    cmp = base.compare
+    pretraining time and passes over the corpus (``data.corpus``), and a warning past :data:`REPEATS_WORTH_LESS`
+    passes."""
     runs = {arm: len(cmp.pretrain_seeds) + max(0, len(cmp.lr_grid or ()) - 1) for arm in plan.arms}
     total = sum(pretrain_seconds(b, rate) * runs[arm] for arm, b in plan.arms.items())
     lines = [f"time, from each job's planned FLOPs: {rate.how}; {rate.devices} device(s) per job",
              f"  pretraining: ~{duration(total / max(1, cmp.workers))} of wall time, {cmp.workers} job(s) at a time "
              f"(compare.workers; {duration(total)} of jobs in all); fine-tunes, probes and evaluation come on top and "
              "are not priced"]
-    corpus = f"data.corpus={base.data.corpus}"
     if plan.corpus_train_tokens is None:
-        return [*lines, f"passes over the corpus ({corpus}): {plan.corpus_size}"]
+        return [*lines, f"passes over the corpus (data.corpus={corpus}): {plan.corpus_size}"]
     passes = {arm: b.passes or 0.0 for arm, b in plan.arms.items()}
-    lines.append(f"passes over the corpus ({corpus}: {plan.corpus_train_tokens:,} training tokens, from "
+    lines.append(f"passes over the corpus (data.corpus={corpus}: {plan.corpus_train_tokens:,} training tokens, from "
                  f"{plan.corpus_size}): " + ", ".join(f"{arm} {p:.2f}" for arm, p in passes.items()))
     many = [arm for arm, p in passes.items() if p > REPEATS_WORTH_LESS]
     if many:

@@ -42,7 +42,8 @@ def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
         ConfigInputError: ``resume`` other than never / auto; ``resume=auto`` without ``run_dir``; a non-empty
             ``run_dir`` without ``resume=auto`` or that holds no comparison; settings that differ from it.
     """
-    check_directory_resume(base, "a comparison resumes as a whole", "the comparison directory", "runs/compare-...")
+    check_directory_resume(base.resume, base.run_dir, "a comparison resumes as a whole", "the comparison directory",
+                           "runs/compare-...")
     if not base.run_dir:
         return make_compare_dir(base, cfgs), False
     path = Path(base.run_dir).expanduser()

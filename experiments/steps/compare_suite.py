@@ -19,7 +19,7 @@ from typing import TypedDict
 
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.experiments.analysis.suite_table import SUITE_FILE
-from famlab.experiments.configuration.config import Config, DataConfig, with_values
+from famlab.experiments.configuration.config import CompareConfig, Config, DataConfig, with_values
 from famlab.experiments.configuration.task import check_compare_task, check_subsample, with_task
 
 Subsample = Callable[[DataConfig, Path], dict[str, str | None]]
@@ -40,12 +40,12 @@ class SuiteTask:
     data: dict[str, str | None]
 
 
-def check_tasks(cfg: Config, specs: list[TaskSpec] | None) -> None:
+def check_tasks(data: DataConfig, compare: CompareConfig, specs: list[TaskSpec] | None) -> None:
     """Load every task once, and check its ``compare.task_limit`` subsample, so a bad task fails before the
     comparison starts.
 
     Args:
-        cfg: the comparison's config (``data.*``, ``compare.task_limit`` / ``compare.task_eval_limit``).
+        data, compare: the comparison's ``data.*`` and its ``compare.task_limit`` / ``compare.task_eval_limit``.
         specs: the suite's tasks; None: the single task ``data.task``.
 
     Raises:
@@ -55,12 +55,12 @@ def check_tasks(cfg: Config, specs: list[TaskSpec] | None) -> None:
             (:func:`famlab.experiments.configuration.task.check_subsample`).
     """
     if specs is None:
-        check_compare_task(cfg)
+        check_compare_task(data, compare)
         return
     for spec in specs:
-        task = load_suite_task(spec, **_split(cfg.data))
-        check_subsample(task, cfg.compare.task_limit, cfg.compare.task_eval_limit, seed=cfg.data.seed,
-                        source=f"data.task={cfg.data.task}: task '{spec.name}' ({spec.task})")
+        task = load_suite_task(spec, **_split(data))
+        check_subsample(task, compare.task_limit, compare.task_eval_limit, seed=data.seed,
+                        source=f"data.task={data.task}: task '{spec.name}' ({spec.task})")
 
 
 def prepare_tasks(

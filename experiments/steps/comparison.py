@@ -311,7 +311,7 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, 
     base, cfgs, corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
     check_corpus_fits(cfgs, corpus, bundle)
     cfgs, suite = prepare_tasks(base, cfgs, specs, comp_dir)
-    plan, cfgs = plan_budget(base, cfgs, token_ids(bundle))
+    plan, cfgs = plan_budget(base.compare, base.trainer, base.data, cfgs, token_ids(bundle))
     plan.tokenizer_hash = bundle.hash
     write_json(CompareDir(comp_dir).plan_file, plan.to_json())
     log_plan(base.compare, plan)

@@ -153,7 +153,7 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     cfg, has_pooler = settle_model(cfg, init)
     batches(cfg)  # a global batch the ranks cannot share fails before anything is written
     task = load_task_for(cfg.data)
-    run_dir = make_run_dir(cfg, run_name(cfg, "finetune", task.name))
+    run_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "finetune", task.name))
     cfg, bundle = finetune_bundle(cfg, init, run_dir)
     family = cfg.model.family.value
     pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
@@ -441,8 +441,8 @@ class _Job:
         try:
             wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # lineage: pretraining -> fine-tune
             trainer = make_trainer(
-                cfg, seed_dir, loggers, checkpoint_dir=RunDir(seed_dir).checkpoint_dir, monitor=ft.monitor,
-                mode=self.mode,
+                cfg.trainer, seed_dir, loggers, seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
+                checkpoint_dir=RunDir(seed_dir).checkpoint_dir, monitor=ft.monitor, mode=self.mode,
                 max_steps=self.total, max_epochs=-1 if ft.max_steps else ft.epochs,
                 val_check_interval=self.val_every, limit_val_batches=None,
             )
@@ -478,7 +478,9 @@ class _Job:
         seed_dir = Path(checkpoint).parent.parent
         module, dm = self.module(point), self.datamodule(seed)
         loggers = [AppendingCSVLogger(save_dir=str(seed_dir), name="", version="")]
-        trainer = make_trainer(self.cfg, seed_dir, loggers, checkpoint_dir=RunDir(seed_dir).checkpoint_dir,
-                               monitor=self.cfg.finetune.monitor, mode=self.mode, max_steps=self.total)
+        cfg = self.cfg
+        trainer = make_trainer(cfg.trainer, seed_dir, loggers, seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
+                               checkpoint_dir=RunDir(seed_dir).checkpoint_dir, monitor=cfg.finetune.monitor,
+                               mode=self.mode, max_steps=self.total)
         result = trainer.test(module, datamodule=dm, ckpt_path=checkpoint, verbose=False)[0]
         return {k: float(result[k]) for k in METRICS if k in result}

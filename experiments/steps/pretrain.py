@@ -84,14 +84,14 @@ def pretrain(
     """
     started = time.time()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    run_dir = make_run_dir(cfg, job_name or run_name(cfg, "pretrain"))
+    run_dir = make_run_dir(cfg.run_dir, cfg.resume, job_name or run_name(cfg, "pretrain"))
     cfg, corpus, bundle, objective, dm = prepare_data(cfg, run_dir)
     module = make_module(cfg, objective, dm)
     num_params = sum(p.numel() for p in module.net.parameters())
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
     loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
     trainer = make_trainer(
-        cfg, run_dir, loggers,
+        cfg.trainer, run_dir, loggers, seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
         checkpoint_dir=RunDir(run_dir).checkpoint_dir,
         monitor="val/loss",
         mode="min",

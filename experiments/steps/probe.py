@@ -170,7 +170,7 @@ def load_body(cfg: Config, init: Init) -> tuple[Config, Network, Task, Path, Tok
         net, _ = load_network(cfg.model, init)
         cfg = with_values(cfg, {"model": net.config})
     task = load_task_for(cfg.data)
-    run_dir = make_run_dir(cfg, run_name(cfg, "probe", task.name))
+    run_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "probe", task.name))
     bundle = hf_bundle(init.hf or "", run_dir) if init.kind == "hf" else get_bundle(cfg.data, None, run_dir)
     if init.kind != "hf":
         net, _ = load_network(cfg.model, init)

@@ -192,7 +192,7 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSu
     tasks = {spec.name: load_suite_task(spec, seed=d.seed, val_fraction=val_fraction, test_fraction=d.test_fraction)
              for spec in specs}  # fail before any training
     suite_name = "suite" if cfg.data.task == "suite" else Path(cfg.data.task).stem.replace(",", "+")
-    suite_dir = make_run_dir(cfg, run_name(cfg, "finetune", suite_name))
+    suite_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "finetune", suite_name))
     rows: list[SuiteTaskRow] = []
     results: list[TaskResult] = []
     for spec in specs:

@@ -79,7 +79,8 @@ WHERE = textwrap.dedent(
     after_config = allocator._applied
     tmp = Path(sys.argv[1])
     cfg = compose(["gpt", "tiny"], ["trainer.progress_bar=false"]).cfg
-    make_trainer(cfg, tmp, [], checkpoint_dir=tmp / "checkpoints", monitor="val/loss", mode="min")
+    make_trainer(cfg.trainer, tmp, [], seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
+                 checkpoint_dir=tmp / "checkpoints", monitor="val/loss", mode="min")
     print(repr(after_config), "|", repr(allocator._applied))
     """
 )

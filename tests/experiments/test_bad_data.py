@@ -15,7 +15,7 @@ import yaml
 from famlab.datamodules import DataError, load_corpus
 from famlab.datamodules.suite import TaskSpec
 from famlab.experiments.commands import cli
-from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError, DataConfig
+from famlab.experiments.configuration.config import CompareConfig, ConfigInputError, DataConfig
 from famlab.experiments.configuration.task import check_compare_task, check_subsample, load_configured_task
 from famlab.experiments.steps.compare_suite import check_tasks
 from famlab.experiments.steps.suite import read_suite
@@ -167,9 +167,9 @@ def _data(task: Path, **settings: object) -> object:
     return DataConfig(task=str(task), **settings)  # type: ignore[arg-type]
 
 
-def _compare_cfg(task: Path, limit: int | None, eval_limit: int | None = None, seed: int = 0) -> Config:
-    return Config(data=DataConfig(task=str(task), seed=seed),
-                  compare=CompareConfig(task_limit=limit, task_eval_limit=eval_limit))
+def _compare_cfg(task: Path, limit: int | None, eval_limit: int | None = None,
+                 seed: int = 0) -> tuple[DataConfig, CompareConfig]:
+    return DataConfig(task=str(task), seed=seed), CompareConfig(task_limit=limit, task_eval_limit=eval_limit)
 
 
 @pytest.mark.parametrize("task,limit,eval_limit,fragment", [
@@ -182,10 +182,10 @@ def _compare_cfg(task: Path, limit: int | None, eval_limit: int | None = None, s
 ])
 def test_subsample_checks(files, task, limit, eval_limit, fragment):
     with pytest.raises(ConfigInputError) as e:
-        check_compare_task(_compare_cfg(files / task, limit, eval_limit))
+        check_compare_task(*_compare_cfg(files / task, limit, eval_limit))
     assert fragment.format(d=files) in str(e.value) and "\n" not in str(e.value)
-    check_compare_task(_compare_cfg(files / task, None))  # the whole task is fine
-    check_compare_task(_compare_cfg(files / "good.csv", limit))
+    check_compare_task(*_compare_cfg(files / task, None))  # the whole task is fine
+    check_compare_task(*_compare_cfg(files / "good.csv", limit))
 
 
 def test_subsample_check_predicts_subsample_task(tmp_path):
@@ -203,15 +203,15 @@ def test_subsample_check_predicts_subsample_task(tmp_path):
         held = [(f"{s}{i}", rng.choices(classes, weights)[0], s) for s in ("val", "test")
                 for i in range(rng.randint(1, 6))]
         path = _csv(tmp_path / f"task{case}.csv", train + held)
-        cfg = _compare_cfg(path, rng.randint(1, 30), rng.choice([None, 0, 1, 3]), seed=rng.randint(0, 5))
-        limit, eval_limit = cfg.compare.task_limit, cfg.compare.task_eval_limit
-        written = subsample_task(cfg.data, limit, tmp_path / f"sub{case}.csv", eval_limit)
+        data, compare = _compare_cfg(path, rng.randint(1, 30), rng.choice([None, 0, 1, 3]), seed=rng.randint(0, 5))
+        limit, eval_limit = compare.task_limit, compare.task_eval_limit
+        written = subsample_task(data, limit, tmp_path / f"sub{case}.csv", eval_limit)
         rows = [line.split(",") for line in written.read_text().splitlines()[1:]]
         bad = len({r[2] for r in rows if r[3] == "train"}) < 2 or not all(
             any(r[3] == s for r in rows) for s in ("val", "test"))
-        task = load_configured_task(cfg.data)
+        task = load_configured_task(data)
         try:
-            check_subsample(task, cfg.compare.task_limit, cfg.compare.task_eval_limit, seed=cfg.data.seed,
+            check_subsample(task, limit, eval_limit, seed=data.seed,
                             source=str(path))
         except ConfigInputError:
             assert bad, f"case {case}: refused a subsample that fine-tunes"
@@ -229,12 +229,12 @@ def test_suite_compare_checks_each_task_subsample(files, cli_env, capsys):
 
 
 def test_check_tasks_takes_the_single_task(files):
-    """compare_suite.check_tasks(cfg, None) checks the single task data.task as it checks a suite's."""
+    """compare_suite.check_tasks(data, compare, None) checks the single task data.task as it checks a suite's."""
     with pytest.raises(ConfigInputError, match="compare.task_limit=5 subsample's 5 training examples hold one class"):
-        check_tasks(_compare_cfg(files / "skewed.csv", 5), None)
+        check_tasks(*_compare_cfg(files / "skewed.csv", 5), None)
     with pytest.raises(DataError, match="only one class"):
-        check_tasks(_compare_cfg(files / "one.csv", None), None)
-    check_tasks(_compare_cfg(files / "good.csv", 20), None)
+        check_tasks(*_compare_cfg(files / "one.csv", None), None)
+    check_tasks(*_compare_cfg(files / "good.csv", 20), None)
 
 
 def test_single_task_compare_checks_its_subsample(files, tmp_path, monkeypatch, capsys):

@@ -245,7 +245,8 @@ def test_budget_is_matched_across_arms_from_each_arms_own_batch_shape(match):
 
     base, cfgs = compose_all([], ["compare.families=[gpt,t5]", "compare.objectives=[clm,span,prefix_lm]",
                                   f"compare.match={match}", "trainer.max_steps=300"])
-    plan, cfgs = plan_budget(base, {arm: with_vocab(cfg, 2048) for arm, cfg in cfgs.items()}, _ids())
+    sized = {arm: with_vocab(cfg, 2048) for arm, cfg in cfgs.items()}
+    plan, cfgs = plan_budget(base.compare, base.trainer, base.data, sized, _ids())
     arms = plan.arms
     assert list(arms) == ["gpt-clm", "gpt-span", "gpt-prefix_lm", "t5-span", "t5-prefix_lm"]
     assert {a: (p.family, p.objective) for a, p in arms.items()} == {

@@ -124,7 +124,7 @@ def test_report_shows_passes_and_names_an_arm_trained_past_its_best(workspace):
     base, cfgs = compose_all(["tiny"], overrides)
     # planned as a start plans, with the vocabulary the corpus's tokenizer asked for
     cfgs = {arm: with_vocab(cfg, cfg.data.tokenizer.vocab_size) for arm, cfg in cfgs.items()}
-    plan, cfgs = plan_budget(base, cfgs, assumed_ids(base.data))
+    plan, cfgs = plan_budget(base.compare, base.trainer, base.data, cfgs, assumed_ids(base.data))
     train = _train_tokens(workspace / "cache")
     assert plan.corpus_train_tokens == train
     comp = workspace / "comparison"

@@ -30,16 +30,16 @@ def test_default_run_dir_is_readable_and_timestamped(monkeypatch, tmp_path):
     cfg = compose(["t5", "tiny"], []).cfg
     name = run_name(cfg, "pretrain")
     assert name == "t5-span-tiny"
-    path = make_run_dir(cfg, name)
+    path = make_run_dir(cfg.run_dir, cfg.resume, name)
     assert re.fullmatch(r"t5-span-tiny-\d{8}-\d{6}", path.name) and path.parent.name == "runs"
-    assert make_run_dir(cfg, name) != path  # rerunning never collides
+    assert make_run_dir(cfg.run_dir, cfg.resume, name) != path  # rerunning never collides
 
 
 def test_explicit_nonempty_run_dir_without_resume_fails(tmp_path):
     (tmp_path / "config.yaml").write_text("x: 1\n")
     cfg = compose(["gpt"], [f"run_dir={tmp_path}"]).cfg
     with pytest.raises(ConfigInputError, match="exists and is not empty"):
-        make_run_dir(cfg, "x")
+        make_run_dir(cfg.run_dir, cfg.resume, "x")
 
 
 def test_cache_dir_precedence(monkeypatch, tmp_path):

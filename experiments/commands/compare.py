@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from famlab.experiments.configuration.compose import flatten, to_plain
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, FinetuneConfig
 from famlab.experiments.configuration.placement import Placement
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
@@ -163,7 +163,7 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     out = ["famlab compare --dry-run: nothing runs; `famlab compare` with these arguments would run this",
            f"presets: {' '.join(names)}",
            "famlab compare's defaults" + (f" (a key you set wins): {' '.join(defaults)}" if defaults else ": none"),
-           *placement_lines(base, placement),
+           *placement_lines(base.data, base.finetune, base.trainer.accumulate_grad_batches, placement),
            f"fine-tuning task: data.task={task}",
            "runs go to: " + (f"run_dir={base.run_dir}" if base.run_dir else "runs/compare-<name>-<YYYYmmdd-HHMMSS>/")
            + (" (resume=auto: its finished jobs are read back, not rerun)" if base.resume == "auto" else ""),
@@ -175,12 +175,12 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
     return 0
 
 
-def placement_lines(base: Config, placement: Placement) -> list[str]:
-    """The two axes (jobs side by side, devices per job) and what each rank loads of the global batch (``--dry-run``).
-    """
-    k, accumulate = placement.devices_per_job, base.trainer.accumulate_grad_batches
+def placement_lines(data: DataConfig, ft_section: FinetuneConfig, accumulate: int, placement: Placement) -> list[str]:
+    """The two axes (jobs side by side, devices per job) and what each rank loads of the global batch (``--dry-run``):
+    ``data.batch_size``, ``finetune.batch_size``, ``trainer.accumulate_grad_batches``."""
+    k = placement.devices_per_job
     threads = f" (torch threads: {placement.threads_per_rank(workers.cores())} per rank)" if not placement.gpus else ""
-    pretrain, ft = base.data.batch_size, base.finetune.batch_size or base.data.batch_size
+    pretrain, ft = data.batch_size, ft_section.batch_size or data.batch_size
     each = [per_device_batch(b, k, accumulate, key) for b, key in
             ((pretrain, "data.batch_size"), (ft, "finetune.batch_size"))]
     return [*(line + threads for line in placement.lines()),

@@ -66,24 +66,12 @@ def syncs_batchnorm(t: TrainerConfig) -> bool:
 
 
 def make_trainer(
-    t: TrainerConfig,
-    run_dir: Path,
-    loggers: Sequence[Logger],
-    *,
-    seed: int,
-    grad_clip: float | None,
-    checkpoint_dir: Path,
-    monitor: str,
-    mode: str,
-    max_steps: int = -1,
-    max_epochs: int = -1,
-    val_check_interval: int | None = None,
-    limit_val_batches: int | None = None,
+    t: TrainerConfig, run_dir: Path, loggers: Sequence[Logger], *, seed: int, grad_clip: float | None,
+    checkpoint_dir: Path, monitor: str, mode: str, max_steps: int = -1, max_epochs: int = -1,
+    val_check_interval: int | None = None, limit_val_batches: int | None = None,
 ) -> Trainer:
-    """A Lightning Trainer from ``trainer.*``: last.ckpt (and last-prev.ckpt), reliability callbacks, progress.
-
-    ``seed`` is the run's (the reliability callbacks' skipped-batch record), ``grad_clip`` its ``optim.grad_clip``.
-    """
+    """A Lightning Trainer from ``trainer.*``, the run's ``seed`` and ``optim.grad_clip``: last.ckpt (and
+    last-prev.ckpt), reliability callbacks, progress."""
     import lightning as L
     from famlab.experiments.configuration.lightning_check import check_lightning_settings
     from famlab.experiments.plumbing.checkpoints import checkpoint_callback, keep_previous_last

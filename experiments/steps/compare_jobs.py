@@ -91,7 +91,9 @@ def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Pat
     return process_group.run(fn, job, *args, spec=spec, threads=threads, stop_requested=workers.stop_requested)
 
 
-def arm_tags(c: Comparison, cfg: Config) -> list[str]:
+def arm_tags(c: Comparison, arm: str) -> list[str]:
+    """The W&B tags of an arm's runs: its family and objective (which no tuned lr changes), the budget, "compare"."""
+    cfg = c.cfgs[arm]
     return [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
 
 

@@ -38,7 +38,13 @@ from famlab.datamodules.tasks import Task
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import to_plain
-from famlab.experiments.configuration.config import Config, ConfigInputError, FinetuneConfig, with_values
+from famlab.experiments.configuration.config import (
+    Config,
+    ConfigInputError,
+    FinetuneConfig,
+    TrainerConfig,
+    with_values,
+)
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.plumbing.collective import from_rank_zero
 from famlab.experiments.plumbing.data_cache import get_bundle, token_ids, with_vocab
@@ -151,7 +157,8 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
         raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
                                f"{LAST_CKPT}; use resume=auto with run_dir=<the fine-tune's run directory>")
     cfg, has_pooler = settle_model(cfg, init)
-    batches(cfg)  # a global batch the ranks cannot share fails before anything is written
+    # a global batch the ranks cannot share fails before anything is written
+    batches(cfg.finetune, cfg.data.batch_size, cfg.trainer)
     task = load_task_for(cfg.data)
     run_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "finetune", task.name))
     cfg, bundle = finetune_bundle(cfg, init, run_dir)
@@ -186,13 +193,12 @@ def settle_model(cfg: Config, init: Init) -> tuple[Config, bool]:
     return with_values(cfg, {"model": model}), init.kind == "hf" and hf_pooler is not None
 
 
-def batches(cfg: Config) -> tuple[int, int]:
+def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerConfig) -> tuple[int, int]:
     """``(global, per device)``: ``finetune.batch_size`` (else ``data.batch_size``) is the global batch (every rank,
     one optimizer step); each rank loads its share per micro-batch (:func:`famlab.experiments.plumbing.world.
     per_device_batch`), so a fine-tune trains the same recipe on any number of devices."""
-    ft, t = cfg.finetune, cfg.trainer
     key = "finetune.batch_size" if ft.batch_size else "data.batch_size"
-    global_batch = ft.batch_size or cfg.data.batch_size
+    global_batch = ft.batch_size or data_batch_size
     return global_batch, per_device_batch(global_batch, planned_world(t), t.accumulate_grad_batches, key)
 
 
@@ -398,7 +404,7 @@ class _Job:
         self.family = cfg.model.family.value
         ft = cfg.finetune
         self.world = planned_world(cfg.trainer)  # what the per-device batch is computed for
-        self.batch_size, self.device_batch = batches(cfg)
+        self.batch_size, self.device_batch = batches(ft, cfg.data.batch_size, cfg.trainer)
         steps_per_epoch = math.ceil(len(task.train) / self.batch_size)  # optimizer steps: the global batch
         self.total = ft.max_steps or ft.epochs * steps_per_epoch
         self.val_every = ft.val_every or (max(1, min(steps_per_epoch, self.total // 4)) if ft.max_steps else None)

@@ -15,9 +15,9 @@ from famlab.datamodules.prepare import PreparedDataset
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import ByteScore, PretrainResult
 from famlab.experiments.configuration.budget import step_cost
-from famlab.experiments.configuration.config import Config, DataConfig, ObjectiveConfig, TrainerConfig
+from famlab.experiments.configuration.config import Config, DataConfig, ObjectiveConfig, OptimConfig, TrainerConfig
 from famlab.experiments.configuration.specs import (
-    configured_objective,
+    arm_objective,
     objective_name,
     objective_settings,
     optim_settings,
@@ -40,6 +40,7 @@ from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, pre
 from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_pretrain_results
 from famlab.families import Network, build_network
+from famlab.families.config import ModelConfig
 from famlab.objectives import Objective, PretrainModule, TokenIds
 from famlab.objectives.evaluation import length_extrapolation
 from lightning.pytorch.loggers import Logger
@@ -86,7 +87,7 @@ def pretrain(
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir = make_run_dir(cfg.run_dir, cfg.resume, job_name or run_name(cfg, "pretrain"))
     cfg, corpus, bundle, objective, dm = prepare_data(cfg, run_dir)
-    module = make_module(cfg, objective, dm)
+    module = make_module(cfg.model, cfg.optim, cfg.trainer, objective, dm)
     num_params = sum(p.numel() for p in module.net.parameters())
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
     loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
@@ -100,7 +101,7 @@ def pretrain(
         val_check_interval=min(cfg.trainer.val_check_interval, max(1, dm.num_train_blocks // cfg.data.batch_size)),
         limit_val_batches=cfg.trainer.limit_val_batches,
     )
-    first, setup_s = fit(cfg, trainer, module, dm, run_dir, loggers, started)
+    first, setup_s = fit(cfg.trainer, cfg.resume, trainer, module, dm, run_dir, loggers, started)
     assert module.flops_per_step is not None  # make_module set it from step_cost
     results = PretrainResult(
         family=cfg.model.family.value,
@@ -138,34 +139,32 @@ def prepare_data(cfg: Config, run_dir: Path
     corpus = prepared_corpus(cfg.data)
     bundle = get_bundle(cfg.data, corpus, run_dir)
     cfg = with_vocab(cfg, bundle.vocab_size)
-    objective, dm = data_module(cfg, corpus, bundle)
-    return cfg, corpus, bundle, objective, dm
+    objective = arm_objective(cfg, token_ids(bundle))
+    return cfg, corpus, bundle, objective, data_module(cfg.data, cfg.trainer, objective, corpus, bundle)
 
 
-def data_module(cfg: Config, corpus: PreparedDataset, bundle: TokenizerBundle
-                ) -> tuple[Objective, PretrainDataModule]:
-    """The objective and the data module of ``corpus`` encoded with ``bundle``, its streams written by rank 0 if new
-    and set up for fitting: a corpus too small for a batch fails here."""
-    objective = configured_objective(cfg.objective, token_ids(bundle), seq_len=cfg.data.seq_len,
-                                     family=cfg.model.family.value)
+def data_module(data: DataConfig, t: TrainerConfig, objective: Objective, corpus: PreparedDataset,
+                bundle: TokenizerBundle) -> PretrainDataModule:
+    """The data module of ``corpus`` encoded with ``bundle`` in ``objective``'s blocks and batches, its streams
+    written by rank 0 if new and set up for fitting: a corpus too small for a batch fails here."""
     dm = PretrainDataModule(
         corpus,
         bundle,
         block_len=objective.raw_block_len,
-        batch_size=device_batch(cfg.data.batch_size, cfg.trainer),
+        batch_size=device_batch(data.batch_size, t),
         collate_fn=objective.collate,
         separator_id=objective.separator_id,
-        cache_dir=cache_dir(cfg.data),
-        seed=cfg.data.seed,
-        shuffle=cfg.data.shuffle,
-        num_workers=cfg.data.num_workers,
-        val_batches=cfg.data.val_batches,
+        cache_dir=cache_dir(data),
+        seed=data.seed,
+        shuffle=data.shuffle,
+        num_workers=data.num_workers,
+        val_batches=data.val_batches,
     )
     wait_for_rank_zero(dm.ready_file, "the token files", rank=env_rank())  # DDP: rank 0 writes, the other ranks load
     if env_rank() == 0:
         dm.prepare_data()  # the streams for this separator, once; also needed for the unigram floor below
     dm.setup("fit")
-    return objective, dm
+    return dm
 
 
 def device_batch(batch_size: int, t: TrainerConfig) -> int:
@@ -174,35 +173,35 @@ def device_batch(batch_size: int, t: TrainerConfig) -> int:
     return per_device_batch(batch_size, planned_world(t), t.accumulate_grad_batches, "data.batch_size")
 
 
-def make_module(cfg: Config, objective: Objective, dm: PretrainDataModule) -> PretrainModule:
+def make_module(model: ModelConfig, optim: OptimConfig, t: TrainerConfig, objective: Objective,
+                dm: PretrainDataModule) -> PretrainModule:
     """The ``PretrainModule`` around a new network: the unigram floor of the training split, the FLOPs of one
     micro-batch (budget/flops x-axis) and the device's peak (perf/mfu); compiled if ``trainer.compile``."""
-    net = build_network(cfg.model)
-    micro_batch = device_batch(cfg.data.batch_size, cfg.trainer)
-    flops_per_step = step_cost(cfg.model, objective, micro_batch).flops  # one rank's micro-batch
-    peak, _ = peak_flops(torch.device("cuda" if trains_on_cuda(cfg.trainer) else "cpu"), size=1024, repeats=3,
-                         dtype=precision_dtype(precision(cfg.trainer)))  # GPU datasheet peak at the run's dtype
+    net = build_network(model)
+    flops_per_step = step_cost(model, objective, dm.batch_size).flops  # one rank's micro-batch
+    peak, _ = peak_flops(torch.device("cuda" if trains_on_cuda(t) else "cpu"), size=1024, repeats=3,
+                         dtype=precision_dtype(precision(t)))  # GPU datasheet peak at the run's dtype
     module = PretrainModule(
-        net, objective, optim_settings(cfg.optim, cfg.trainer.max_steps),
+        net, objective, optim_settings(optim, t.max_steps),
         unigram_log_probs=unigram_log_probs(dm.train_token_counts()), flops_per_step=flops_per_step,
         peak_flops=peak if peak == peak else None,  # NaN: a GPU with no datasheet entry -> no perf/mfu
     )
-    return maybe_compile(cfg.trainer, module)
+    return maybe_compile(t, module)
 
 
 def fit(
-    cfg: Config, trainer: L.Trainer, module: PretrainModule, dm: PretrainDataModule, run_dir: Path,
+    t: TrainerConfig, resume: str, trainer: L.Trainer, module: PretrainModule, dm: PretrainDataModule, run_dir: Path,
     loggers: list[Logger], started: float
 ) -> tuple[dict[str, float], float]:
     """Train to ``trainer.max_steps`` (resuming under ``resume=``); returns the validation metrics before training
     (``trainer.validate_first``, a fresh run only) and the setup time in seconds."""
-    check_world(planned_world(cfg.trainer), trainer.world_size)  # the per-device batch assumed this world
-    ckpt_path = resolve_resume(cfg.resume, RunDir(run_dir).checkpoint_dir)
+    check_world(planned_world(t), trainer.world_size)  # the per-device batch assumed this world
+    ckpt_path = resolve_resume(resume, RunDir(run_dir).checkpoint_dir)
     if ckpt_path is not None:
         check_checkpoint_matches(ckpt_path, module)
     setup_s = time.time() - started
     first: dict[str, float] = {}
-    if cfg.trainer.validate_first and ckpt_path is None:
+    if t.validate_first and ckpt_path is None:
         first = {k: float(v) for k, v in trainer.validate(module, datamodule=dm, verbose=False)[0].items()}
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
@@ -211,7 +210,7 @@ def fit(
         raise
     if trainer.global_step % int(trainer.val_check_interval):  # steps after the last validation: checkpoint them,
         save_last(trainer, RunDir(run_dir).checkpoint_dir)  # since fine-tunes, export and generate read last.ckpt
-    if trainer.global_step != cfg.trainer.max_steps:  # a silently short run would be reported as complete
-        planned = cfg.trainer.max_steps
+    if trainer.global_step != t.max_steps:  # a silently short run would be reported as complete
+        planned = t.max_steps
         raise RuntimeError(f"training stopped at step {trainer.global_step}, planned trainer.max_steps={planned}")
     return first, setup_s

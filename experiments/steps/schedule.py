@@ -281,13 +281,13 @@ def _run_job(c: Comparison, job: Job) -> Done:
     cfg = job.cfg or c.cfgs[job.arm]  # a worker's copy of the configs is the one it started with
     if job.kind == "transfer":
         assert job.run is not None
-        transfer_to(c, c.suite[job.task], job.arm, job.seed, job.run, arm_tags(c, cfg))
+        transfer_to(c, c.suite[job.task], job.arm, job.seed, job.run, arm_tags(c, job.arm))
         return Done(c.clock.phases)
     tuned = None
     if job.tune:
-        run, tuned_cfg = tune_lr(c, job.arm, cfg, arm_tags(c, cfg))
+        run, tuned_cfg = tune_lr(c, job.arm, cfg, arm_tags(c, job.arm))
         tuned = (tuned_cfg, c.plan.arms[job.arm])
     else:
-        run = pretrain_seed(c, job.arm, cfg, arm_tags(c, cfg), job.seed)
+        run = pretrain_seed(c, job.arm, cfg, arm_tags(c, job.arm), job.seed)
     evaluate_pretrained(c, job.arm, job.seed, run)
     return Done(c.clock.phases, run, tuned)

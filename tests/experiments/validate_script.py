@@ -43,7 +43,7 @@ def main() -> int:
     cfg = compose(presets, overrides).cfg
     run_dir = make_run_dir(cfg.run_dir, cfg.resume, "validate")
     cfg, _, _, objective, dm = prepare_data(cfg, run_dir)  # the config with the tokenizer's vocabulary
-    module = make_module(cfg, objective, dm)
+    module = make_module(cfg.model, cfg.optim, cfg.trainer, objective, dm)
     trainer = make_trainer(cfg.trainer, run_dir, [], seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
                            checkpoint_dir=run_dir / "checkpoints", monitor="val/loss", mode="min",
                            limit_val_batches=cfg.trainer.limit_val_batches)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from famlab.datamodules.suite import BUNDLED_SUITE  # noqa: E402
 from famlab.experiments.configuration.config import Config, with_values  # noqa: E402
-from famlab.experiments.configuration.task import with_task  # noqa: E402
+from famlab.experiments.configuration.task import task_data  # noqa: E402
 from famlab.experiments.plumbing.data_cache import with_vocab  # noqa: E402
 from famlab.experiments.steps.compare_jobs import _finetune, _probe  # noqa: E402
 from famlab.experiments.steps.compare_suite import SuiteTask, task_config  # noqa: E402
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.out / name
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        task = SuiteTask(spec, folder, subsample(with_task(cfg, spec).data, folder / "task.csv"))
+        task = SuiteTask(spec, folder, subsample(task_data(cfg.data, spec), folder / "task.csv"))
         tcfg = task_config(cfg, task)
         jobs = {"probe": partial(_probe, tcfg, str(pre), folder / "probe", "suite-stage", []),
                 "finetune": partial(_finetune, tcfg, str(pre), folder / "ft", seeds, "suite-stage", []),

@@ -10,21 +10,16 @@ from typing import Any
 
 from famlab.datamodules.suite import TaskSpec
 from famlab.datamodules.tasks import Task, load_task
-from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.config import CompareConfig, ConfigInputError, DataConfig, with_values
 
 TASK_VAL_FRACTION = 0.1  # a task's validation fraction when data.val_fraction is unset (a corpus's is 0.05)
 
 
-def task_columns(spec: TaskSpec) -> dict[str, str | None]:
-    """The ``data.*`` keys that read a suite task: its file and columns."""
-    return {"data.task": spec.task, "data.text_column": spec.text_column,
-            "data.text_pair_column": spec.text_pair_column, "data.label_column": spec.label_column,
-            "data.split_column": spec.split_column}
-
-
-def with_task(cfg: Config, spec: TaskSpec, **changes: Any) -> Config:
-    """``cfg`` reading the suite task ``spec`` (its file and columns), with any other top-level keys ``changes``."""
-    return with_values(cfg, {**task_columns(spec), **changes})
+def task_data(data: DataConfig, spec: TaskSpec) -> DataConfig:
+    """The data section reading the suite task ``spec``: its file and columns (``data.task``, ``data.*_column``)."""
+    return with_values(data, {"task": spec.task, "text_column": spec.text_column,
+                              "text_pair_column": spec.text_pair_column, "label_column": spec.label_column,
+                              "split_column": spec.split_column})
 
 
 def load_configured_task(data: DataConfig | Mapping[str, Any]) -> Task:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 from famlab.experiments.configuration.compose import flatten, to_plain
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError
 from famlab.experiments.configuration.run_files import LAST_CKPT
 from famlab.experiments.plumbing.resume import RESUME_FREE_KEYS, check_directory_resume
 
@@ -45,7 +45,7 @@ def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
     check_directory_resume(base.resume, base.run_dir, "a comparison resumes as a whole", "the comparison directory",
                            "runs/compare-...")
     if not base.run_dir:
-        return make_compare_dir(base, cfgs), False
+        return make_compare_dir(base.compare, cfgs, name=base.name, size=base.size or "custom"), False
     path = Path(base.run_dir).expanduser()
     if path.exists() and not path.is_dir():
         raise ConfigInputError(f"run_dir={base.run_dir} is a file, not a directory")
@@ -64,12 +64,11 @@ def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
     return path.absolute(), False
 
 
-def make_compare_dir(base: Config, cfgs: dict[str, Config]) -> Path:
-    """Absolute ``runs/compare-<name>-<timestamp>/``, created (a second comparison in the same second gets an ``x``)."""
-    cmp = base.compare
-    size = base.size or "custom"
+def make_compare_dir(cmp: CompareConfig, cfgs: dict[str, Config], *, name: str | None, size: str) -> Path:
+    """Absolute ``runs/compare-<name>-<timestamp>/``, created (a second comparison in the same second gets an ``x``);
+    ``name`` unset: the families (and ``-objectives`` for arms of objectives) and the ``size`` preset."""
     families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
-    name = base.name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
+    name = name or f"{'-'.join(families)}{'-objectives' if cmp.objectives else ''}-{size}"
     comp_dir = Path("runs") / f"compare-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     while comp_dir.exists():
         comp_dir = comp_dir.with_name(comp_dir.name + "x")

@@ -37,22 +37,25 @@ from famlab.experiments.steps.pretrain import pretrain
 from famlab.experiments.steps.probe import probe
 from famlab.experiments.tracking.wandb_dashboard import dashboard_step
 from famlab.experiments.tracking.wandb_report import log_report_run, pretraining_dirs
+from famlab.families.config import ModelConfig
 from famlab.objectives.evaluation import byte_score
 
 T = TypeVar("T")
 
 
-def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: TokenizerBundle) -> ByteScore:
-    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) on ``texts`` (validation documents), on
-    the device the run trained on (:func:`eval_device`)."""
+def byte_scores(run_dir: Path, texts: list[str], bundle: TokenizerBundle, *, model: ModelConfig,
+                objective: str | None, accelerator: str) -> ByteScore:
+    """Bits per byte (GPT, T5) or pseudo-log-likelihood bits per byte (BERT) of the run's ``model`` trained with
+    ``objective`` on ``texts`` (validation documents), on the device the run trained on (``trainer.accelerator``,
+    :func:`eval_device`)."""
     ckpt = RunDir(run_dir).last_checkpoint
-    net, _ = load_network(cfg.model, Init("run", run_dir=run_dir, checkpoint=ckpt))
-    net.to(eval_device(cfg.trainer.accelerator)).eval()
+    net, _ = load_network(model, Init("run", run_dir=run_dir, checkpoint=ckpt))
+    net.to(eval_device(accelerator)).eval()
 
     def encode(text: str) -> list[int]:
         return bundle.tokenizer.encode(text, add_special_tokens=False).ids
 
-    score = byte_score(net, texts, encode, token_ids(bundle), objective=cfg.objective.name)
+    score = byte_score(net, texts, encode, token_ids(bundle), objective=objective)
     if score.reason is not None:  # nothing scorable (every text empty or encoding to no tokens): say why
         raise ValueError(f"bits per byte: {score.reason}")
     return ByteScore(measure=score.measure, value=score.value, num_texts=score.num_texts, num_bytes=score.num_bytes,
@@ -61,7 +64,7 @@ def byte_scores(run_dir: Path, cfg: Config, texts: list[str], bundle: TokenizerB
 
 def _pretrain_one(
     cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
-    evaluate: Callable[[Path, Config], ByteScore | None] | None = None,
+    evaluate: Callable[[Path], ByteScore | None] | None = None,
 ) -> PretrainedRun:
     run_dir = comp_dir / f"{arm or cfg.model.family.value}-pretrain-s{seed}{suffix}"
     run = with_values(cfg, {"seed": seed, "run_dir": str(run_dir), "name": run_dir.name, "wandb.group": group,
@@ -73,7 +76,7 @@ def _pretrain_one(
 
 
 def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Path,
-                 evaluate: Callable[[Path, Config], ByteScore | None] | None = None) -> T:
+                 evaluate: Callable[[Path], ByteScore | None] | None = None) -> T:
     """``fn(job, *args)`` (a step that fits: pretraining or a fine-tune; ``job`` is ``cfg`` given the job's devices)
     on its devices (:mod:`famlab.experiments.configuration.placement`): one device in this process; several as the
     job's own DDP world, a child process group (:mod:`famlab.experiments.plumbing.process_group`), so that Lightning's
@@ -119,15 +122,19 @@ def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> tuple[Pret
 
 def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
     """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open (an optional step)."""
-
-    def evaluate(run_dir: Path, run_cfg: Config) -> ByteScore | None:
-        return failures.optional(c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed,
-                                 "evaluation", byte_scores, run_dir, run_cfg, c.bpb_texts, c.bundle, say=log)
-
     run = c.clock.timed("pretraining", _pretrain_one, cfg, c.comp_dir, c.group, tags, seed, arm=arm,
-                        evaluate=evaluate)
+                        evaluate=lambda run_dir: score_bytes(c, arm, seed, run_dir))
     c.clock.progress(f"pretrain {arm} seed {seed}: val/loss {run.result.final.get('val/loss')}")
     return run
+
+
+def score_bytes(c: Comparison, arm: str, seed: int, run_dir: Path) -> ByteScore | None:
+    """The arm's pretrained model in ``run_dir`` scored for bits per byte on the comparison's validation documents (an
+    optional step: a failure is recorded, and None returned)."""
+    cfg = c.cfgs[arm]  # its model and objective: what every run of the arm trains (a tuned lr changes neither)
+    return failures.optional(c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed,
+                             "evaluation", byte_scores, run_dir, c.bpb_texts, c.bundle, model=cfg.model,
+                             objective=cfg.objective.name, accelerator=cfg.trainer.accelerator, say=log)
 
 
 def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) -> None:
@@ -140,9 +147,7 @@ def evaluate_pretrained(c: Comparison, arm: str, seed: int, run: PretrainedRun) 
     if path.is_file() and not failed:
         return  # evaluated before this comparison was stopped
     if "byte_score" not in evaluated and not ("evaluation" in failed and not path.is_file()):  # not just failed
-        score = run.result.byte_score or failures.optional(
-            c.comp_dir, StepFailure(step="evaluation", arm=arm, seed=seed), c.clock.timed, "evaluation",
-            byte_scores, run.run_dir, run.cfg, c.bpb_texts, c.bundle, say=log)
+        score = run.result.byte_score or score_bytes(c, arm, seed, run.run_dir)
         evaluated["byte_score"] = score.to_json() if score is not None else None
     if "zero_shot" not in evaluated:
         tasks = failures.optional(

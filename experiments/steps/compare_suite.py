@@ -20,7 +20,7 @@ from typing import TypedDict
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.experiments.analysis.suite_table import SUITE_FILE
 from famlab.experiments.configuration.config import CompareConfig, Config, DataConfig, with_values
-from famlab.experiments.configuration.task import check_compare_task, check_subsample, with_task
+from famlab.experiments.configuration.task import check_compare_task, check_subsample, task_data
 
 Subsample = Callable[[DataConfig, Path], dict[str, str | None]]
 
@@ -64,12 +64,12 @@ def check_tasks(data: DataConfig, compare: CompareConfig, specs: list[TaskSpec] 
 
 
 def prepare_tasks(
-    cfg: Config, specs: list[TaskSpec], comp_dir: Path, subsample: Subsample | None
+    data: DataConfig, specs: list[TaskSpec], comp_dir: Path, subsample: Subsample | None
 ) -> list[SuiteTask]:
     """Make each task's folder (with its subsample when ``subsample`` is given) and write ``suite.json``.
 
     Args:
-        cfg: the comparison's config (``data.seed`` and the split fractions).
+        data: the comparison's ``data.*`` (``data.seed`` and the split fractions).
         specs: the suite's tasks.
         comp_dir: the comparison directory.
         subsample: writes a task's seeded subsample (``compare.task_limit``) to a CSV path and returns the
@@ -80,11 +80,11 @@ def prepare_tasks(
         folder = comp_dir / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         if subsample is not None:
-            data = subsample(with_task(cfg, spec).data, folder / "task.csv")
+            columns = subsample(task_data(data, spec), folder / "task.csv")
         else:
-            data = {"task": spec.task, "text_column": spec.text_column, "label_column": spec.label_column,
-                    "split_column": spec.split_column, "text_pair_column": spec.text_pair_column}
-        tasks.append(SuiteTask(spec, folder, data))
+            columns = {"task": spec.task, "text_column": spec.text_column, "label_column": spec.label_column,
+                       "split_column": spec.split_column, "text_pair_column": spec.text_pair_column}
+        tasks.append(SuiteTask(spec, folder, columns))
     record = {"tasks": [{**dataclasses.asdict(t.spec), "dir": t.spec.name} for t in tasks]}
     (comp_dir / SUITE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return tasks

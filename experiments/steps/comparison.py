@@ -309,9 +309,10 @@ class Stopped(Exception):  # noqa: N818 - how a comparison ended, not an error o
 def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path, started: float,
            resumed: bool) -> Comparison:
     """The shared tokenizer, the tasks and the budget plan: what every job of the comparison reads."""
-    base, cfgs, corpus, bundle = share_tokenizer(base, cfgs, comp_dir, reuse=resumed)
+    data, cfgs, corpus, bundle = share_tokenizer(base.data, cfgs, comp_dir, reuse=resumed)
+    base = with_values(base, {"data": data})
     check_corpus_fits(cfgs, corpus, bundle)
-    cfgs, suite = prepare_tasks(base, cfgs, specs, comp_dir)
+    cfgs, suite = prepare_tasks(base.compare, base.data, cfgs, specs, comp_dir)
     plan, cfgs = plan_budget(base.compare, base.trainer, base.data, cfgs, token_ids(bundle))
     plan.tokenizer_hash = bundle.hash
     write_json(CompareDir(comp_dir).plan_file, plan.to_json())
@@ -333,48 +334,49 @@ def check_corpus_fits(cfgs: dict[str, Config], corpus: PreparedDataset, bundle: 
         data_module(cfg.data, cfg.trainer, arm_objective(cfg, token_ids(bundle)), corpus, bundle)
 
 
-def share_tokenizer(base: Config, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False
-                    ) -> tuple[Config, dict[str, Config], PreparedDataset, TokenizerBundle]:
-    """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings); returns the configs
-    pointed at it (each arm's with the tokenizer's vocabulary and one W&B directory for the whole comparison), the
-    corpus and the tokenizer: ``(base, cfgs, corpus, bundle)``.
+def share_tokenizer(data: DataConfig, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False
+                    ) -> tuple[DataConfig, dict[str, Config], PreparedDataset, TokenizerBundle]:
+    """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings), from the comparison's
+    ``data.*``; returns the settings and configs pointed at it (each arm's with the tokenizer's vocabulary and one W&B
+    directory for the whole comparison), the corpus and the tokenizer: ``(data, cfgs, corpus, bundle)``.
 
     ``reuse``: a resumed comparison keeps its own ``tokenizer.json`` (training is not bit-reproducible, and its
     models were trained with that one)."""
     shared = CompareDir(comp_dir).tokenizer_file.resolve()
     if reuse and shared.is_file():
-        base = with_values(base, {"data.tokenizer.path": str(shared)})
-        corpus = prepared_corpus(base.data)  # the same streams, encoded with the comparison's own tokenizer
-        bundle = get_bundle(base.data, corpus)
+        data = with_values(data, {"tokenizer.path": str(shared)})
+        corpus = prepared_corpus(data)  # the same streams, encoded with the comparison's own tokenizer
+        bundle = get_bundle(data, corpus)
     else:
-        corpus = prepared_corpus(base.data)  # once into the cache (docs/data.md); a prepared dir as it is
-        bundle = get_bundle(base.data, corpus, comp_dir)
+        corpus = prepared_corpus(data)  # once into the cache (docs/data.md); a prepared dir as it is
+        bundle = get_bundle(data, corpus, comp_dir)
     shared_cfgs = {arm: with_vocab(with_values(cfg, {
         "data.tokenizer.path": str(shared), "wandb.dir": cfg.wandb.dir or str(comp_dir.resolve())}), bundle.vocab_size)
         for arm, cfg in cfgs.items()}
-    return base, shared_cfgs, corpus, bundle
+    return data, shared_cfgs, corpus, bundle
 
 
 def prepare_tasks(
-    base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path
+    cmp: CompareConfig, data: DataConfig, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path
 ) -> tuple[dict[str, Config], list[compare_suite.SuiteTask | None]]:
     """The arms' configs and the fine-tuning tasks: ``[None]`` for one task (subsampled to ``compare.task_limit``
-    into the compare directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task."""
-    cmp = base.compare
+    into the compare directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task.
+    ``cmp`` and ``data`` are the comparison's ``compare.*`` and ``data.*``."""
     if specs is None:
-        return (use_subsample(base, cfgs, comp_dir) if cmp.task_limit else cfgs), [None]
+        return (use_subsample(cmp, data, cfgs, comp_dir) if cmp.task_limit else cfgs), [None]
     subsample = _subsampler(cmp) if cmp.task_limit else None
-    suite: list[compare_suite.SuiteTask | None] = list(compare_suite.prepare_tasks(base, specs, comp_dir, subsample))
+    suite: list[compare_suite.SuiteTask | None] = list(compare_suite.prepare_tasks(data, specs, comp_dir, subsample))
     log(f"suite of {len(specs)} tasks: {', '.join(s.name for s in specs)} (each in its own folder)")
     return cfgs, suite
 
 
-def use_subsample(base: Config, cfgs: dict[str, Config], comp_dir: Path) -> dict[str, Config]:
-    """Write ``task.csv`` (:func:`subsample_task`); returns every arm's config with its ``data.*`` pointed at it."""
-    cmp = base.compare
+def use_subsample(cmp: CompareConfig, data: DataConfig, cfgs: dict[str, Config], comp_dir: Path
+                  ) -> dict[str, Config]:
+    """Write ``task.csv`` (:func:`subsample_task` of ``data.task``); returns every arm's config with its ``data.*``
+    pointed at it."""
     assert cmp.task_limit is not None, "use_subsample without compare.task_limit"
-    task_path = subsample_task(base.data, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
-    log(f"fine-tuning task: {task_path} (seeded subsample of {base.data.task}, "
+    task_path = subsample_task(data, cmp.task_limit, comp_dir / "task.csv", cmp.task_eval_limit).resolve()
+    log(f"fine-tuning task: {task_path} (seeded subsample of {data.task}, "
         f"compare.task_limit={cmp.task_limit}, compare.task_eval_limit={cmp.task_eval_limit})")
     columns = {"data.task": str(task_path), "data.text_column": "text", "data.label_column": "label",
                "data.split_column": "split",

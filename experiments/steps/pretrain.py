@@ -76,11 +76,11 @@ def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, objective
 
 
 def pretrain(
-    cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path, Config], ByteScore | None] | None = None
+    cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path], ByteScore | None] | None = None
 ) -> PretrainResult:
     """Run one pretraining job; returns the results written to ``results.json``.
 
-    ``evaluate(run_dir, cfg)``, when given, scores the finished run (a comparison's bits per byte) while its
+    ``evaluate(run_dir)``, when given, scores the finished run (a comparison's bits per byte) while its
     W&B run is still open; its result is stored as ``byte_score`` and in the W&B summary.
     """
     started = time.time()
@@ -123,7 +123,7 @@ def pretrain(
         assert dm.val_tokens is not None  # prepare_data set the data module up for fitting
         results.length_extrapolation = length_points(net, dm.val_tokens, token_ids(bundle), cfg.objective, cfg.data)
         if evaluate is not None:
-            results.byte_score = evaluate(run_dir, cfg)
+            results.byte_score = evaluate(run_dir)
         write_json(RunDir(run_dir).results_file, results.to_json())
         wandb_pretrain_results(cfg.wandb, loggers, run_dir, results.to_json())
     close_wandb(loggers)

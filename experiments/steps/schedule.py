@@ -173,12 +173,11 @@ class SubmittedJob:
 
 def resume_everywhere(c: Comparison, job: Job) -> tuple[Comparison, Job]:
     """The comparison and job with ``resume=auto`` in every config a requeued job reads."""
-    def auto(cfg: Config) -> Config:
-        return with_values(cfg, {"resume": "auto"})
-
-    c = dataclasses.replace(c, base=auto(c.base), cfgs={arm: auto(cfg) for arm, cfg in c.cfgs.items()})
-    run = dataclasses.replace(job.run, cfg=auto(job.run.cfg)) if job.run else None
-    return c, dataclasses.replace(job, cfg=auto(job.cfg) if job.cfg else None, run=run)
+    auto = {"resume": "auto"}
+    c = dataclasses.replace(c, base=with_values(c.base, auto),
+                            cfgs={arm: with_values(cfg, auto) for arm, cfg in c.cfgs.items()})
+    run = dataclasses.replace(job.run, cfg=with_values(job.run.cfg, auto)) if job.run else None
+    return c, dataclasses.replace(job, cfg=with_values(job.cfg, auto) if job.cfg else None, run=run)
 
 
 def first_jobs(c: Comparison, tune: bool) -> list[Job]:

@@ -44,8 +44,8 @@ from famlab.experiments.analysis.suite_score import (
     task_interval,
 )
 from famlab.experiments.analysis.suite_table import SuiteScoreEntry
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig
-from famlab.experiments.configuration.task import with_task
+from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.task import task_data
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import Preempted
@@ -164,10 +164,6 @@ def _entry_lines(tasks_node: object, path: Path) -> list[int]:
     return [key.start_mark.line + 1 for key, _ in tasks_node.value]
 
 
-def _task_config(cfg: Config, spec: TaskSpec, run_dir: Path) -> Config:
-    return with_task(cfg, spec, run_dir=str(run_dir), name=f"{run_dir.parent.name}-{spec.name}")
-
-
 def tfidf_reference(data: DataConfig, spec: TaskSpec, task: Task) -> dict[str, float]:
     """TF-IDF + logistic regression test scores of a task (:func:`famlab.experiments.analysis.baselines.tfidf`),
     cached under the cache directory by task, split and the rule (``baselines.TFIDF_RULE``)."""
@@ -198,7 +194,9 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSu
     for spec in specs:
         log.info("suite task %s (%s)", spec.name, spec.task)
         try:  # resume=auto: finished tasks return their results.json, an interrupted one continues its jobs
-            ft = finetune(_task_config(cfg, spec, suite_dir / spec.name), init)
+            run_dir = suite_dir / spec.name
+            ft = finetune(with_values(cfg, {"data": task_data(cfg.data, spec), "run_dir": str(run_dir),
+                                            "name": f"{suite_dir.name}-{spec.name}"}), init)
         except Preempted as e:
             e.run_dir = suite_dir  # the suite resumes as a whole
             raise

@@ -155,5 +155,6 @@ def test_off_a_terminal_the_board_prints_one_line_a_period_while_jobs_run(tmp_pa
     assert quiet == ""
     assert sum(progress in x for x in lines) >= 2, lines
     first = next(i for i, x in enumerate(lines) if progress in x)
-    assert all(x.startswith("gpt-pretrain-s0 starting " + headline) for x in lines[:first]), lines
+    # every line is stamped by console.say ("[famlab HH:MM:SS] ..."); those before the first report say "starting"
+    assert all(x.startswith("[famlab ") and "] gpt-pretrain-s0 starting " + headline in x for x in lines[:first]), lines
     assert all(progress in x for x in lines[first:]), lines

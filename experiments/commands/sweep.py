@@ -346,9 +346,9 @@ def sweep_directory(run_dir: str | None, resume: str, path: Path) -> tuple[Path,
     return sweep_dir, started
 
 
-def write_settings(sweep_dir: Path, sweep: SweepConfig, wandb: WandbConfig, plugin_modules: list[str]) -> None:
+def write_settings(sweep_dir: Path, sweep: SweepConfig, w: WandbConfig, plugin_modules: list[str]) -> None:
     """Store the sweep's own settings (``sweep.*``, ``wandb.*`` and ``plugins``) beside ``sweep.yaml``, for resuming."""
-    settings = {"sweep": to_plain(sweep), "wandb": to_plain(wandb), "plugins": list(plugin_modules)}
+    settings = {"sweep": to_plain(sweep), "wandb": to_plain(w), "plugins": list(plugin_modules)}
     (sweep_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
 
 
@@ -379,12 +379,12 @@ def check_resumed_sweep(sweep_dir: Path, spec: SweepSpec, sweep: SweepConfig) ->
                          "the original sweep file and settings, or start a new run_dir")
 
 
-def forwarded_settings(wandb: WandbConfig, plugin_modules: list[str], overrides: list[str]) -> list[str]:
+def forwarded_settings(w: WandbConfig, plugin_modules: list[str], overrides: list[str]) -> list[str]:
     """The ``wandb.*`` settings given to the sweep, as ``key=value`` tokens for every trial (the sweep's report
     run uses them too), and the ``plugins``. The group and the W&B directory are set per sweep by
     :func:`trial_commands`."""
     given = {token.removeprefix("--").split("=", 1)[0] for token in overrides}
-    forwarded = [_token(key, getattr(wandb, key.split(".", 1)[1])) for key in FORWARDED if key in given]
+    forwarded = [_token(key, getattr(w, key.split(".", 1)[1])) for key in FORWARDED if key in given]
     return forwarded + ([plugins.override(plugin_modules)] if plugin_modules else [])  # every trial imports them too
 
 

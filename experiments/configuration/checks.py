@@ -14,7 +14,7 @@ from pathlib import Path
 
 from famlab.datamodules.bundled import BUNDLED_TASKS
 from famlab.datamodules.suite import is_suite
-from famlab.experiments.configuration.config import ConfigInputError, DataConfig
+from famlab.experiments.configuration.config import GPU_ACCELERATORS, ConfigInputError, DataConfig
 from famlab.families.config import ModelConfig
 
 BYTES_PER_PARAM = 16  # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
@@ -42,7 +42,7 @@ def machine_memory(accelerator: str) -> tuple[int, str]:
     """Bytes of memory one training process can use, and what it is (largest CUDA GPU, or physical RAM)."""
     import torch
 
-    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+    if accelerator in GPU_ACCELERATORS and torch.cuda.is_available():
         best = max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
         return best, "GPU memory"
     try:

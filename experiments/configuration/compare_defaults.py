@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from famlab.experiments.configuration.compose import expand_presets, flatten, preset_node, section_dict
+from famlab.experiments.configuration.config import GPU_ACCELERATORS
 
 SIZES = ("tiny", "small", "base")
 # The tiny comparison (applied before the user's overrides and the keys of a preset they name): the whole protocol
@@ -86,7 +87,7 @@ def preset_keys(preset: str) -> set[str]:
 def visible_gpus(accelerator: str) -> list[str]:
     """The CUDA GPUs a run with ``trainer.accelerator=accelerator`` may use, as ``CUDA_VISIBLE_DEVICES`` names them
     (``["0", "1"]``, or that variable's own entries); ``[]`` for the CPU or another accelerator."""
-    if accelerator not in ("auto", "gpu", "cuda"):
+    if accelerator not in GPU_ACCELERATORS:
         return []
     import torch
 

@@ -161,6 +161,9 @@ class OptimConfig:
             raise ConfigInputError(f"optim.name={self.name} is not one of: adamw, adafactor")
 
 
+GPU_ACCELERATORS = ("auto", "gpu", "cuda")  # the values of trainer.accelerator that train on a CUDA GPU if present
+
+
 @dataclass(frozen=True)
 class TrainerConfig:
     max_steps: int = 1000  # optimizer steps to train (pretraining budget)

@@ -11,8 +11,7 @@ Under a comparison's worker, ``CUDA_VISIBLE_DEVICES`` already restricts the proc
 from __future__ import annotations
 
 import torch
-
-GPU_ACCELERATORS = ("auto", "gpu", "cuda")  # the values of trainer.accelerator that train on a CUDA GPU if present
+from famlab.experiments.configuration.config import GPU_ACCELERATORS
 
 
 def eval_device(accelerator: str) -> torch.device:

@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from famlab.experiments.configuration.config import TrainerConfig
+from famlab.experiments.configuration.config import GPU_ACCELERATORS, TrainerConfig
 from famlab.experiments.perf.allocator import keep_freed_memory
 from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
-from famlab.experiments.plumbing.eval_device import GPU_ACCELERATORS
 from famlab.experiments.plumbing.launch_env import note_world
 from famlab.experiments.plumbing.world import planned_world
 

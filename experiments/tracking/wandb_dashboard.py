@@ -308,14 +308,14 @@ def create_dashboard(spec: DashboardSpec, entity: str | None = None, project: st
     return str(workspace.url), str(report.url)
 
 
-def dashboard_step(settings: WandbConfig, comp_dir: Path) -> Path | None:
+def dashboard_step(w: WandbConfig, comp_dir: Path) -> Path | None:
     """A comparison's last optional step: write ``wandb-dashboard.json`` beside the runs and, when W&B is online,
     create the workspace view and the Report (raises on any trouble: the caller records it as a failure).
 
     Returns the spec's path, or None with ``wandb.mode=disabled``. Offline, ``famlab dashboard <dir>`` creates
     both after ``wandb sync``; so it does online without ``wandb-workspaces`` installed.
     """
-    mode = wandb_mode(settings)
+    mode = wandb_mode(w)
     if mode == "disabled":
         return None
     path = write_spec(comp_dir)
@@ -325,7 +325,7 @@ def dashboard_step(settings: WandbConfig, comp_dir: Path) -> Path | None:
         except ImportError:
             print(f"famlab: W&B dashboard not created ({INSTALL}); then: famlab dashboard {comp_dir}")
             return path
-        workspace, report = create_dashboard(read_spec(comp_dir), settings.entity, settings.project)
+        workspace, report = create_dashboard(read_spec(comp_dir), w.entity, w.project)
         print(f"W&B workspace view: {workspace}\nW&B report: {report}")
     else:
         print(f"W&B dashboard: after wandb sync {comp_dir / 'wandb'}, famlab dashboard {comp_dir}")

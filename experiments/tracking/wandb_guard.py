@@ -94,9 +94,9 @@ def _start(logger_class: type[WandbLogger], mode: str, kwargs: dict[str, Any], s
     return logger
 
 
-def wandb_mode(settings: WandbConfig) -> str:
+def wandb_mode(w: WandbConfig) -> str:
     """``auto`` -> online where credentials exist (``WANDB_API_KEY`` or ``~/.netrc`` for api.wandb.ai), else offline."""
-    mode = settings.mode.value
+    mode = w.mode.value
     if mode != "auto":
         return mode
     if os.environ.get("WANDB_API_KEY"):

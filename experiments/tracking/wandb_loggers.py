@@ -26,7 +26,7 @@ def wandb_loggers(loggers: Sequence[Logger]) -> list[WandbLogger]:
     return [logger for logger in loggers if isinstance(logger, WandbLogger)]
 
 
-def wandb_pretrain_results(settings: WandbConfig, loggers: Sequence[Logger], run_dir: Path, results: dict[str, Any]
+def wandb_pretrain_results(w: WandbConfig, loggers: Sequence[Logger], run_dir: Path, results: dict[str, Any]
                            ) -> None:
     """Evaluation results into the run's W&B summary, tokenizer + checkpoint artifacts; never raises."""
     from famlab.experiments.tracking.wandb_metrics import pretrain_summary, record_summary
@@ -34,7 +34,7 @@ def wandb_pretrain_results(settings: WandbConfig, loggers: Sequence[Logger], run
     record_summary(loggers, pretrain_summary(results))
     for logger in wandb_loggers(loggers):
         try:
-            log_pretrain_artifacts(logger.experiment, run_dir, mode=log_model_mode(settings.log_model),
+            log_pretrain_artifacts(logger.experiment, run_dir, mode=log_model_mode(w.log_model),
                                    final_step=int(results["steps"]))
         except Exception as e:  # noqa: BLE001 - W&B trouble never stops a run (docs/scale.md)
             warnings.warn(f"W&B artifacts not logged ({type(e).__name__}: {e})", stacklevel=2)

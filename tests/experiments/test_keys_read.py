@@ -40,9 +40,7 @@ SOURCES = tuple(str(ROOT / p) + "/" for p in ("experiments", "families", "object
 # check_* / _check*, cross_checks and the dataclasses' __post_init__, wherever they are called)
 COMPOSING = "compose.py:compose"
 # a key a check parses for its caller: make_trainer passes check_lightning_settings(t)["devices"] to the Trainer
-PARSED_BY_A_CHECK = {("check_lightning_settings", "trainer.devices"),
-                     # a sweep's and a comparison's resume= is never/auto; the check is where it is read
-                     ("check_directory_resume", "resume")}
+PARSED_BY_A_CHECK = {("check_lightning_settings", "trainer.devices")}
 # keys whose reads depend on the family (num_decoder_layers is T5's): declared, and checked, as a whole section
 SECTION_LEVEL = ("model",)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,7 +29,7 @@ from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.rundir import CompareDir, RunDir, write_json
 from famlab.experiments.steps import compare_suite
 from famlab.experiments.steps.compare_dir import log
-from famlab.experiments.steps.comparison import STATUS_DIR, Comparison, PretrainedRun
+from famlab.experiments.steps.comparison import STATUS_DIR, Comparison, PretrainedRun, scratch_configs
 from famlab.experiments.steps.evaluate import BUNDLED, read_items, score_run
 from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import Init, load_network, parse_init
@@ -63,16 +63,19 @@ def byte_scores(run_dir: Path, texts: list[str], bundle: TokenizerBundle, *, mod
 
 
 def _pretrain_one(
-    cfg: Config, comp_dir: Path, group: str, tags: list[str], seed: int, suffix: str = "", arm: str | None = None,
+    c: Comparison, arm: str, seed: int, tags: list[str], suffix: str = "", changes: Mapping[str, object] | None = None,
     evaluate: Callable[[Path], ByteScore | None] | None = None,
 ) -> PretrainedRun:
-    run_dir = comp_dir / f"{arm or cfg.model.family.value}-pretrain-s{seed}{suffix}"
-    run = with_values(cfg, {"seed": seed, "run_dir": str(run_dir), "name": run_dir.name, "wandb.group": group,
-                            "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
+    """One pretraining run of ``arm`` (its config in ``c.cfgs``, with ``changes``: a tried lr) with ``seed``, in
+    ``<arm>-pretrain-s<seed><suffix>/``; read back when a resumed comparison finds it finished."""
+    cfg = c.cfgs[arm]
+    run_dir = c.comp_dir / f"{arm}-pretrain-s{seed}{suffix}"
+    run = with_values(cfg, {**(changes or {}), "seed": seed, "run_dir": str(run_dir), "name": run_dir.name,
+                            "wandb.group": c.group, "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
     done = RunDir(run_dir)
     if run.resume == "auto" and done.is_finished():  # finished before this comparison was stopped: read back
         return PretrainedRun(PretrainResult.from_json(done.results_data()), run)
-    return PretrainedRun(in_job_world(pretrain, run, comp_dir=comp_dir, evaluate=evaluate), run)
+    return PretrainedRun(in_job_world(pretrain, run, comp_dir=c.comp_dir, evaluate=evaluate), run)
 
 
 def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Path,
@@ -100,16 +103,15 @@ def arm_tags(c: Comparison, arm: str) -> list[str]:
     return [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
 
 
-def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> tuple[PretrainedRun, Config]:
+def tune_lr(c: Comparison, arm: str) -> tuple[PretrainedRun, Config]:
     """``compare.lr_grid``: pretrain the first seed at each lr and keep the lr with the lowest final validation
     loss (in ``plan.json``); returns the run at that lr, which stands for the first seed, and the arm's config with
     that lr."""
     cmp = c.base.compare
     tried = []
     for lr in cmp.lr_grid:
-        trial = with_values(cfg, {"optim.lr": lr, "optim.lr_scale": 1.0})
-        r = c.clock.timed("pretraining", _pretrain_one,
-                          trial, c.comp_dir, c.group, [*tags, "lr-tune"], cmp.pretrain_seeds[0], f"-lr{lr:g}", arm)
+        r = c.clock.timed("pretraining", _pretrain_one, c, arm, cmp.pretrain_seeds[0], [*arm_tags(c, arm), "lr-tune"],
+                          f"-lr{lr:g}", {"optim.lr": lr, "optim.lr_scale": 1.0})
         tried.append((r.result.final.get("val/loss", float("inf")), lr, r))
         c.clock.progress(f"lr {lr:g} {arm}: val/loss {r.result.final.get('val/loss')}")
     best_loss, best_lr, _ = min(tried, key=lambda t: t[0])
@@ -117,12 +119,12 @@ def tune_lr(c: Comparison, arm: str, cfg: Config, tags: list[str]) -> tuple[Pret
     c.plan.arms[arm].lr = best_lr
     log(f"{arm}: pretraining lr {best_lr:g} (val/loss {best_loss:.4f})")
     best = next(r for _, lr, r in tried if lr == best_lr)
-    return best, with_values(cfg, {"optim.lr": best_lr, "optim.lr_scale": 1.0})
+    return best, with_values(c.cfgs[arm], {"optim.lr": best_lr, "optim.lr_scale": 1.0})
 
 
-def pretrain_seed(c: Comparison, arm: str, cfg: Config, tags: list[str], seed: int) -> PretrainedRun:
+def pretrain_seed(c: Comparison, arm: str, seed: int) -> PretrainedRun:
     """Pretrain the arm with ``seed``, scoring bits per byte while its W&B run is open (an optional step)."""
-    run = c.clock.timed("pretraining", _pretrain_one, cfg, c.comp_dir, c.group, tags, seed, arm=arm,
+    run = c.clock.timed("pretraining", _pretrain_one, c, arm, seed, arm_tags(c, arm),
                         evaluate=lambda run_dir: score_bytes(c, arm, seed, run_dir))
     c.clock.progress(f"pretrain {arm} seed {seed}: val/loss {run.result.final.get('val/loss')}")
     return run
@@ -192,10 +194,11 @@ def read_done(run_dir: Path) -> PretrainResult | FinetuneResult | ProbeResult | 
     return done.results() if done.is_finished() else None
 
 
-def scratch_baseline(c: Comparison, cfg: Config, task: compare_suite.SuiteTask | None) -> None:
-    """Fine-tune the family's network from scratch on ``task`` (``compare.scratch_seeds``)."""
+def scratch_baseline(c: Comparison, family: str, task: compare_suite.SuiteTask | None) -> None:
+    """Fine-tune the family's network from scratch on ``task`` (``compare.scratch_seeds``): the network of the
+    family's first arm (:func:`~famlab.experiments.steps.comparison.scratch_configs`)."""
     cmp = c.base.compare
-    family = cfg.model.family.value
+    cfg = scratch_configs(c.cfgs)[family]
     # the objective tag only where it is the family's single (preset) objective, as before arms existed
     objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
     ft = c.clock.timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",

@@ -41,6 +41,7 @@ from famlab.experiments.configuration.compose import to_plain
 from famlab.experiments.configuration.config import (
     Config,
     ConfigInputError,
+    DataConfig,
     FinetuneConfig,
     TrainerConfig,
     with_values,
@@ -75,6 +76,7 @@ from famlab.experiments.steps.init import (
 )
 from famlab.experiments.tracking.wandb_loggers import close_wandb, stop_console_capture, wandb_use_pretrained
 from famlab.experiments.tracking.wandb_metrics import record_selection
+from famlab.families.config import ModelConfig
 from famlab.objectives import ClassificationCollator, ClassifierModule, OptimSettings
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
@@ -156,12 +158,19 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     if cfg.resume not in ("never", "auto"):
         raise ConfigInputError(f"resume={cfg.resume}: a fine-tune resumes each of its jobs from that job's own "
                                f"{LAST_CKPT}; use resume=auto with run_dir=<the fine-tune's run directory>")
-    cfg, has_pooler = settle_model(cfg, init)
+    model, has_pooler = settle_model(cfg.model, cfg.finetune.dropout, init)
+    cfg = with_values(cfg, {"model": model})
     # a global batch the ranks cannot share fails before anything is written
     batches(cfg.finetune, cfg.data.batch_size, cfg.trainer)
     task = load_task_for(cfg.data)
     run_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "finetune", task.name))
-    cfg, bundle = finetune_bundle(cfg, init, run_dir)
+    bundle = finetune_bundle(cfg.data, init, run_dir)
+    if init.kind == "scratch":  # a network from scratch: the vocabulary of the tokenizer trained for it
+        cfg = with_vocab(cfg, bundle.vocab_size)
+    if bundle.vocab_size > cfg.model.vocab_size:  # HF T5 pads its embedding to 32128 > 32100 tokens: fine
+        raise ConfigInputError(
+            f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {bundle.vocab_size} tokens"
+        )
     family = cfg.model.family.value
     pooling = cfg.finetune.pooling.value if cfg.finetune.pooling else default_pooling(family, has_pooler)
     if cfg.resume == "auto":
@@ -179,18 +188,17 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     return results
 
 
-def settle_model(cfg: Config, init: Init) -> tuple[Config, bool]:
-    """``cfg`` with the model that fine-tunes (an hf: model's own config; ``finetune.dropout``), and whether it
-    brings a trained pooler (a Hugging Face BERT)."""
+def settle_model(model: ModelConfig, dropout: float | None, init: Init) -> tuple[ModelConfig, bool]:
+    """The model that fine-tunes (``model``, or an hf: model's own config; with ``finetune.dropout`` when set), and
+    whether it brings a trained pooler (a Hugging Face BERT)."""
     hf_pooler = None
-    model = cfg.model
     if init.kind == "hf":
         # the family (and so the run name) is only known once the model is loaded; fail early if it cannot be
         net0, hf_pooler = hf_network(init.hf or "")
         model = net0.config
-    if cfg.finetune.dropout is not None:  # the fine-tune's model: config.yaml records the dropout it trains with
-        model = dataclasses.replace(model, dropout=cfg.finetune.dropout)
-    return with_values(cfg, {"model": model}), init.kind == "hf" and hf_pooler is not None
+    if dropout is not None:  # the fine-tune's model: config.yaml records the dropout it trains with
+        model = dataclasses.replace(model, dropout=dropout)
+    return model, init.kind == "hf" and hf_pooler is not None
 
 
 def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerConfig) -> tuple[int, int]:
@@ -202,22 +210,15 @@ def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerConfig) -> tuple
     return global_batch, per_device_batch(global_batch, planned_world(t), t.accumulate_grad_batches, key)
 
 
-def finetune_bundle(cfg: Config, init: Init, run_dir: Path) -> tuple[Config, TokenizerBundle]:
-    """The model's tokenizer: an hf: model's own, a run's, or one trained on the corpus for a scratch network (the
-    config returned has its vocabulary)."""
+def finetune_bundle(data: DataConfig, init: Init, run_dir: Path) -> TokenizerBundle:
+    """The model's tokenizer: an hf: model's own, a run's (``data.tokenizer``, which the run's settings set), or one
+    trained on ``data.corpus`` for a scratch network."""
     if init.kind == "hf":
-        bundle = hf_bundle(init.hf or "", run_dir)
-    elif init.kind == "run":
-        bundle = get_bundle(cfg.data, None, run_dir)
-    else:
-        corpus = load_corpus(cfg.data.corpus, val_fraction=0.05, seed=cfg.data.seed)
-        bundle = get_bundle(cfg.data, corpus, run_dir)
-        cfg = with_vocab(cfg, bundle.vocab_size)
-    if bundle.vocab_size > cfg.model.vocab_size:  # HF T5 pads its embedding to 32128 > 32100 tokens: fine
-        raise ConfigInputError(
-            f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {bundle.vocab_size} tokens"
-        )
-    return cfg, bundle
+        return hf_bundle(init.hf or "", run_dir)
+    if init.kind == "run":
+        return get_bundle(data, None, run_dir)
+    corpus = load_corpus(data.corpus, val_fraction=0.05, seed=data.seed)
+    return get_bundle(data, corpus, run_dir)
 
 
 def _finish_wandb(loggers: list[Logger], *, selected: bool, point: str, test: dict[str, float] | None = None,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -38,6 +37,7 @@ from famlab.objectives import ClassificationCollator
 
 if TYPE_CHECKING:
     from famlab.datamodules.classification import ClassificationItem
+    from lightning.pytorch.loggers import WandbLogger
     from sklearn.linear_model import LogisticRegression
 
 METRICS = ("test/acc", "test/f1", "test/mcc")
@@ -121,6 +121,8 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
     Returns the results written to ``<run_dir>/results.json`` (``job: probe``).
     """
     from famlab.datamodules.classification import tokenize_examples  # imports Lightning
+    from famlab.experiments.plumbing.loggers import make_loggers
+    from famlab.experiments.tracking.wandb_loggers import wandb_loggers
 
     if init.kind == "scratch":
         raise ConfigInputError("probe: init=scratch has no trained body to probe; give a run directory, "
@@ -157,7 +159,9 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
         wall_s=round(time.time() - started, 1),
     )
     write_json(RunDir(run_dir).results_file, results.to_json())
-    log_wandb(cfg, init, run_dir, written, results)
+    # started once the probe is done, so refused input never leaves a W&B run
+    log_wandb(wandb_loggers(make_loggers(cfg, run_dir, job_type="probe", name=run_dir.name, config=written)), init,
+              results)
     return results
 
 
@@ -196,19 +200,16 @@ def probe_scores(pretrained: ProbeScore, random: dict[str, ProbeScore]) -> Probe
     }
 
 
-def log_wandb(cfg: Config, init: Init, run_dir: Path, written: Mapping[str, object], results: ProbeResult
-             ) -> None:
-    """The probe as a W&B run (``job_type=probe``, the config's group): it declares the pretraining run's tokenizer
-    and checkpoint as inputs (lineage pretraining -> probe, as a fine-tune does), its summary holds the scores
-    (``pretrained/test/acc``, ``random_mean/test/acc``, ``gain/diff`` ...) and ``bodies`` is a table of every
-    body probed. Started once the probe is done, so refused input never leaves a W&B run; never raises.
+def log_wandb(loggers: list[WandbLogger], init: Init, results: ProbeResult) -> None:
+    """The probe in its W&B run (``loggers``; ``job_type=probe``, the config's group), then closed: it declares the
+    pretraining run's tokenizer and checkpoint as inputs (lineage pretraining -> probe, as a fine-tune does), its
+    summary holds the scores (``pretrained/test/acc``, ``random_mean/test/acc``, ``gain/diff`` ...) and ``bodies`` is
+    a table of every body probed. Never raises.
     """
     import wandb
-    from famlab.experiments.plumbing.loggers import make_loggers
-    from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_loggers, wandb_use_pretrained
+    from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_use_pretrained
     from famlab.experiments.tracking.wandb_metrics import record_summary
 
-    loggers = wandb_loggers(make_loggers(cfg, run_dir, job_type="probe", name=run_dir.name, config=written))
     try:
         wandb_use_pretrained(loggers, init.run_dir, init.checkpoint)
         pretrained = results.pretrained

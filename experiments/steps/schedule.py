@@ -275,18 +275,19 @@ def board_entries(c: Comparison) -> list[live.Entry]:
 
 def _run_job(c: Comparison, job: Job) -> Done:
     if job.kind == "scratch":
-        scratch_baseline(c, scratch_configs(c.cfgs)[job.arm], c.suite[job.task])
+        scratch_baseline(c, job.arm, c.suite[job.task])
         return Done(c.clock.phases)
-    cfg = job.cfg or c.cfgs[job.arm]  # a worker's copy of the configs is the one it started with
+    if job.cfg is not None:  # the arm's config changed after this worker's copy of the configs was made (lr tuned)
+        c = dataclasses.replace(c, cfgs={**c.cfgs, job.arm: job.cfg})
     if job.kind == "transfer":
         assert job.run is not None
         transfer_to(c, c.suite[job.task], job.arm, job.seed, job.run, arm_tags(c, job.arm))
         return Done(c.clock.phases)
     tuned = None
     if job.tune:
-        run, tuned_cfg = tune_lr(c, job.arm, cfg, arm_tags(c, job.arm))
+        run, tuned_cfg = tune_lr(c, job.arm)
         tuned = (tuned_cfg, c.plan.arms[job.arm])
     else:
-        run = pretrain_seed(c, job.arm, cfg, arm_tags(c, job.arm), job.seed)
+        run = pretrain_seed(c, job.arm, job.seed)
     evaluate_pretrained(c, job.arm, job.seed, run)
     return Done(c.clock.phases, run, tuned)

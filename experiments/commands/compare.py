@@ -78,7 +78,8 @@ def run_compare(presets: list[str], overrides: list[str]) -> Path:
     specs = read_suite(base.data.task)  # None: one task
     # a bad task, suite or task_limit subsample fails before anything runs
     compare_suite.check_tasks(base.data, base.compare, specs)
-    comp_dir, resumed = open_dir(base, cfgs)
+    comp_dir, resumed = open_dir(base.compare, cfgs, run_dir=base.run_dir, resume=base.resume, name=base.name,
+                                 size=base.size)
     quiet_libraries(comp_dir / failures.LOG_NAME)  # until a run's own directory takes them: into compare.log
     if not resumed:
         write_settings(comp_dir, cfgs, presets, overrides)
@@ -165,7 +166,8 @@ def dry_run(presets: list[str], overrides: list[str]) -> int:
            "famlab compare's defaults" + (f" (a key you set wins): {' '.join(defaults)}" if defaults else ": none"),
            *placement_lines(base.data, base.finetune, base.trainer.accumulate_grad_batches, placement),
            f"fine-tuning task: data.task={task}",
-           "runs go to: " + (f"run_dir={base.run_dir}" if base.run_dir else "runs/compare-<name>-<YYYYmmdd-HHMMSS>/")
+           "runs go to: " + (f"run_dir={base.run_dir}" if base.run_dir
+                             else f"runs/compare-{base.name or '<name>'}-<YYYYmmdd-HHMMSS>/")
            + (" (resume=auto: its finished jobs are read back, not rerun)" if base.resume == "auto" else ""),
            "", *config, "", *plan_lines(base.compare, base.data, cfgs, plan),
            *cost_lines(base.compare, base.data.corpus, plan, rate), "",

@@ -362,8 +362,8 @@ def cross_checks(cfg: Config, *, others_own: bool = False) -> Config:
     Returns the config with the objective resolved: its name (the family's default when unset) and its own settings
     (the objective's defaults under the ones given; ``others_own``: those it does not declare left out).
     """
-    cfg = _resolve_objective(cfg, others_own)
     family = cfg.model.family.value
+    cfg = with_values(cfg, {"objective": _resolve_objective(cfg.objective, family, others_own)})
     if cfg.data.seq_len < 4:  # every objective needs room for a target (objectives.make_objective)
         raise ConfigInputError(f"data.seq_len={cfg.data.seq_len} must be >= 4")
     if cfg.data.seq_len > cfg.model.max_seq_len:
@@ -413,17 +413,16 @@ def cross_checks(cfg: Config, *, others_own: bool = False) -> Config:
     return cfg
 
 
-def _resolve_objective(cfg: Config, others_own: bool) -> Config:
-    """``cfg`` with ``objective.name`` (the family's default when unset) and its own settings checked (an unknown key
-    or a wrong type is one line naming ``objective.<key>``) over their defaults."""
+def _resolve_objective(objective: ObjectiveConfig, family: str, others_own: bool) -> ObjectiveConfig:
+    """The objective section of ``family`` with ``objective.name`` (the family's default when unset) and its own
+    settings checked (an unknown key or a wrong type is one line naming ``objective.<key>``) over their defaults."""
     from famlab.objectives.registry import check_pair, entry  # lazy: keeps `famlab config` / `presets` light
 
-    family = cfg.model.family.value
-    name = cfg.objective.name or family_defaults(family).objective
+    name = objective.name or family_defaults(family).objective
     check_pair(family, name)
     chosen = entry(name, family)
-    given = {k: v for k, v in cfg.objective.own.items() if not others_own or k in chosen.own}
-    return with_values(cfg, {"objective.name": name, "objective.own": chosen.own_values(given)})
+    given = {k: v for k, v in objective.own.items() if not others_own or k in chosen.own}
+    return with_values(objective, {"name": name, "own": chosen.own_values(given)})
 
 
 def _check_finetune_grid(ft: FinetuneConfig) -> None:

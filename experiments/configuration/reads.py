@@ -66,9 +66,9 @@ READS: dict[str, tuple[str, ...]] = {
     ),
     "compare": (
         # the comparison names its runs, groups them (one W&B group per comparison) and sets every fine-tune's
-        # init, seeds (compare.seeds) and mode itself
+        # init, seeds (compare.seeds) and mode itself; `name` names the comparison's directory
         "model", "objective", "data", "optim", "trainer", "wandb", "-wandb.group", "finetune", "-finetune.mode",
-        "-finetune.seeds", "compare", "seed", "run_dir", "resume", "size", *_PLUGINS,
+        "-finetune.seeds", "compare", "seed", *_RUN, *_PLUGINS,
     ),
     "sweep": (
         # wandb.* settings reach every trial (with the sweep's own report run); one wandb.name for every trial

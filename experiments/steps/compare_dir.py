@@ -32,8 +32,10 @@ def log(message: str) -> None:
     print(f"[famlab compare {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
-    """The comparison directory, absolute, and whether it resumes one: ``run_dir`` (or a new ``runs/compare-...``).
+def open_dir(cmp: CompareConfig, cfgs: dict[str, Config], *, run_dir: str | None, resume: str, name: str | None,
+             size: str | None) -> tuple[Path, bool]:
+    """The comparison directory, absolute, and whether it resumes one: ``run_dir`` (or a new ``runs/compare-...``,
+    named by ``name`` or the families and the ``size`` preset).
 
     Absolute, so every path its jobs record (``run_dir``, a fine-tune's ``init``) is the same when the comparison is
     resumed from another working directory.
@@ -42,25 +44,25 @@ def open_dir(base: Config, cfgs: dict[str, Config]) -> tuple[Path, bool]:
         ConfigInputError: ``resume`` other than never / auto; ``resume=auto`` without ``run_dir``; a non-empty
             ``run_dir`` without ``resume=auto`` or that holds no comparison; settings that differ from it.
     """
-    check_directory_resume(base.resume, base.run_dir, "a comparison resumes as a whole", "the comparison directory",
+    check_directory_resume(resume, run_dir, "a comparison resumes as a whole", "the comparison directory",
                            "runs/compare-...")
-    if not base.run_dir:
-        return make_compare_dir(base.compare, cfgs, name=base.name, size=base.size or "custom"), False
-    path = Path(base.run_dir).expanduser()
+    if not run_dir:
+        return make_compare_dir(cmp, cfgs, name=name, size=size or "custom"), False
+    path = Path(run_dir).expanduser()
     if path.exists() and not path.is_dir():
-        raise ConfigInputError(f"run_dir={base.run_dir} is a file, not a directory")
+        raise ConfigInputError(f"run_dir={run_dir} is a file, not a directory")
     if path.is_dir() and any(path.iterdir()):
-        if base.resume != "auto":
-            raise ConfigInputError(f"run_dir={base.run_dir} exists and is not empty; pass resume=auto to resume the "
+        if resume != "auto":
+            raise ConfigInputError(f"run_dir={run_dir} exists and is not empty; pass resume=auto to resume the "
                                    "comparison in it, or a new run_dir")
         if not (path / SETTINGS_FILE).is_file():
-            raise ConfigInputError(f"run_dir={base.run_dir} holds no famlab comparison (no {SETTINGS_FILE}); "
+            raise ConfigInputError(f"run_dir={run_dir} holds no famlab comparison (no {SETTINGS_FILE}); "
                                    "resume=auto resumes a directory that famlab compare made")
         check_settings(path / SETTINGS_FILE, cfgs)
         log(f"{path}: resuming (finished jobs are read back, interrupted runs continue from their {LAST_CKPT})")
         return path.absolute(), True
     path.mkdir(parents=True, exist_ok=True)
-    log(f"{path}: arms {', '.join(cfgs)}, budget matched on {base.compare.match.value}, scale {base.size or 'custom'}")
+    log(f"{path}: arms {', '.join(cfgs)}, budget matched on {cmp.match.value}, scale {size or 'custom'}")
     return path.absolute(), False
 
 

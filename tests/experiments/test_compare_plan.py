@@ -66,6 +66,18 @@ def test_dry_run_shows_overrides_and_an_explicit_run_dir_without_making_it(works
     assert list(workspace.iterdir()) == []
 
 
+def test_name_names_the_comparison_directory(workspace, capsys):
+    """``name=`` is the comparison directory's name (``runs/compare-<name>-<time>``); unset, the families and size."""
+    from famlab.experiments.steps.compare_dir import make_compare_dir
+
+    assert "runs go to: runs/compare-ablation-<YYYYmmdd-HHMMSS>/" in dry_run(capsys, "name=ablation")
+    base, cfgs = comparison.compose_all([], ["compare.families=[gpt,t5]"])
+    named = make_compare_dir(base.compare, cfgs, name="ablation", size="tiny")
+    unnamed = make_compare_dir(base.compare, cfgs, name=None, size="tiny")
+    assert named.parent == unnamed.parent == workspace / "runs"
+    assert named.name.startswith("compare-ablation-2") and unnamed.name.startswith("compare-gpt-t5-tiny-2")
+
+
 @pytest.mark.parametrize("bad", ["trainer.max_stepz=3", "compare.workers=0", "finetune.seeds=[0,1]"])
 def test_a_bad_setting_in_a_dry_run_is_the_usual_one_line_exit_2(workspace, capsys, bad):
     assert cli.main(["compare", "--dry-run", bad]) == 2

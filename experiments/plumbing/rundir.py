@@ -32,13 +32,14 @@ from famlab.experiments.plumbing.provenance import plugin_provenance
 
 
 def run_name(cfg: Config, job: str, task: str | None = None) -> str:
-    """Readable run name: ``<family>-<objective>-<size or custom>`` (finetune: ``<family>-ft-<task>``)."""
+    """Readable run name: ``<family>-<objective>-<size or custom>`` (finetune: ``<family>-ft-<task>``; probe:
+    ``<family>-probe-<task>``, never a pretraining run's name)."""
     if cfg.name:
         return cfg.name
     family = cfg.model.family.value
-    if job == "finetune":
+    if job in ("finetune", "probe"):
         short = Path(task or cfg.data.task).stem.replace(":", "-").replace("/", "-")
-        return f"{family}-ft-{short}"
+        return f"{family}-{'ft' if job == 'finetune' else 'probe'}-{short}"
     return f"{family}-{cfg.objective.name}-{cfg.size or 'custom'}"
 
 

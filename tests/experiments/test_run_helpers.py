@@ -35,6 +35,14 @@ def test_default_run_dir_is_readable_and_timestamped(monkeypatch, tmp_path):
     assert make_run_dir(cfg.run_dir, cfg.resume, name) != path  # rerunning never collides
 
 
+def test_a_probe_and_a_fine_tune_are_named_after_their_task_not_the_pretraining_run():
+    cfg = compose(["gpt", "tiny"], []).cfg
+    assert run_name(cfg, "pretrain") == "gpt-clm-tiny"
+    assert run_name(cfg, "finetune", "wordnet-pairs") == "gpt-ft-wordnet-pairs"
+    assert run_name(cfg, "probe", "wordnet-pairs") == "gpt-probe-wordnet-pairs"
+    assert run_name(compose(["gpt"], ["name=mine"]).cfg, "probe", "wordnet-pairs") == "mine"
+
+
 def test_explicit_nonempty_run_dir_without_resume_fails(tmp_path):
     (tmp_path / "config.yaml").write_text("x: 1\n")
     cfg = compose(["gpt"], [f"run_dir={tmp_path}"]).cfg

@@ -32,8 +32,9 @@ from famlab.experiments.configuration.config import ConfigInputError
 # the task file's columns and split: what datamodules.load_task reads through configuration.task
 _TASK = ("data.task", "data.text_column", "data.text_pair_column", "data.label_column", "data.split_column",
          "data.val_fraction", "data.test_fraction", "data.seed")
-# where a run goes and what it is called; `size` (set by size presets) names it when `name` is unset
-_RUN = ("name", "run_dir", "resume", "size")
+# where a run goes and what it is called; `size` (set by size presets) names a pretraining run or a comparison when
+# `name` is unset (a fine-tune or a probe is named after its task)
+_RUN = ("name", "run_dir", "resume")
 # make_loggers: the W&B run (every wandb.* key when W&B is on), its tags (objective.name) and the x-axis of its
 # charts (compare.match: FLOPs, tokens or steps)
 _LOGGED = ("wandb", "objective.name", "compare.match")
@@ -47,7 +48,7 @@ READS: dict[str, tuple[str, ...]] = {
         "model", "objective",
         "data.corpus", "data.tokenizer", "data.seq_len", "data.batch_size", "data.val_fraction", "data.seed",
         "data.shuffle", "data.num_workers", "data.val_batches", "data.cache_dir",
-        "optim", "trainer", *_LOGGED, "seed", *_RUN, *_PLUGINS,
+        "optim", "trainer", *_LOGGED, "seed", *_RUN, "size", *_PLUGINS,
     ),
     "finetune": (
         # init=scratch trains a tokenizer on data.corpus; finetune.mode=probe reads the probe's keys
@@ -68,7 +69,7 @@ READS: dict[str, tuple[str, ...]] = {
         # the comparison names its runs, groups them (one W&B group per comparison) and sets every fine-tune's
         # init, seeds (compare.seeds) and mode itself; `name` names the comparison's directory
         "model", "objective", "data", "optim", "trainer", "wandb", "-wandb.group", "finetune", "-finetune.mode",
-        "-finetune.seeds", "compare", "seed", *_RUN, *_PLUGINS,
+        "-finetune.seeds", "compare", "seed", *_RUN, "size", *_PLUGINS,
     ),
     "sweep": (
         # wandb.* settings reach every trial (with the sweep's own report run); one wandb.name for every trial

@@ -15,11 +15,15 @@ from famlab.experiments.configuration.config import CompareConfig, ConfigInputEr
 TASK_VAL_FRACTION = 0.1  # a task's validation fraction when data.val_fraction is unset (a corpus's is 0.05)
 
 
+def task_columns(spec: TaskSpec) -> dict[str, str | None]:
+    """The ``data.*`` keys that read the suite task ``spec``: its file and columns (``task``, ``*_column``)."""
+    return {"task": spec.task, "text_column": spec.text_column, "text_pair_column": spec.text_pair_column,
+            "label_column": spec.label_column, "split_column": spec.split_column}
+
+
 def task_data(data: DataConfig, spec: TaskSpec) -> DataConfig:
-    """The data section reading the suite task ``spec``: its file and columns (``data.task``, ``data.*_column``)."""
-    return with_values(data, {"task": spec.task, "text_column": spec.text_column,
-                              "text_pair_column": spec.text_pair_column, "label_column": spec.label_column,
-                              "split_column": spec.split_column})
+    """The data section reading the suite task ``spec`` (:func:`task_columns`)."""
+    return with_values(data, task_columns(spec))
 
 
 def load_configured_task(data: DataConfig | Mapping[str, Any]) -> Task:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.compose import flatten
-from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.config import ModelConfig, ObjectiveConfig, WandbConfig
 from famlab.experiments.configuration.run_files import LAST_CKPT
 from famlab.experiments.plumbing.console import library_output
 from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_saved_checkpoint
@@ -21,8 +21,18 @@ if TYPE_CHECKING:
     from lightning.pytorch.loggers import Logger
 
 
-def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config: Mapping[str, object]) -> list[Logger]:
-    """CSVLogger writing ``<run_dir>/metrics.csv`` and, unless disabled, a WandbLogger.
+def identity_tags(model: ModelConfig, objective: ObjectiveConfig) -> list[str]:
+    """A run's own W&B tags, before ``wandb.tags``: its family, objective and position scheme."""
+    return [model.family.value, str(objective.name), model.pos.value]
+
+
+def make_loggers(
+    w: WandbConfig, run_dir: Path, *, job_type: str, name: str, config: Mapping[str, object], tags: Sequence[str],
+    resuming: bool, match: str,
+) -> list[Logger]:
+    """CSVLogger writing ``<run_dir>/metrics.csv`` and, unless ``wandb.mode`` disables it, a WandbLogger named
+    ``wandb.name`` or ``name``, tagged ``tags`` then ``wandb.tags``, its charts' x-axis ``match`` (``compare.match``);
+    ``resuming`` (``resume`` is not ``never``) continues the W&B run of a resumed run.
 
     The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
     gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
@@ -33,12 +43,12 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
 
     # a resumed run appends to metrics.csv (Lightning's CSVLogger would delete the history)
     loggers: list[Logger] = [AppendingCSVLogger(save_dir=str(run_dir), name="", version="")]
-    mode = wandb_mode(cfg.wandb)
+    mode = wandb_mode(w)
     if mode == "disabled":
         return loggers
-    tags = list(dict.fromkeys([cfg.model.family.value, str(cfg.objective.name), cfg.model.pos.value, *cfg.wandb.tags]))
-    log_model = log_model_mode(cfg.wandb.log_model)  # a bad value fails before training, naming the key
-    save_dir = Path(cfg.wandb.dir) if cfg.wandb.dir else run_dir  # a comparison keeps all its runs in one place
+    all_tags = list(dict.fromkeys([*tags, *w.tags]))
+    log_model = log_model_mode(w.log_model)  # a bad value fails before training, naming the key
+    save_dir = Path(w.dir) if w.dir else run_dir  # a comparison keeps all its runs in one place
     try:
         from lightning.pytorch.loggers import WandbLogger
 
@@ -62,15 +72,15 @@ def make_loggers(cfg: Config, run_dir: Path, *, job_type: str, name: str, config
             return loggers  # only rank 0 logs to W&B (one run per job)
         with library_output():  # wandb.init prints its banners and settings warnings: into the run's log
             logger, note = start_wandb(
-                FlatConfigWandbLogger, run_dir, mode, resuming=cfg.resume != "never",
-                kwargs=dict(project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name or name,
-                            group=cfg.wandb.group, job_type=job_type, tags=tags, save_dir=str(save_dir),
+                FlatConfigWandbLogger, run_dir, mode, resuming=resuming,
+                kwargs=dict(project=w.project, entity=w.entity, name=w.name or name,
+                            group=w.group, job_type=job_type, tags=all_tags, save_dir=str(save_dir),
                             config=flatten(config), reinit="create_new"),
             )
         if note:  # once, on stderr: where the run went and how to upload it
             print(f"famlab: WARNING {note}", file=sys.stderr)
         if logger is not None:
-            define_metrics(logger.experiment, job_type, x_axis(cfg.compare.match.value))
+            define_metrics(logger.experiment, job_type, x_axis(match))
             loggers.append(logger)
     except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (docs/scale.md)
         message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"

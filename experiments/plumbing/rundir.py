@@ -9,7 +9,7 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from famlab.experiments.analysis.results import (
@@ -31,16 +31,16 @@ from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.provenance import plugin_provenance
 
 
-def run_name(cfg: Config, job: str, task: str | None = None) -> str:
-    """Readable run name: ``<family>-<objective>-<size or custom>`` (finetune: ``<family>-ft-<task>``; probe:
-    ``<family>-probe-<task>``, never a pretraining run's name)."""
-    if cfg.name:
-        return cfg.name
-    family = cfg.model.family.value
-    if job in ("finetune", "probe"):
-        short = Path(task or cfg.data.task).stem.replace(":", "-").replace("/", "-")
-        return f"{family}-{'ft' if job == 'finetune' else 'probe'}-{short}"
-    return f"{family}-{cfg.objective.name}-{cfg.size or 'custom'}"
+def pretrain_run_name(name: str | None, family: str, objective: str, size: str | None) -> str:
+    """Readable pretraining run name: ``name`` when set, else ``<family>-<objective>-<size or custom>``."""
+    return name or f"{family}-{objective}-{size or 'custom'}"
+
+
+def task_run_name(name: str | None, family: str, job: Literal["finetune", "probe"], task: str) -> str:
+    """Readable run name of a fine-tune (``<family>-ft-<task>``) or a probe (``<family>-probe-<task>``, never a
+    pretraining run's name), ``task`` by its file stem; ``name`` when set."""
+    short = Path(task).stem.replace(":", "-").replace("/", "-")
+    return name or f"{family}-{'ft' if job == 'finetune' else 'probe'}-{short}"
 
 
 CREATED_RUN_DIRS: list[Path] = []  # made by this process (with new parents); a run refused on bad input removes them

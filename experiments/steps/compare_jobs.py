@@ -68,14 +68,19 @@ def _pretrain_one(
 ) -> PretrainedRun:
     """One pretraining run of ``arm`` (its config in ``c.cfgs``, with ``changes``: a tried lr) with ``seed``, in
     ``<arm>-pretrain-s<seed><suffix>/``; read back when a resumed comparison finds it finished."""
-    cfg = c.cfgs[arm]
     run_dir = c.comp_dir / f"{arm}-pretrain-s{seed}{suffix}"
-    run = with_values(cfg, {**(changes or {}), "seed": seed, "run_dir": str(run_dir), "name": run_dir.name,
-                            "wandb.group": c.group, "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
+    run = job_config(c.cfgs[arm], run_dir, c.group, tags, {**(changes or {}), "seed": seed})
     done = RunDir(run_dir)
     if run.resume == "auto" and done.is_finished():  # finished before this comparison was stopped: read back
         return PretrainedRun(PretrainResult.from_json(done.results_data()), run)
     return PretrainedRun(in_job_world(pretrain, run, comp_dir=c.comp_dir, evaluate=evaluate), run)
+
+
+def job_config(cfg: Config, run_dir: Path, group: str, tags: list[str], changes: Mapping[str, object]) -> Config:
+    """``cfg`` as one job of the comparison: ``changes`` set, in ``run_dir`` and named after it, in the comparison's
+    W&B group, ``tags`` added to ``wandb.tags``."""
+    return with_values(cfg, {**changes, "run_dir": str(run_dir), "name": run_dir.name, "wandb.group": group,
+                             "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
 
 
 def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Path,
@@ -171,19 +176,21 @@ def transfer_to(
     """Probe (``compare.probe``, optional) and fine-tune (``compare.seeds``) one pretrained model on one task."""
     cmp = c.base.compare
     where, on = _task_place(c.comp_dir, task), _task_tag(task)
-    task_cfg = compare_suite.task_config(run.cfg, task)
+    on_task = {**compare_suite.task_values(task), "init": str(run.run_dir)}
     if cmp.probe:
         probe_dir = where / f"{arm}-probe-s{seed}"
         done = read_done(probe_dir)
+        job = job_config(run.cfg, probe_dir, c.group, [*tags, *on, "probe"], on_task)
         r = done if isinstance(done, ProbeResult) else failures.optional(
             c.comp_dir, StepFailure(step="probe", arm=arm, seed=seed, task=task.spec.name if task else None),
-            c.clock.timed, "probes", _probe, task_cfg, str(run.run_dir), probe_dir, c.group, [*tags, *on], say=log)
+            c.clock.timed, "probes", _probe, job, say=log)
         result = (f"test/acc {r.pretrained.test['test/acc']:.3f} vs random-init "
                   f"{r.random_mean['test/acc']:.3f}" if r is not None else "failed")
         c.clock.progress(f"probe {arm}{_task_note(task)} (pretrained seed {seed}): {result}")
     if cmp.seeds:
-        ft = c.clock.timed("fine-tuning", _finetune, task_cfg, str(run.run_dir), where / f"{arm}-ft-s{seed}",
-                           list(cmp.seeds), c.group, [*tags, *on], c.comp_dir)
+        job = job_config(run.cfg, where / f"{arm}-ft-s{seed}", c.group, [*tags, *on],
+                         {**on_task, "finetune.seeds": list(cmp.seeds)})
+        ft = c.clock.timed("fine-tuning", _finetune, job, c.comp_dir)
         c.clock.progress(f"fine-tune {arm}{_task_note(task)} (pretrained seed {seed}) seeds {list(cmp.seeds)}: "
                          f"test/acc {ft.mean['test/acc']:.3f}")
 
@@ -201,10 +208,12 @@ def scratch_baseline(c: Comparison, family: str, task: compare_suite.SuiteTask |
     cfg = scratch_configs(c.cfgs)[family]
     # the objective tag only where it is the family's single (preset) objective, as before arms existed
     objective_tag = [] if cmp.objectives else [str(cfg.objective.name)]
-    ft = c.clock.timed("fine-tuning", _finetune, compare_suite.task_config(cfg, task), "scratch",
-                       _task_place(c.comp_dir, task) / f"{family}-scratch", list(cmp.scratch_seeds or ()), c.group,
-                       [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)], c.comp_dir)
-    c.clock.progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {list(cmp.scratch_seeds or ())}: "
+    seeds = list(cmp.scratch_seeds or ())
+    job = job_config(cfg, _task_place(c.comp_dir, task) / f"{family}-scratch", c.group,
+                     [family, *objective_tag, c.budget_tag, "compare", "scratch", *_task_tag(task)],
+                     {**compare_suite.task_values(task), "init": "scratch", "finetune.seeds": seeds})
+    ft = c.clock.timed("fine-tuning", _finetune, job, c.comp_dir)
+    c.clock.progress(f"fine-tune {family} from scratch{_task_note(task)} seeds {seeds}: "
                      f"test/acc {ft.mean['test/acc']:.3f}")
 
 
@@ -237,20 +246,18 @@ def _task_note(task: compare_suite.SuiteTask | None) -> str:
     return "" if task is None else f" on {task.spec.name}"
 
 
-def _finetune(cfg: Config, init: str, run_dir: Path, seeds: list[int], group: str, tags: list[str], comp_dir: Path
-              ) -> FinetuneResult:
-    done = read_done(run_dir)  # finished before a stop: read back, as pretraining and probes are (the comparison's
-    if isinstance(done, FinetuneResult):  # settings were checked when it resumed; its paths may be another cwd's)
+def _finetune(job: Config, comp_dir: Path) -> FinetuneResult:
+    """A fine-tuning job (:func:`job_config`), read back when it finished before a stop, as pretraining and probes
+    are (the comparison's settings were checked when it resumed; its paths may be another cwd's)."""
+    done = read_done(Path(str(job.run_dir)))
+    if isinstance(done, FinetuneResult):
         return done
-    ft = with_values(cfg, {"init": init, "run_dir": str(run_dir), "name": run_dir.name, "finetune.seeds": seeds,
-                           "wandb.group": group, "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
-    return in_job_world(finetune, ft, parse_init(init), comp_dir=comp_dir)
+    return in_job_world(finetune, job, parse_init(str(job.init)), comp_dir=comp_dir)
 
 
-def _probe(cfg: Config, init: str, run_dir: Path, group: str, tags: list[str]) -> ProbeResult:
-    pr = with_values(cfg, {"init": init, "run_dir": str(run_dir), "name": run_dir.name, "wandb.group": group,
-                           "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags, "probe"]))})
-    return probe(pr, parse_init(init))
+def _probe(job: Config) -> ProbeResult:
+    """A probing job (:func:`job_config`)."""
+    return probe(job, parse_init(str(job.init)))
 
 
 def zero_shot_scores(run_dir: Path, limit: int | None = None) -> dict[str, ZeroShotResult]:

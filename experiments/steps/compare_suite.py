@@ -19,8 +19,8 @@ from typing import TypedDict
 
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.experiments.analysis.suite_table import SUITE_FILE
-from famlab.experiments.configuration.config import CompareConfig, Config, DataConfig, with_values
-from famlab.experiments.configuration.task import check_compare_task, check_subsample, task_data
+from famlab.experiments.configuration.config import CompareConfig, DataConfig
+from famlab.experiments.configuration.task import check_compare_task, check_subsample, task_columns, task_data
 
 Subsample = Callable[[DataConfig, Path], dict[str, str | None]]
 
@@ -82,19 +82,16 @@ def prepare_tasks(
         if subsample is not None:
             columns = subsample(task_data(data, spec), folder / "task.csv")
         else:
-            columns = {"task": spec.task, "text_column": spec.text_column, "label_column": spec.label_column,
-                       "split_column": spec.split_column, "text_pair_column": spec.text_pair_column}
+            columns = task_columns(spec)
         tasks.append(SuiteTask(spec, folder, columns))
     record = {"tasks": [{**dataclasses.asdict(t.spec), "dir": t.spec.name} for t in tasks]}
     (comp_dir / SUITE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return tasks
 
 
-def task_config(cfg: Config, task: SuiteTask | None) -> Config:
-    """``cfg`` as the fine-tunes and probes of ``task`` read it (``cfg`` itself when there is no suite)."""
-    if task is None:
-        return cfg
-    return with_values(cfg, {f"data.{key}": value for key, value in task.data.items()})
+def task_values(task: SuiteTask | None) -> dict[str, object]:
+    """The ``data.*`` settings with which the fine-tunes and probes of ``task`` read it (none without a suite)."""
+    return {} if task is None else {f"data.{key}": value for key, value in task.data.items()}
 
 
 class _Split(TypedDict):

@@ -49,7 +49,7 @@ from famlab.experiments.configuration.config import (
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.plumbing.collective import from_rank_zero
 from famlab.experiments.plumbing.data_cache import get_bundle, token_ids, with_vocab
-from famlab.experiments.plumbing.loggers import make_loggers
+from famlab.experiments.plumbing.loggers import identity_tags, make_loggers
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.provenance import provenance
 from famlab.experiments.plumbing.reliability import (
@@ -62,7 +62,7 @@ from famlab.experiments.plumbing.reliability import (
     resolve_resume,
     save_last,
 )
-from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, task_run_name, write_config, write_json
 from famlab.experiments.plumbing.trainer import make_trainer
 from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.steps.init import (
@@ -163,7 +163,8 @@ def finetune(cfg: Config, init: Init) -> FinetuneResult:
     # a global batch the ranks cannot share fails before anything is written
     batches(cfg.finetune, cfg.data.batch_size, cfg.trainer)
     task = load_task_for(cfg.data)
-    run_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "finetune", task.name))
+    name = task_run_name(cfg.name, cfg.model.family.value, "finetune", task.name)
+    run_dir = make_run_dir(cfg.run_dir, cfg.resume, name)
     bundle = finetune_bundle(cfg.data, init, run_dir)
     if init.kind == "scratch":  # a network from scratch: the vocabulary of the tokenizer trained for it
         cfg = with_vocab(cfg, bundle.vocab_size)
@@ -444,7 +445,9 @@ class _Job:
             check_checkpoint_matches(ckpt_path, module)
             print(f"famlab: fine-tuning job {name} resumes from {ckpt_path}", file=sys.stderr)
         config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
-        loggers = make_loggers(cfg, seed_dir, job_type="finetune", name=name, config=config)
+        loggers = make_loggers(cfg.wandb, seed_dir, job_type="finetune", name=name, config=config,
+                               tags=identity_tags(cfg.model, cfg.objective), resuming=cfg.resume != "never",
+                               match=cfg.compare.match.value)
         try:
             wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # lineage: pretraining -> fine-tune
             trainer = make_trainer(

@@ -17,7 +17,7 @@ from famlab.experiments.analysis.results import ByteScore, PretrainResult
 from famlab.experiments.configuration.budget import step_cost
 from famlab.experiments.configuration.config import Config, DataConfig, ObjectiveConfig, OptimConfig, TrainerConfig
 from famlab.experiments.configuration.specs import (
-    arm_objective,
+    configured_objective,
     objective_name,
     objective_settings,
     optim_settings,
@@ -25,7 +25,7 @@ from famlab.experiments.configuration.specs import (
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
 from famlab.experiments.plumbing.data_cache import cache_dir, get_bundle, prepared_corpus, token_ids, with_vocab
 from famlab.experiments.plumbing.eval_device import eval_device
-from famlab.experiments.plumbing.loggers import make_loggers
+from famlab.experiments.plumbing.loggers import identity_tags, make_loggers
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
 from famlab.experiments.plumbing.provenance import provenance
 from famlab.experiments.plumbing.reliability import (
@@ -35,7 +35,7 @@ from famlab.experiments.plumbing.reliability import (
     resolve_resume,
     save_last,
 )
-from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, pretrain_run_name, write_config, write_json
 from famlab.experiments.plumbing.trainer import make_trainer, maybe_compile, precision, trains_on_cuda
 from famlab.experiments.plumbing.world import check_world, per_device_batch, planned_world
 from famlab.experiments.tracking.wandb_loggers import close_wandb, wandb_pretrain_results
@@ -85,12 +85,15 @@ def pretrain(
     """
     started = time.time()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    run_dir = make_run_dir(cfg.run_dir, cfg.resume, job_name or run_name(cfg, "pretrain"))
+    run_dir = make_run_dir(cfg.run_dir, cfg.resume, job_name or pretrain_run_name(
+        cfg.name, cfg.model.family.value, str(cfg.objective.name), cfg.size))
     cfg, corpus, bundle, objective, dm = prepare_data(cfg, run_dir)
     module = make_module(cfg.model, cfg.optim, cfg.trainer, objective, dm)
     num_params = sum(p.numel() for p in module.net.parameters())
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
-    loggers = make_loggers(cfg, run_dir, job_type="pretrain", name=run_dir.name, config=written)
+    loggers = make_loggers(cfg.wandb, run_dir, job_type="pretrain", name=run_dir.name, config=written,
+                           tags=identity_tags(cfg.model, cfg.objective), resuming=cfg.resume != "never",
+                           match=cfg.compare.match.value)
     trainer = make_trainer(
         cfg.trainer, run_dir, loggers, seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
         checkpoint_dir=RunDir(run_dir).checkpoint_dir,
@@ -139,7 +142,8 @@ def prepare_data(cfg: Config, run_dir: Path
     corpus = prepared_corpus(cfg.data)
     bundle = get_bundle(cfg.data, corpus, run_dir)
     cfg = with_vocab(cfg, bundle.vocab_size)
-    objective = arm_objective(cfg, token_ids(bundle))
+    objective = configured_objective(cfg.objective, token_ids(bundle), seq_len=cfg.data.seq_len,
+                                     family=cfg.model.family.value)
     return cfg, corpus, bundle, objective, data_module(cfg.data, cfg.trainer, objective, corpus, bundle)
 
 

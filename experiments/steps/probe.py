@@ -30,7 +30,7 @@ from famlab.experiments.configuration.config import Config, ConfigInputError, wi
 from famlab.experiments.plumbing.data_cache import token_ids
 from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.provenance import provenance
-from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, run_name, write_config, write_json
+from famlab.experiments.plumbing.rundir import RunDir, make_run_dir, task_run_name, write_config, write_json
 from famlab.experiments.steps.init import Init, default_pooling, hf_bundle, load_network, load_task_for
 from famlab.families import Network, build_network
 from famlab.objectives import ClassificationCollator
@@ -121,7 +121,7 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
     Returns the results written to ``<run_dir>/results.json`` (``job: probe``).
     """
     from famlab.datamodules.classification import tokenize_examples  # imports Lightning
-    from famlab.experiments.plumbing.loggers import make_loggers
+    from famlab.experiments.plumbing.loggers import identity_tags, make_loggers
     from famlab.experiments.tracking.wandb_loggers import wandb_loggers
 
     if init.kind == "scratch":
@@ -160,8 +160,10 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
     )
     write_json(RunDir(run_dir).results_file, results.to_json())
     # started once the probe is done, so refused input never leaves a W&B run
-    log_wandb(wandb_loggers(make_loggers(cfg, run_dir, job_type="probe", name=run_dir.name, config=written)), init,
-              results)
+    loggers = make_loggers(cfg.wandb, run_dir, job_type="probe", name=run_dir.name, config=written,
+                           tags=identity_tags(cfg.model, cfg.objective), resuming=cfg.resume != "never",
+                           match=cfg.compare.match.value)
+    log_wandb(wandb_loggers(loggers), init, results)
     return results
 
 
@@ -174,7 +176,7 @@ def load_body(cfg: Config, init: Init) -> tuple[Config, Network, Task, Path, Tok
         net, _ = load_network(cfg.model, init)
         cfg = with_values(cfg, {"model": net.config})
     task = load_task_for(cfg.data)
-    run_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "probe", task.name))
+    run_dir = make_run_dir(cfg.run_dir, cfg.resume, task_run_name(cfg.name, cfg.model.family.value, "probe", task.name))
     bundle = hf_bundle(init.hf or "", run_dir) if init.kind == "hf" else get_bundle(cfg.data, None, run_dir)
     if init.kind != "hf":
         net, _ = load_network(cfg.model, init)

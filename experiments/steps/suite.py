@@ -49,7 +49,7 @@ from famlab.experiments.configuration.task import task_data
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import Preempted
-from famlab.experiments.plumbing.rundir import CompareDir, make_run_dir, run_name, write_json
+from famlab.experiments.plumbing.rundir import CompareDir, make_run_dir, task_run_name, write_json
 from famlab.experiments.steps.finetune import finetune
 from famlab.experiments.steps.init import Init
 
@@ -188,7 +188,8 @@ def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSu
     tasks = {spec.name: load_suite_task(spec, seed=d.seed, val_fraction=val_fraction, test_fraction=d.test_fraction)
              for spec in specs}  # fail before any training
     suite_name = "suite" if cfg.data.task == "suite" else Path(cfg.data.task).stem.replace(",", "+")
-    suite_dir = make_run_dir(cfg.run_dir, cfg.resume, run_name(cfg, "finetune", suite_name))
+    suite_run = task_run_name(cfg.name, cfg.model.family.value, "finetune", suite_name)
+    suite_dir = make_run_dir(cfg.run_dir, cfg.resume, suite_run)
     rows: list[SuiteTaskRow] = []
     results: list[TaskResult] = []
     for spec in specs:

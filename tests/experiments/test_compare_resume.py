@@ -222,10 +222,10 @@ def test_failed_optional_steps_are_isolated_and_named(tmp_path, monkeypatch, cap
             raise IndexError("too many indices for tensor of dimension 1")
         return real_zero_shot(run_dir, limit)
 
-    def probe(cfg, init, run_dir, group, tags):
-        if Path(run_dir).name.startswith("t5-"):
+    def probe(job):
+        if Path(job.run_dir).name.startswith("t5-"):
             raise RuntimeError("injected probe failure")
-        return real_probe(cfg, init, run_dir, group, tags)
+        return real_probe(job)
 
     monkeypatch.setattr(compare_jobs, "zero_shot_scores", zero_shot)
     monkeypatch.setattr(compare_jobs, "_probe", probe)
@@ -253,10 +253,10 @@ def test_a_failed_required_step_stops_with_the_resume_command(tmp_path, monkeypa
     monkeypatch.setenv("FAMLAB_CACHE", str(tmp_path / "cache"))
     real = compare_jobs._finetune
 
-    def finetune(cfg, init, run_dir, *rest):
-        if init != "scratch":
+    def finetune(job, comp_dir):
+        if job.init != "scratch":
             raise RuntimeError("injected fine-tuning failure")
-        return real(cfg, init, run_dir, *rest)
+        return real(job, comp_dir)
 
     monkeypatch.setattr(compare_jobs, "_finetune", finetune)
     settings = [s for s in SETTINGS if not s.startswith(("trainer.max_steps", "trainer.val_check"))]

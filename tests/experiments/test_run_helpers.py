@@ -7,7 +7,7 @@ from famlab.experiments.configuration.compose import compose
 from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.provenance import provenance
-from famlab.experiments.plumbing.rundir import make_run_dir, run_name
+from famlab.experiments.plumbing.rundir import make_run_dir, pretrain_run_name, task_run_name
 from famlab.experiments.tracking.wandb_guard import wandb_mode
 
 
@@ -28,7 +28,7 @@ def test_wandb_auto_mode_follows_credentials(monkeypatch, tmp_path):
 def test_default_run_dir_is_readable_and_timestamped(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     cfg = compose(["t5", "tiny"], []).cfg
-    name = run_name(cfg, "pretrain")
+    name = pretrain_run_name(cfg.name, cfg.model.family.value, str(cfg.objective.name), cfg.size)
     assert name == "t5-span-tiny"
     path = make_run_dir(cfg.run_dir, cfg.resume, name)
     assert re.fullmatch(r"t5-span-tiny-\d{8}-\d{6}", path.name) and path.parent.name == "runs"
@@ -36,11 +36,13 @@ def test_default_run_dir_is_readable_and_timestamped(monkeypatch, tmp_path):
 
 
 def test_a_probe_and_a_fine_tune_are_named_after_their_task_not_the_pretraining_run():
-    cfg = compose(["gpt", "tiny"], []).cfg
-    assert run_name(cfg, "pretrain") == "gpt-clm-tiny"
-    assert run_name(cfg, "finetune", "wordnet-pairs") == "gpt-ft-wordnet-pairs"
-    assert run_name(cfg, "probe", "wordnet-pairs") == "gpt-probe-wordnet-pairs"
-    assert run_name(compose(["gpt"], ["name=mine"]).cfg, "probe", "wordnet-pairs") == "mine"
+    assert pretrain_run_name(None, "gpt", "clm", "tiny") == "gpt-clm-tiny"
+    assert pretrain_run_name(None, "gpt", "clm", None) == "gpt-clm-custom"
+    assert task_run_name(None, "gpt", "finetune", "tasks/wordnet-pairs.jsonl") == "gpt-ft-wordnet-pairs"
+    assert task_run_name(None, "gpt", "probe", "wordnet-pairs") == "gpt-probe-wordnet-pairs"
+    assert task_run_name(None, "gpt", "probe", "glue:sst2") == "gpt-probe-glue-sst2"
+    assert task_run_name("mine", "gpt", "probe", "wordnet-pairs") == "mine"
+    assert pretrain_run_name("mine", "gpt", "clm", "tiny") == "mine"
 
 
 def test_explicit_nonempty_run_dir_without_resume_fails(tmp_path):
@@ -75,7 +77,8 @@ def test_csv_logger_keeps_metrics_and_does_not_claim_to_delete(tmp_path):
     (tmp_path / "config.yaml").write_text("x: 1\n")
     (tmp_path / "metrics.csv").write_text("step,train/loss\n0,1.5\n")
     cfg = compose(["gpt"], ["wandb.mode=disabled"]).cfg
-    (csv,) = make_loggers(cfg, tmp_path, job_type="pretrain", name="x", config={})
+    (csv,) = make_loggers(cfg.wandb, tmp_path, job_type="pretrain", name="x", config={}, tags=[], resuming=True,
+                          match="flops")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         csv.log_metrics({"train/loss": 1.25}, step=1)

@@ -61,6 +61,7 @@ from famlab.experiments.steps.compare_budget import (
 from famlab.experiments.steps.compare_dir import log, open_dir, resume_command, write_settings
 from famlab.experiments.steps.compare_jobs import finish
 from famlab.experiments.steps.comparison import STATUS_DIR, Stopped, compose_all, compose_base, set_up
+from famlab.experiments.steps.finetune import global_batch
 from famlab.experiments.steps.schedule import board_entries, run_jobs
 from famlab.experiments.steps.suite import read_suite
 from famlab.experiments.tracking.wandb_report import print_wandb_commands
@@ -182,9 +183,8 @@ def placement_lines(data: DataConfig, ft_section: FinetuneConfig, accumulate: in
     ``data.batch_size``, ``finetune.batch_size``, ``trainer.accumulate_grad_batches``."""
     k = placement.devices_per_job
     threads = f" (torch threads: {placement.threads_per_rank(workers.cores())} per rank)" if not placement.gpus else ""
-    pretrain, ft = data.batch_size, ft_section.batch_size or data.batch_size
-    each = [per_device_batch(b, k, accumulate, key) for b, key in
-            ((pretrain, "data.batch_size"), (ft, "finetune.batch_size"))]
+    pretrain, (ft, ft_key) = data.batch_size, global_batch(ft_section, data.batch_size)
+    each = [per_device_batch(b, k, accumulate, key) for b, key in ((pretrain, "data.batch_size"), (ft, ft_key))]
     return [*(line + threads for line in placement.lines()),
             f"global batch: {pretrain} pretraining, {ft} fine-tuning (data.batch_size, finetune.batch_size), the same "
             f"on any number of devices: each of a job's {k} rank(s) loads {each[0]} and {each[1]} per micro-batch, "

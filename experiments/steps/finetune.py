@@ -206,9 +206,13 @@ def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerConfig) -> tuple
     """``(global, per device)``: ``finetune.batch_size`` (else ``data.batch_size``) is the global batch (every rank,
     one optimizer step); each rank loads its share per micro-batch (:func:`famlab.experiments.plumbing.world.
     per_device_batch`), so a fine-tune trains the same recipe on any number of devices."""
-    key = "finetune.batch_size" if ft.batch_size else "data.batch_size"
-    global_batch = ft.batch_size or data_batch_size
-    return global_batch, per_device_batch(global_batch, planned_world(t), t.accumulate_grad_batches, key)
+    size, key = global_batch(ft, data_batch_size)
+    return size, per_device_batch(size, planned_world(t), t.accumulate_grad_batches, key)
+
+
+def global_batch(ft: FinetuneConfig, data_batch_size: int) -> tuple[int, str]:
+    """A fine-tune's global batch and the key that set it: ``finetune.batch_size``, else ``data.batch_size``."""
+    return (ft.batch_size, "finetune.batch_size") if ft.batch_size else (data_batch_size, "data.batch_size")
 
 
 def finetune_bundle(data: DataConfig, init: Init, run_dir: Path) -> TokenizerBundle:

@@ -103,18 +103,18 @@ def prepared_corpus(data: DataConfig, out: Path | None = None, progress: Progres
     """
     from famlab.datamodules.prepare import MANIFEST, is_prepared_dir, open_prepared, prepare_corpus, prepared_location
 
-    spec = data.corpus
+    spec, cache = data.corpus, cache_dir(data)
     if is_prepared_dir(spec):
         return open_prepared(spec)
     settings = prepare_settings(data)
-    target = out or prepared_location(spec, settings, cache_dir(data))
+    target = out or prepared_location(spec, settings, cache)
     wait_for_rank_zero(target / MANIFEST, "the prepared corpus", rank=env_rank())
     if env_rank() != 0:
         return open_prepared(target)
     line = progress or ProgressLine()
     try:
         with parallel_tokenizers():
-            return prepare_corpus(spec, settings, cache_dir=cache_dir(data), out=out, progress=line)
+            return prepare_corpus(spec, settings, cache_dir=cache, out=out, progress=line)
     finally:
         if isinstance(line, ProgressLine):
             line.close()
@@ -132,13 +132,13 @@ def get_bundle(data: DataConfig, corpus: TrainingDocuments | None, run_dir: Path
     from famlab.datamodules.prepare import PreparedDataset
     from famlab.datamodules.tokenizer import cache_file
 
-    t = data.tokenizer
+    t, cache = data.tokenizer, cache_dir(data)
     if isinstance(corpus, PreparedDataset) and t.path is None:
         bundle = corpus.bundle(t.num_sentinels)
     else:
         if t.path is None and corpus is not None:  # the other DDP ranks load the tokenizer rank 0 trained
             file = cache_file(corpus, kind=t.kind.value, vocab_size=t.vocab_size, num_sentinels=t.num_sentinels,
-                              cache_dir=cache_dir(data), sample_bytes=t.sample_bytes, seed=data.seed)
+                              cache_dir=cache, sample_bytes=t.sample_bytes, seed=data.seed)
             wait_for_rank_zero(file, "the tokenizer", rank=env_rank())
         bundle = get_tokenizer(
             corpus,
@@ -146,7 +146,7 @@ def get_bundle(data: DataConfig, corpus: TrainingDocuments | None, run_dir: Path
             vocab_size=t.vocab_size,
             num_sentinels=t.num_sentinels,
             path=t.path,
-            cache_dir=cache_dir(data),
+            cache_dir=cache,
             **({} if t.path else {"sample_bytes": t.sample_bytes, "seed": data.seed}),  # training settings only
         )
     if run_dir is not None and env_rank() == 0:

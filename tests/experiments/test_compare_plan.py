@@ -247,3 +247,15 @@ def test_spawned_workers_each_see_their_own_gpu(tmp_path):
     assert set(seen.values()) <= {"3", "5"} and len(set(seen.values())) == len(seen)  # one GPU per process
     assert c.started_workers.value == 2  # each worker took the next index as it started
     assert os.environ.get("CUDA_VISIBLE_DEVICES") != "3"  # the comparison's own process is not placed
+
+
+def test_a_comparison_job_is_placed_named_grouped_and_tagged_on_top_of_the_users_tags(tmp_path):
+    """One place makes every job's config (pretraining, fine-tunes, probes): the job's directory and its name, the
+    comparison's W&B group, the user's ``wandb.tags`` first and then the job's, each once, and the job's changes."""
+    cfg = compose(["gpt", "tiny"], ["wandb.tags=[mine,compare]", "wandb.group=theirs"]).cfg
+    job = compare_jobs.job_config(cfg, tmp_path / "gpt-probe-s1", "compare-x", ["gpt", "compare", "probe"],
+                                  {"seed": 1, "init": str(tmp_path / "gpt-pretrain-s1")})
+    assert (job.run_dir, job.name, job.wandb.group) == (str(tmp_path / "gpt-probe-s1"), "gpt-probe-s1", "compare-x")
+    assert list(job.wandb.tags) == ["mine", "compare", "gpt", "probe"]
+    assert (job.seed, job.init) == (1, str(tmp_path / "gpt-pretrain-s1"))
+    assert list(cfg.wandb.tags) == ["mine", "compare"] and cfg.wandb.group == "theirs"  # the arm's config as it was

@@ -26,6 +26,7 @@ from pathlib import Path
 from famlab.experiments.analysis.results import ArmRow, FinetuneResult, Plan, ProbeResult, RunRecord
 from famlab.experiments.analysis.stats import RUN_MEANS, SEED_VALUES, above, holm, nested_welch, welch
 from famlab.experiments.configuration.run_files import CompareFiles
+from famlab.experiments.configuration.specs import global_batch
 
 ALPHA = 0.05
 PROBE_ONE = "one_sample_t"  # a probe gain's test with one pretraining run: its body against the random bodies
@@ -288,7 +289,7 @@ def protocol_lines(runs: list[RunRecord], families: dict[str, ArmRow]) -> list[s
         steps = f.max_steps or f"{f.epochs} epochs"
         lines.append(f"Fine-tuning: {res.sizes['train']} training / {res.sizes['val']} validation / "
                      f"{res.sizes['test']} test examples, {steps} steps at batch "
-                     f"{f.batch_size or cfg.data.batch_size}, seeds "
+                     f"{global_batch(f, cfg.data.batch_size)[0]}, seeds "
                      f"{', '.join(sorted(res.seeds, key=int))}.")
         grids = {t.family: ", ".join(f"(body {g['lr']:g}, head {g['head_lr']:g})" for g in t.grid or [])
                  for t in tuned}

@@ -42,6 +42,7 @@ from pathlib import Path
 from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, FinetuneConfig
 from famlab.experiments.configuration.placement import Placement
+from famlab.experiments.configuration.specs import global_batch
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT
@@ -61,7 +62,6 @@ from famlab.experiments.steps.compare_budget import (
 from famlab.experiments.steps.compare_dir import log, open_dir, resume_command, write_settings
 from famlab.experiments.steps.compare_jobs import finish
 from famlab.experiments.steps.comparison import STATUS_DIR, Stopped, compose_all, compose_base, set_up
-from famlab.experiments.steps.finetune import global_batch
 from famlab.experiments.steps.schedule import board_entries, run_jobs
 from famlab.experiments.steps.suite import read_suite
 from famlab.experiments.tracking.wandb_report import print_wandb_commands

@@ -1,13 +1,14 @@
 """What the objective and optimiser sections stand for, built in one place: the objective a run trains (its name
-and its settings as ``famlab.objectives.make_objective`` takes them, the chosen objective's own included) and the
-optimiser settings of ``famlab.objectives.PretrainModule``. Pretraining, a comparison's budget plan and the length
-evaluation all build them here, so they cannot build them apart."""
+and its settings as ``famlab.objectives.make_objective`` takes them, the chosen objective's own included), the
+optimiser settings of ``famlab.objectives.PretrainModule`` and a fine-tune's global batch. Pretraining, a
+comparison's budget plan, the length evaluation, the fine-tune, the comparison's dry run and the report all build them
+here, so they cannot build them apart."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from famlab.experiments.configuration.config import ObjectiveConfig, OptimConfig
+from famlab.experiments.configuration.config import FinetuneConfig, ObjectiveConfig, OptimConfig
 from famlab.objectives import Objective, OptimSettings, TokenIds, make_objective
 from famlab.objectives.registry import SETTINGS
 
@@ -46,3 +47,8 @@ def optim_settings(o: OptimConfig, max_steps: int) -> OptimSettings:
         min_lr_ratio=o.min_lr_ratio,
         fused=o.fused,
     )
+
+
+def global_batch(ft: FinetuneConfig, data_batch_size: int) -> tuple[int, str]:
+    """A fine-tune's global batch and the key that set it: ``finetune.batch_size``, else ``data.batch_size``."""
+    return (ft.batch_size, "finetune.batch_size") if ft.batch_size else (data_batch_size, "data.batch_size")

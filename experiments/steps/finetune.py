@@ -47,6 +47,7 @@ from famlab.experiments.configuration.config import (
     with_values,
 )
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
+from famlab.experiments.configuration.specs import global_batch
 from famlab.experiments.plumbing.collective import from_rank_zero
 from famlab.experiments.plumbing.data_cache import get_bundle, token_ids, with_vocab
 from famlab.experiments.plumbing.loggers import identity_tags, make_loggers
@@ -208,11 +209,6 @@ def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerConfig) -> tuple
     per_device_batch`), so a fine-tune trains the same recipe on any number of devices."""
     size, key = global_batch(ft, data_batch_size)
     return size, per_device_batch(size, planned_world(t), t.accumulate_grad_batches, key)
-
-
-def global_batch(ft: FinetuneConfig, data_batch_size: int) -> tuple[int, str]:
-    """A fine-tune's global batch and the key that set it: ``finetune.batch_size``, else ``data.batch_size``."""
-    return (ft.batch_size, "finetune.batch_size") if ft.batch_size else (data_batch_size, "data.batch_size")
 
 
 def finetune_bundle(data: DataConfig, init: Init, run_dir: Path) -> TokenizerBundle:

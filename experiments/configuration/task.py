@@ -6,13 +6,28 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from famlab.datamodules.suite import TaskSpec
 from famlab.datamodules.tasks import Task, load_task
 from famlab.experiments.configuration.config import CompareConfig, ConfigInputError, DataConfig, with_values
 
 TASK_VAL_FRACTION = 0.1  # a task's validation fraction when data.val_fraction is unset (a corpus's is 0.05)
+
+
+class TaskSplit(TypedDict):
+    """How a task without a split column is split: the keyword arguments of ``famlab.datamodules.load_task`` and
+    ``famlab.datamodules.suite.load_suite_task`` that say it."""
+
+    seed: int
+    val_fraction: float
+    test_fraction: float
+
+
+def task_split(data: DataConfig) -> TaskSplit:
+    """``data.seed``, ``data.val_fraction`` (unset: :data:`TASK_VAL_FRACTION`) and ``data.test_fraction``."""
+    val_fraction = data.val_fraction if data.val_fraction is not None else TASK_VAL_FRACTION
+    return {"seed": data.seed, "val_fraction": val_fraction, "test_fraction": data.test_fraction}
 
 
 def task_columns(spec: TaskSpec) -> dict[str, str | None]:

@@ -15,12 +15,17 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
 from famlab.datamodules.suite import TaskSpec, load_suite_task
 from famlab.experiments.analysis.suite_table import SUITE_FILE
 from famlab.experiments.configuration.config import CompareConfig, DataConfig
-from famlab.experiments.configuration.task import check_compare_task, check_subsample, task_columns, task_data
+from famlab.experiments.configuration.task import (
+    check_compare_task,
+    check_subsample,
+    task_columns,
+    task_data,
+    task_split,
+)
 
 Subsample = Callable[[DataConfig, Path], dict[str, str | None]]
 
@@ -58,7 +63,7 @@ def check_tasks(data: DataConfig, compare: CompareConfig, specs: list[TaskSpec] 
         check_compare_task(data, compare)
         return
     for spec in specs:
-        task = load_suite_task(spec, **_split(data))
+        task = load_suite_task(spec, **task_split(data))
         check_subsample(task, compare.task_limit, compare.task_eval_limit, seed=data.seed,
                         source=f"data.task={data.task}: task '{spec.name}' ({spec.task})")
 
@@ -92,16 +97,3 @@ def prepare_tasks(
 def task_values(task: SuiteTask | None) -> dict[str, object]:
     """The ``data.*`` settings with which the fine-tunes and probes of ``task`` read it (none without a suite)."""
     return {} if task is None else {f"data.{key}": value for key, value in task.data.items()}
-
-
-class _Split(TypedDict):
-    """The split settings :func:`famlab.datamodules.suite.load_suite_task` takes, from the data section."""
-
-    seed: int
-    val_fraction: float
-    test_fraction: float
-
-
-def _split(data: DataConfig) -> _Split:
-    return {"seed": data.seed, "val_fraction": data.val_fraction if data.val_fraction is not None else 0.1,
-            "test_fraction": data.test_fraction}

@@ -45,7 +45,7 @@ from famlab.experiments.analysis.suite_score import (
 )
 from famlab.experiments.analysis.suite_table import SuiteScoreEntry
 from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
-from famlab.experiments.configuration.task import task_data
+from famlab.experiments.configuration.task import task_data, task_split
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import Preempted
@@ -183,10 +183,7 @@ def tfidf_reference(data: DataConfig, spec: TaskSpec, task: Task) -> dict[str, f
 def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSuiteResults:
     """Fine-tune every task of ``specs`` in turn; returns the suite results written to ``results.json``."""
     started = time.time()
-    d = cfg.data
-    val_fraction = d.val_fraction if d.val_fraction is not None else 0.1
-    tasks = {spec.name: load_suite_task(spec, seed=d.seed, val_fraction=val_fraction, test_fraction=d.test_fraction)
-             for spec in specs}  # fail before any training
+    tasks = {spec.name: load_suite_task(spec, **task_split(cfg.data)) for spec in specs}  # fail before any training
     suite_name = "suite" if cfg.data.task == "suite" else Path(cfg.data.task).stem.replace(",", "+")
     suite_run = task_run_name(cfg.name, cfg.model.family.value, "finetune", suite_name)
     suite_dir = make_run_dir(cfg.run_dir, cfg.resume, suite_run)

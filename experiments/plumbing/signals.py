@@ -44,6 +44,23 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SI
 SignalHandler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
+def install_stop_handlers(handler: Callable[[int, FrameType | None], None]) -> dict[int, SignalHandler]:
+    """``handler`` for every stop signal; returns the handlers it replaced (none outside the main thread, where
+    signals cannot be installed)."""
+    previous: dict[int, SignalHandler] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, handler)
+    return previous
+
+
+def restore_handlers(previous: dict[int, SignalHandler]) -> None:
+    """Put back the handlers :func:`install_stop_handlers` replaced."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
 class PreemptionCallback(pl.Callback):
     """SIGTERM / SIGINT / SIGUSR1: finish the current step, write ``last.ckpt``, stop with ``Preempted``.
 
@@ -77,14 +94,10 @@ class PreemptionCallback(pl.Callback):
         print(f"famlab: got {signal.Signals(signum).name}; checkpointing at the end of this step", file=sys.stderr)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if threading.current_thread() is threading.main_thread():  # signals install only in the main thread
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._handler)
+        self._previous = install_stop_handlers(self._handler)
 
     def _restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(self._previous)
         self._previous = {}
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
@@ -138,15 +151,11 @@ class SignalLatch:
         self._previous: dict[int, SignalHandler] = {}
 
     def __enter__(self) -> SignalLatch:
-        if threading.current_thread() is threading.main_thread():  # signals install only in the main thread
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._handler)
+        self._previous = install_stop_handlers(self._handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(self._previous)
         self._previous = {}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from famlab.experiments.configuration.run_files import LOG
+from famlab.experiments.plumbing.launch_env import restore_env, set_env
 
 VERBOSE_ENV = "FAMLAB_VERBOSE"
 LOG_NAME = LOG  # a run's log file
@@ -35,7 +36,7 @@ _HANDLER_NAME = "famlab-library-log"
 _CONSOLE_SHOW = warnings.showwarning  # how warnings reach stderr before famlab routes them
 _LOG: list[Path] = []  # the log quiet_libraries routes to now, in this process
 _SAVED: dict[str, tuple[list[logging.Handler], bool]] = {}  # each logger's console handlers and propagate flag
-_SILENT_BEFORE: list[str | None] = []  # WANDB_SILENT as the user had it
+_SILENT_BEFORE: list[dict[str, str | None]] = []  # WANDB_SILENT as the user had it
 
 
 def verbose() -> bool:
@@ -52,9 +53,9 @@ def quiet_libraries(log_path: Path) -> None:
     if verbose():
         _restore_console()
         return
+    saved = set_env({"WANDB_SILENT": "true"})  # read by wandb.init: no banners, no sync hints on the console
     if not _SILENT_BEFORE:
-        _SILENT_BEFORE.append(os.environ.get("WANDB_SILENT"))
-    os.environ["WANDB_SILENT"] = "true"  # read by wandb.init: no banners, no sync hints on the console
+        _SILENT_BEFORE.append(saved)
     handler = _RunLogHandler(log_path, encoding="utf-8", delay=True)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
@@ -87,11 +88,7 @@ def _restore_console() -> None:
         logger.propagate = propagate
     _SAVED.clear()
     if _SILENT_BEFORE:
-        before = _SILENT_BEFORE.pop()
-        if before is None:
-            os.environ.pop("WANDB_SILENT", None)
-        else:
-            os.environ["WANDB_SILENT"] = before
+        restore_env(_SILENT_BEFORE.pop())
     warnings.showwarning = _CONSOLE_SHOW
     _LOG.clear()
 

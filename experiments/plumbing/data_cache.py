@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
 from famlab.experiments.configuration.run_files import RunFiles
 from famlab.experiments.plumbing.console import heartbeat_seconds
+from famlab.experiments.plumbing.launch_env import env_vars
 from famlab.experiments.plumbing.prepare_once import env_rank, wait_for_rank_zero
 
 if TYPE_CHECKING:
@@ -83,15 +84,8 @@ def parallel_tokenizers() -> Iterator[None]:
     would encode on one core. Preparing forks nothing, and tokenizers itself turns its pool off in a process
     forked after using it (a DataLoader worker), so turning it on here is safe.
     """
-    before = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    try:
+    with env_vars({"TOKENIZERS_PARALLELISM": "true"}):
         yield
-    finally:
-        if before is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = before
 
 
 def prepared_corpus(data: DataConfig, out: Path | None = None, progress: Progress | None = None) -> PreparedDataset:

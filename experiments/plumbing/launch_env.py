@@ -1,4 +1,5 @@
-"""The one value rank 0 hands to the DDP ranks through the environment: the run directory.
+"""The environment famlab sets: the one value rank 0 hands to the DDP ranks (the run directory), and variables set
+for a while and put back as they were (:func:`set_env`, :func:`restore_env`, :func:`env_vars`).
 
 Lightning's launcher (``trainer.strategy=ddp`` on one machine) starts the other ranks by re-running the same
 command line, so they cannot be passed arguments; and a default run directory carries rank 0's start time, which
@@ -9,7 +10,9 @@ inherit. Ranks started by torchrun or SLURM (every rank at once, before rank 0 c
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 RUN_DIR_ENV = "FAMLAB_RUN_DIR"
@@ -42,3 +45,29 @@ def launched_world() -> int:
 def inherited_run_dir() -> str | None:
     """On another rank: the run directory rank 0 published, if this rank was launched by it."""
     return os.environ.get(RUN_DIR_ENV) or None
+
+
+def set_env(values: Mapping[str, str]) -> dict[str, str | None]:
+    """Set ``values`` in ``os.environ``; returns what each variable was (None: unset), for :func:`restore_env`."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    return saved
+
+
+def restore_env(saved: Mapping[str, str | None]) -> None:
+    """Put each variable back as :func:`set_env` found it: its value, or unset."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@contextlib.contextmanager
+def env_vars(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` while the block runs, put back after it."""
+    saved = set_env(values)
+    try:
+        yield
+    finally:
+        restore_env(saved)

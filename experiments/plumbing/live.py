@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from famlab.experiments.plumbing.console import say, verbose
+from famlab.experiments.plumbing.launch_env import restore_env, set_env
 
 if TYPE_CHECKING:
     from famlab.experiments.analysis.results import JsonDict
@@ -59,8 +60,7 @@ def job_status(path: Path) -> Iterator[dict[str, object]]:
     path.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
     write_status(path, state="running", started=started)
-    before = os.environ.get(PROGRESS_ENV)
-    os.environ[PROGRESS_ENV] = str(path)
+    saved = set_env({PROGRESS_ENV: str(path)})
     outcome: dict[str, object] = {}
     try:
         yield outcome
@@ -69,10 +69,7 @@ def job_status(path: Path) -> Iterator[dict[str, object]]:
                      result=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160])
         raise
     finally:
-        if before is None:
-            os.environ.pop(PROGRESS_ENV, None)
-        else:
-            os.environ[PROGRESS_ENV] = before
+        restore_env(saved)
     write_status(path, state="done", started=started, ended=time.time(), result=outcome.get("result", ""))
 
 
@@ -222,10 +219,7 @@ def live_view(board: Board, *, live: bool, every_s: float = 60.0) -> Iterator[No
     it; workers are told through ``FAMLAB_LIVE=1`` to keep their lines to the log); else one plain line every
     ``every_s`` seconds (:meth:`Board.line`) from a thread of this process, which also runs while a job trains in
     it. Either way the fits print no heartbeat of their own (``FAMLAB_BOARD=1``)."""
-    before = {k: os.environ.get(k) for k in (LIVE_ENV, BOARD_ENV)}
-    os.environ[BOARD_ENV] = "1"
-    if live:
-        os.environ[LIVE_ENV] = "1"
+    saved = set_env({BOARD_ENV: "1", **({LIVE_ENV: "1"} if live else {})})
     try:
         if live:
             from rich.console import Console
@@ -238,11 +232,7 @@ def live_view(board: Board, *, live: bool, every_s: float = 60.0) -> Iterator[No
             with _every(every_s, board.line):
                 yield
     finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(saved)
 
 
 @contextlib.contextmanager

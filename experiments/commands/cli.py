@@ -264,9 +264,25 @@ def version() -> str:
     return f"famlab {__version__}"
 
 
+BROKEN_PIPE_EXIT = 141  # what a shell reports for a command that SIGPIPE ended (128 + 13)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``famlab`` console script; returns the exit status."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Entry point of the ``famlab`` console script; returns the exit status.
+
+    A reader that goes away (``famlab config | head``) ends the command with :data:`BROKEN_PIPE_EXIT` and no
+    traceback, as a shell tool ends; nothing more is written to the closed pipe.
+    """
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # Python flushes stdout at exit and would fail again
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE_EXIT
+
+
+def _main(args: list[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(_help())
         return 0
@@ -294,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         check_overrides(name, overrides)  # before anything runs: an unread key would be silently ignored
         plugins.check_resume(overrides, names)
         return int(_resolve(name)(presets, overrides, flags) or 0)
+    except BrokenPipeError:
+        raise  # the reader went away: main ends quietly
     except OmegaConfBaseException as e:
         print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)
     except ValueError as e:

@@ -74,6 +74,19 @@ def test_python_m_experiments_error_is_one_line_without_traceback():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args", [["--help"], ["config", "gpt", "tiny"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(args):
+    """``famlab config | head``: the pipe's reader closes before famlab writes (a real subprocess); famlab ends with
+    141, as a shell tool that SIGPIPE ends, and no traceback (it printed one and exited 1 before)."""
+    proc = subprocess.Popen([sys.executable, "-m", "famlab", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # no reader: famlab's first write fails with EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == cli.BROKEN_PIPE_EXIT == 141
+    assert err == "", err
+
+
 def test_version_prints_the_installed_version(capsys):
     from importlib.metadata import version
 

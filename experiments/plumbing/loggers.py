@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.compose import flatten
-from famlab.experiments.configuration.config import ModelConfig, ObjectiveConfig, WandbConfig
+from famlab.experiments.configuration.config import CompareMatch, ModelConfig, ObjectiveConfig, WandbConfig
 from famlab.experiments.configuration.run_files import LAST_CKPT
 from famlab.experiments.plumbing.console import library_output
 from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_saved_checkpoint
@@ -28,11 +28,11 @@ def identity_tags(model: ModelConfig, objective: ObjectiveConfig) -> list[str]:
 
 def make_loggers(
     w: WandbConfig, run_dir: Path, *, job_type: str, name: str, config: Mapping[str, object], tags: Sequence[str],
-    resuming: bool, match: str,
+    resume: str, match: CompareMatch,
 ) -> list[Logger]:
     """CSVLogger writing ``<run_dir>/metrics.csv`` and, unless ``wandb.mode`` disables it, a WandbLogger named
-    ``wandb.name`` or ``name``, tagged ``tags`` then ``wandb.tags``, its charts' x-axis ``match`` (``compare.match``);
-    ``resuming`` (``resume`` is not ``never``) continues the W&B run of a resumed run.
+    ``wandb.name`` or ``name``, tagged ``tags`` then ``wandb.tags``, its charts' x-axis from ``compare.match``;
+    a run that may resume (``resume`` other than ``never``) continues the W&B run it finds in ``run_dir``.
 
     The W&B config is the resolved config flattened to dotted keys, logged once at init (nested + flat
     gives duplicate columns in sweeps, wandb #5477). A W&B failure never stops training: warn, go on.
@@ -72,7 +72,7 @@ def make_loggers(
             return loggers  # only rank 0 logs to W&B (one run per job)
         with library_output():  # wandb.init prints its banners and settings warnings: into the run's log
             logger, note = start_wandb(
-                FlatConfigWandbLogger, run_dir, mode, resuming=resuming,
+                FlatConfigWandbLogger, run_dir, mode, resuming=resume != "never",
                 kwargs=dict(project=w.project, entity=w.entity, name=w.name or name,
                             group=w.group, job_type=job_type, tags=all_tags, save_dir=str(save_dir),
                             config=flatten(config), reinit="create_new"),
@@ -80,7 +80,7 @@ def make_loggers(
         if note:  # once, on stderr: where the run went and how to upload it
             print(f"famlab: WARNING {note}", file=sys.stderr)
         if logger is not None:
-            define_metrics(logger.experiment, job_type, x_axis(match))
+            define_metrics(logger.experiment, job_type, x_axis(match.value))
             loggers.append(logger)
     except Exception as e:  # noqa: BLE001 - any W&B trouble must not stop training (docs/scale.md)
         message = f"W&B logging disabled for this run ({type(e).__name__}: {e}); CSV metrics still written"

@@ -446,8 +446,8 @@ class _Job:
             print(f"famlab: fine-tuning job {name} resumes from {ckpt_path}", file=sys.stderr)
         config = {**self.written, "finetune_seed": seed, "finetune.lr": point.lr, "finetune.head_lr": point.head_lr}
         loggers = make_loggers(cfg.wandb, seed_dir, job_type="finetune", name=name, config=config,
-                               tags=identity_tags(cfg.model, cfg.objective), resuming=cfg.resume != "never",
-                               match=cfg.compare.match.value)
+                               tags=identity_tags(cfg.model, cfg.objective), resume=cfg.resume,
+                               match=cfg.compare.match)
         try:
             wandb_use_pretrained(loggers, self.init.run_dir, self.init.checkpoint)  # lineage: pretraining -> fine-tune
             trainer = make_trainer(

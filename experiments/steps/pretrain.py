@@ -92,8 +92,8 @@ def pretrain(
     num_params = sum(p.numel() for p in module.net.parameters())
     written = write_config(run_dir, cfg, provenance(tokenizer_hash=bundle.hash, data_hash=corpus.hash))
     loggers = make_loggers(cfg.wandb, run_dir, job_type="pretrain", name=run_dir.name, config=written,
-                           tags=identity_tags(cfg.model, cfg.objective), resuming=cfg.resume != "never",
-                           match=cfg.compare.match.value)
+                           tags=identity_tags(cfg.model, cfg.objective), resume=cfg.resume,
+                           match=cfg.compare.match)
     trainer = make_trainer(
         cfg.trainer, run_dir, loggers, seed=cfg.seed, grad_clip=cfg.optim.grad_clip,
         checkpoint_dir=RunDir(run_dir).checkpoint_dir,

@@ -161,8 +161,8 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
     write_json(RunDir(run_dir).results_file, results.to_json())
     # started once the probe is done, so refused input never leaves a W&B run
     loggers = make_loggers(cfg.wandb, run_dir, job_type="probe", name=run_dir.name, config=written,
-                           tags=identity_tags(cfg.model, cfg.objective), resuming=cfg.resume != "never",
-                           match=cfg.compare.match.value)
+                           tags=identity_tags(cfg.model, cfg.objective), resume=cfg.resume,
+                           match=cfg.compare.match)
     log_wandb(wandb_loggers(loggers), init, results)
     return results
 

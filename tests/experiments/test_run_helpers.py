@@ -4,7 +4,7 @@ import re
 
 import pytest
 from famlab.experiments.configuration.compose import compose
-from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.config import CompareMatch, ConfigInputError
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.provenance import provenance
 from famlab.experiments.plumbing.rundir import make_run_dir, pretrain_run_name, task_run_name
@@ -77,8 +77,8 @@ def test_csv_logger_keeps_metrics_and_does_not_claim_to_delete(tmp_path):
     (tmp_path / "config.yaml").write_text("x: 1\n")
     (tmp_path / "metrics.csv").write_text("step,train/loss\n0,1.5\n")
     cfg = compose(["gpt"], ["wandb.mode=disabled"]).cfg
-    (csv,) = make_loggers(cfg.wandb, tmp_path, job_type="pretrain", name="x", config={}, tags=[], resuming=True,
-                          match="flops")
+    (csv,) = make_loggers(cfg.wandb, tmp_path, job_type="pretrain", name="x", config={}, tags=[], resume="auto",
+                          match=CompareMatch.flops)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         csv.log_metrics({"train/loss": 1.25}, step=1)

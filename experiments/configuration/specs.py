@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from famlab.experiments.configuration.config import FinetuneConfig, ObjectiveConfig, OptimConfig
+from famlab.experiments.configuration.config import Config, FinetuneConfig, ObjectiveConfig, OptimConfig
 from famlab.objectives import Objective, OptimSettings, TokenIds, make_objective
 from famlab.objectives.registry import SETTINGS
 
@@ -32,6 +32,12 @@ def configured_objective(objective: ObjectiveConfig, ids: TokenIds, *, seq_len: 
     """The objective ``objective.*`` names, with its settings, for ``family`` at ``seq_len`` (``data.seq_len``)."""
     return make_objective(objective_name(objective), ids, seq_len=seq_len, family=family,
                           **objective_settings(objective))
+
+
+def arm_objective(cfg: Config, ids: TokenIds) -> Objective:
+    """The objective a config trains: ``objective.*`` for its ``model.family`` at its ``data.seq_len`` (pretraining,
+    a comparison's budget plan and its corpus check build an arm's objective here, not each from the sections)."""
+    return configured_objective(cfg.objective, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value)
 
 
 def optim_settings(o: OptimConfig, max_steps: int) -> OptimSettings:

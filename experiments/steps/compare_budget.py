@@ -36,7 +36,7 @@ from famlab.experiments.configuration.config import (
     with_values,
 )
 from famlab.experiments.configuration.placement import Placement
-from famlab.experiments.configuration.specs import configured_objective
+from famlab.experiments.configuration.specs import arm_objective
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
 from famlab.experiments.plumbing.data_cache import cache_dir, prepare_settings
 from famlab.experiments.plumbing.trainer import precision
@@ -65,9 +65,7 @@ def plan_budget(cmp: CompareConfig, reference: TrainerConfig, data: DataConfig, 
         cfgs, plan.target_non_embedding_params = match_sizes(cfgs, ref_arm)
         plan.reference = f"{ref_arm} at its preset size (non-embedding parameters)"
     # data.batch_size is the global batch of one optimizer step, whatever the devices and accumulation
-    costs = {arm: step_cost(cfg.model, configured_objective(cfg.objective, ids, seq_len=cfg.data.seq_len,
-                                                            family=cfg.model.family.value), cfg.data.batch_size)
-             for arm, cfg in cfgs.items()}
+    costs = {arm: step_cost(cfg.model, arm_objective(cfg, ids), cfg.data.batch_size) for arm, cfg in cfgs.items()}
     if match in ("flops", "tokens"):
         cfgs, plan.target = match_step_counts(cmp, reference, cfgs, costs)
         plan.reference_steps = reference.max_steps

@@ -26,7 +26,7 @@ from famlab.experiments.configuration.compare_defaults import (
 from famlab.experiments.configuration.compose import compose, parse_overrides
 from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError, DataConfig, with_values
 from famlab.experiments.configuration.placement import Placement, devices_per_job, place
-from famlab.experiments.configuration.specs import configured_objective
+from famlab.experiments.configuration.specs import arm_objective
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures
 from famlab.experiments.plumbing.data_cache import get_bundle, prepared_corpus, token_ids, with_vocab
@@ -331,9 +331,7 @@ def check_corpus_fits(cfgs: dict[str, Config], corpus: PreparedDataset, bundle: 
     """Each arm's token streams (written now, once, as its pretraining would) hold a batch of its blocks and a
     validation block: a corpus too small fails here in one line, before any baseline or pretraining runs."""
     for cfg in cfgs.values():
-        objective = configured_objective(cfg.objective, token_ids(bundle), seq_len=cfg.data.seq_len,
-                                         family=cfg.model.family.value)
-        data_module(cfg.data, cfg.trainer, objective, corpus, bundle)
+        data_module(cfg.data, cfg.trainer, arm_objective(cfg, token_ids(bundle)), corpus, bundle)
 
 
 def share_tokenizer(data: DataConfig, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False

@@ -17,7 +17,7 @@ from famlab.experiments.analysis.results import ByteScore, PretrainResult
 from famlab.experiments.configuration.budget import step_cost
 from famlab.experiments.configuration.config import Config, DataConfig, ObjectiveConfig, OptimConfig, TrainerConfig
 from famlab.experiments.configuration.specs import (
-    configured_objective,
+    arm_objective,
     objective_name,
     objective_settings,
     optim_settings,
@@ -142,8 +142,7 @@ def prepare_data(cfg: Config, run_dir: Path
     corpus = prepared_corpus(cfg.data)
     bundle = get_bundle(cfg.data, corpus, run_dir)
     cfg = with_vocab(cfg, bundle.vocab_size)
-    objective = configured_objective(cfg.objective, token_ids(bundle), seq_len=cfg.data.seq_len,
-                                     family=cfg.model.family.value)
+    objective = arm_objective(cfg, token_ids(bundle))
     return cfg, corpus, bundle, objective, data_module(cfg.data, cfg.trainer, objective, corpus, bundle)
 
 

@@ -265,6 +265,7 @@ def version() -> str:
 
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a command that SIGPIPE ended (128 + 13)
+INTERRUPTED_EXIT = 130  # what a shell reports for a command that Ctrl-C ended (128 + SIGINT); training exits 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,6 +293,7 @@ def _main(args: list[str]) -> int:
     name, rest = args[0], [a for a in args[1:] if a != "--verbose"]
     if len(rest) < len(args) - 1:  # any command: the libraries' own console output (banners, tips, warnings)
         os.environ["FAMLAB_VERBOSE"] = "1"
+    status = 2  # bad settings or data, unless Ctrl-C below
     try:
         if name not in COMMANDS:
             raise UsageError(f"unknown command {name!r}; commands: {', '.join(COMMANDS)}")
@@ -312,6 +314,9 @@ def _main(args: list[str]) -> int:
         return int(_resolve(name)(presets, overrides, flags) or 0)
     except BrokenPipeError:
         raise  # the reader went away: main ends quietly
+    except KeyboardInterrupt:  # outside a fit (which checkpoints and exits 3): preparing, scoring, probing
+        print("famlab: interrupted", file=sys.stderr)
+        status = INTERRUPTED_EXIT
     except OmegaConfBaseException as e:
         print(f"famlab: error: {format_omegaconf_error(e)}", file=sys.stderr)
     except ValueError as e:
@@ -323,8 +328,8 @@ def _main(args: list[str]) -> int:
         return report_rank_failure(e, name, rest)
     from famlab.experiments.plumbing.rundir import remove_empty_run_dirs
 
-    remove_empty_run_dirs()  # a run refused on bad input leaves no empty directory behind
-    return 2
+    remove_empty_run_dirs()  # a run refused on bad input (or stopped before its first step) leaves no empty directory
+    return status
 
 
 if __name__ == "__main__":

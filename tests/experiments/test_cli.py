@@ -87,6 +87,24 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(args):
     assert err == "", err
 
 
+def test_ctrl_c_outside_training_is_one_line_exit_130_and_leaves_no_empty_run_dir(monkeypatch, tmp_path, capsys):
+    """Ctrl-C while a command prepares, scores or probes (no fit to checkpoint): ``famlab: interrupted``, exit 130, no
+    traceback, and the run directory it had just made (nothing trained in it) is removed as a refused run's is."""
+    from famlab.experiments.commands import prepare
+    from famlab.experiments.plumbing.rundir import make_run_dir
+
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(presets: list[str], overrides: list[str], flags: list[str]) -> int:
+        (make_run_dir(None, "never", "gpt-probe-x") / "config.yaml").write_text("x: 1\n")  # a probe's setup
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare, "main", interrupted)
+    assert cli.main(["prepare"]) == cli.INTERRUPTED_EXIT == 130
+    assert capsys.readouterr().err.strip() == "famlab: interrupted"
+    assert not (tmp_path / "runs").exists()
+
+
 def test_version_prints_the_installed_version(capsys):
     from importlib.metadata import version
 

@@ -128,3 +128,17 @@ def test_the_probe_is_a_run_that_uses_the_pretraining_checkpoint(grid):
 def read_by(command, overrides):
     """The overrides ``command`` reads (it refuses the pretraining-only ones the fixture shares)."""
     return [o for o in overrides if reads(command, o.split("=", 1)[0])]
+
+
+@pytest.mark.slow
+def test_a_probe_without_a_run_dir_is_named_after_its_task_not_the_run_it_probes(grid, tmp_path, monkeypatch):
+    """``famlab probe runs/gpt-clm-tiny-<time>`` makes ``runs/gpt-probe-<task>-<time>``: with the pretraining run's
+    name it would write a second directory named like the run it probes."""
+    root, _ = grid
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAMLAB_CACHE", str(root / "cache"))
+    assert cli.main(["probe", str(root / "pre"), *read_by("probe", FAST), f"data.task={root / 'task.csv'}",
+                     "finetune.probe_seeds=[0,1]", "wandb.mode=disabled"]) == 0
+    (made,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"gpt-probe-task-\d{8}-\d{6}", made.name), made.name
+    assert (made / "results.json").is_file()

@@ -40,8 +40,9 @@ import time
 from pathlib import Path
 
 from famlab.experiments.configuration.compose import flatten, to_plain
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, FinetuneConfig
+from famlab.experiments.configuration.config import ConfigInputError, DataConfig, FinetuneConfig
 from famlab.experiments.configuration.placement import Placement
+from famlab.experiments.configuration.plans import ComparePlan
 from famlab.experiments.configuration.specs import global_batch
 from famlab.experiments.plumbing import failures, live, workers
 from famlab.experiments.plumbing.console import heartbeat_seconds, quiet_libraries
@@ -191,7 +192,7 @@ def placement_lines(data: DataConfig, ft_section: FinetuneConfig, accumulate: in
             f"{accumulate} micro-batch(es) a step (trainer.accumulate_grad_batches)"]
 
 
-def config_lines(cfgs: dict[str, Config], defaults: list[str], planned: bool = True) -> list[str]:
+def config_lines(cfgs: dict[str, ComparePlan], defaults: list[str], planned: bool = True) -> list[str]:
     """Every key of the arms' composed config as ``key: value`` (schema order), the keys that differ between arms
     listed per arm; a comment marks a key one of ``defaults`` set and, with ``planned`` (a FLOP- or token-matched
     budget), the keys the budget plan sets per arm. A start sets the tokenizer, vocabulary, task file and W&B group."""

@@ -9,6 +9,7 @@ a ``data.task`` that names a suite runs every task in turn (:mod:`famlab.experim
 from __future__ import annotations
 
 from famlab.experiments.analysis.results import FinetuneResult
+from famlab.experiments.configuration.plans import FinetunePlan
 from famlab.experiments.plumbing.prepare_once import env_rank
 from famlab.experiments.plumbing.reliability import NonFiniteError, Preempted, stop_exit_code
 from famlab.experiments.steps.finetune import finetune
@@ -20,7 +21,8 @@ from famlab.experiments.steps.suite import finetune_suite, read_suite
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab finetune [presets...] init=<...> [key=value...]``: a suite when ``data.task`` names one,
     else a single fine-tune (or, with ``finetune.mode=probe``, the probe of one task)."""
-    cfg, init = compose_finetune(presets, overrides)
+    composed, init = compose_finetune(presets, overrides)
+    cfg: FinetunePlan = composed  # what the fine-tune reads (configuration/plans.py)
     specs = read_suite(cfg.data.task)
     if specs is None and cfg.finetune.mode.value == "probe":
         print_probe(probe(cfg, init))

@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 
 from famlab.experiments.configuration.compose import compose
+from famlab.experiments.configuration.plans import PreparePlan
 from famlab.experiments.plumbing.data_cache import ProgressLine, prepared_corpus
 
 
 def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     """CLI entry: ``famlab prepare [presets...] [key=value...]``; prints the prepared directory."""
-    cfg = compose(presets, overrides).cfg
+    cfg: PreparePlan = compose(presets, overrides).cfg
     started = time.monotonic()
     progress = ProgressLine(stream=sys.stderr)
     out = Path(cfg.run_dir).expanduser() if cfg.run_dir else None

@@ -60,6 +60,7 @@ from famlab.experiments.configuration.compose import (
     to_plain,
 )
 from famlab.experiments.configuration.config import ConfigInputError, SweepConfig, WandbConfig
+from famlab.experiments.configuration.plans import SweepPlan
 from famlab.experiments.configuration.reads import READS, check_overrides
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.configuration.sweep_params import distribution, grid_values, sample
@@ -257,7 +258,7 @@ def main(presets: list[str], overrides: list[str], flags: list[str]) -> int:
     check_arguments(presets, overrides, flags)
     path = sweep_path(presets[0])
     spec = load_sweep(path, remote="--wandb" in flags)
-    cfg = compose([], overrides).cfg
+    cfg: SweepPlan = compose([], overrides).cfg
     if "--wandb" in flags:
         if cfg.run_dir or cfg.resume != "never":
             raise SweepError("famlab sweep --wandb: W&B's server runs the trials, so run_dir= and resume= (the local "

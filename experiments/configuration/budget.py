@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.plans import ComparePlan
 from famlab.families import Network, build_network
 from famlab.families.config import ModelConfig
 from famlab.families.flops import batch_shape, train_flops
@@ -155,7 +156,7 @@ def relative_spread(values: dict[str, float]) -> float:
     return (hi - lo) / lo if lo else float("inf")
 
 
-def describe(cfgs: dict[str, Config]) -> str:
+def describe(cfgs: dict[str, ComparePlan]) -> str:
     """One line per arm: size, steps, batch (for progress output)."""
     return "; ".join(
         f"{f}: dim {c.model.dim} ffn {c.model.ffn_dim} x{c.model.num_layers} steps {c.trainer.max_steps}"

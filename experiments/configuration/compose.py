@@ -481,7 +481,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def to_yaml(cfg: Config | DictConfig) -> str:
+def to_yaml(cfg: DataclassInstance | DictConfig) -> str:
     """The config as YAML with enum values (``family: t5``, not ``T5``), keys in schema order."""
     return yaml.safe_dump(to_plain(cfg), sort_keys=False)
 

@@ -191,6 +191,8 @@ class TrainerConfig:
         })
         if self.max_epochs == 0:
             raise ConfigInputError("trainer.max_epochs=0 trains nothing; use -1 (as many as max_steps needs) or >= 1")
+        if not isinstance(self.compile, bool):
+            raise ConfigInputError(f"trainer.compile={self.compile!r} is not one of: true, false")
 
 
 @dataclass(frozen=True)

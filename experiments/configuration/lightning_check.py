@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 
-from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
+from famlab.experiments.configuration.config import ConfigInputError
 from famlab.experiments.configuration.placement import check_strategy
+from famlab.experiments.configuration.plans import TrainerSetup
 from famlab.experiments.libraries.internals import lightning_precisions
 
 FAMLAB_VALUES = ("auto",)  # famlab's own value for precision (bf16-mixed on a CUDA GPU with bf16, else 32-true)
@@ -102,8 +103,8 @@ def _check_strategy(name: str) -> None:
         raise ConfigInputError(f"trainer.strategy={name} cannot be used on this machine ({first})") from None
 
 
-def check_lightning_settings(t: TrainerConfig) -> dict[str, int | str]:
-    """Check ``trainer.{accelerator, devices, strategy, precision, num_nodes, compile}`` against Lightning.
+def check_lightning_settings(t: TrainerSetup) -> dict[str, int | str]:
+    """Check ``trainer.{accelerator, devices, strategy, precision, num_nodes}`` against Lightning.
 
     Returns:
         the parsed ``devices`` under ``"devices"`` (what ``Trainer(devices=...)`` is given).
@@ -120,8 +121,6 @@ def check_lightning_settings(t: TrainerConfig) -> dict[str, int | str]:
         check_strategy(t)
     if t.precision != "auto":
         _choice("trainer.precision", t.precision, precision_choices())
-    if not isinstance(t.compile, bool):
-        raise ConfigInputError(f"trainer.compile={t.compile!r} is not one of: true, false")
     if not 1 <= t.num_nodes <= 100_000:
         raise ConfigInputError(f"trainer.num_nodes={t.num_nodes} must be in [1, 100000]")
     devices = parse_devices(t.devices)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
+from famlab.experiments.configuration.plans import TrainerSetup
 from famlab.experiments.configuration.run_files import LAST_CKPT
 
 SHARDED = ("fsdp", "deepspeed")  # strategies whose checkpoints are directories of shards
@@ -89,7 +90,7 @@ def place(t: TrainerConfig, workers: int, gpus: list[str]) -> Placement:
     return Placement(workers, k, tuple(gpus))
 
 
-def check_strategy(t: TrainerConfig) -> None:
+def check_strategy(t: TrainerSetup) -> None:
     """Sharded strategies are refused in one line: famlab's checkpoints and ``resume=auto`` read one ``last.ckpt``
     file, so a sharded checkpoint (a directory) would not resume; every preset up to ``base`` fits one 80 GB GPU
     under DDP."""

@@ -1,13 +1,13 @@
 """What each config command reads, as types: the part of the config a step takes.
 
-``famlab pretrain``, ``finetune``, ``probe`` and ``prepare`` take their composed, validated config as one of the
-plans below, and every function a plan's section is handed to takes that section as one of the views below (or
-less). A view is a :class:`typing.Protocol` of read-only properties: the config's frozen dataclasses satisfy it as
-they are, and the type checker (``.ci/typecheck``) refuses a step that reads a key its plan does not name, or hands a
-section on to a function that wants more of it. So what a command reads follows from these types:
-:mod:`famlab.experiments.configuration.reads` derives each command's keys from them, for ``famlab <command>
---help`` and for refusing an override the command would ignore; ``tests/experiments/test_keys_read.py`` records the
-keys each command's code reads and checks that every key a plan names is read by some setting of the command.
+Each command that composes a config (``pretrain``, ``finetune``, ``probe``, ``compare``, ``sweep``, ``prepare``)
+hands it on as one of the plans below, and every function a plan's section goes to takes that section as one of the
+views below (or less). A view is a :class:`typing.Protocol` of read-only properties: the config's frozen dataclasses
+satisfy it as they are, and the type checker (``.ci/typecheck``) refuses a step that reads a key its plan does not
+name, or hands a section on to a function that wants more of it. So what a command reads follows from these types:
+:mod:`famlab.experiments.configuration.reads` derives each command's keys from them, for ``famlab <command> --help``
+and for refusing an override the command would ignore; ``tests/experiments/test_keys_read.py`` records the keys each
+command's code reads and checks that every key a plan names is read by some setting of the command.
 
 A view's property typed as a config section (``ModelConfig``, ``TrainerConfig``) is that whole section read;
 one typed as another view is the keys that view names.
@@ -19,11 +19,14 @@ from dataclasses import Field
 from typing import Any, ClassVar, Protocol
 
 from famlab.experiments.configuration.config import (
+    CompareConfig,
     CompareMatch,
+    DataConfig,
     FinetuneConfig,
     ObjectiveConfig,
     OptimConfig,
     Pooling,
+    SweepConfig,
     TokenizerConfig,
     TrainerConfig,
     WandbConfig,
@@ -290,3 +293,35 @@ class FinetunePlan(ProbePlan, Protocol):
     def finetune(self) -> FinetuneConfig: ...
     @property
     def seed(self) -> int: ...
+
+
+class ComparePlan(PretrainPlan, FinetunePlan, Protocol):
+    """``famlab compare``: every arm's pretraining, its fine-tunes and probes, and the scratch baselines, under
+    ``compare.*``; a job's config is this plan with the job's own directory, name, W&B group, ``init`` and seeds."""
+
+    @property
+    def objective(self) -> ObjectiveConfig: ...
+    @property
+    def data(self) -> DataConfig: ...
+    @property
+    def optim(self) -> OptimConfig: ...
+    @property
+    def trainer(self) -> TrainerConfig: ...
+    @property
+    def compare(self) -> CompareConfig: ...
+
+
+class SweepPlan(Protocol):
+    """``famlab sweep``: the trials of a sweep file, each a famlab command of its own; ``wandb.*`` reaches every
+    trial (and the sweep's report run), the plugins too."""
+
+    @property
+    def sweep(self) -> SweepConfig: ...
+    @property
+    def wandb(self) -> WandbConfig: ...
+    @property
+    def run_dir(self) -> str | None: ...
+    @property
+    def resume(self) -> str: ...
+    @property
+    def plugins(self) -> list[str]: ...

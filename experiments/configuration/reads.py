@@ -6,7 +6,11 @@ runs, naming the key, the command, what the command reads and which commands rea
 checked: a preset is a bundle of settings for several commands (``tiny`` sets a pretraining and a fine-tuning
 budget), so its keys that a command does not read are simply unused.
 
-:data:`READS` lists, per command, patterns of config keys (or, for commands that compose no config, their own
+What ``pretrain``, ``finetune``, ``probe`` and ``prepare`` read follows from the types their steps take: each
+takes a plan (:mod:`famlab.experiments.configuration.plans`), the type checker refuses a read the plan does not
+name, and :func:`plan_keys` lists the keys it names. The other commands' keys are listed here.
+
+:data:`READS` holds, per command, patterns of config keys (or, for commands that compose no config, their own
 option names):
 
 - ``section`` or ``section.sub``: every key below it (``model``, ``data.tokenizer``);
@@ -23,62 +27,100 @@ the list (:func:`describe`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
+from typing import Protocol, get_type_hints
 
 import yaml
 from famlab.experiments.configuration.compose import flatten, schema, to_plain
 from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.plans import (
+    ComparePlan,
+    FinetunePlan,
+    PreparePlan,
+    PretrainPlan,
+    ProbePlan,
+    SweepPlan,
+)
 
-# the task file's columns and split: what datamodules.load_task reads through configuration.task
-_TASK = ("data.task", "data.text_column", "data.text_pair_column", "data.label_column", "data.split_column",
-         "data.val_fraction", "data.test_fraction", "data.seed")
-# where a run goes and what it is called; `size` (set by size presets) names a pretraining run or a comparison when
-# `name` is unset (a fine-tune or a probe is named after its task)
-_RUN = ("name", "run_dir", "resume")
-# make_loggers: the W&B run (every wandb.* key when W&B is on), its tags (objective.name) and the x-axis of its
-# charts (compare.match: FLOPs, tokens or steps)
-_LOGGED = ("wandb", "objective.name", "compare.match")
-# the plugins (every command imports them first, famlab.experiments.plumbing.plugins): a run records them in its
-# config.yaml's provenance, a sweep passes them to its trials. The other commands take --plugin / plugins= too; the CLI
-# imports the modules and does not hand the key on (nothing of theirs records it)
-_PLUGINS = ("plugins",)
+# the commands whose step takes a plan: what they read is derived from its type (plan_keys). Every command takes
+# plugins= / --plugin (the CLI imports the modules first, famlab.experiments.plumbing.plugins); a plan names the key
+# where the command hands it on: a run records it in config.yaml's provenance, a sweep passes it to its trials
+PLANS: dict[str, type] = {"pretrain": PretrainPlan, "finetune": FinetunePlan, "probe": ProbePlan,
+                          "compare": ComparePlan, "sweep": SweepPlan, "prepare": PreparePlan}
+# keys a plan names that the command sets itself before its step reads them, so an override of one would be lost:
+# a probe reads the tokenizer of the run it probes (famlab.experiments.steps.init.compose_finetune sets it); a
+# comparison names its runs, groups them (one W&B group per comparison) and sets every fine-tune's init, seeds
+# (compare.seeds) and mode itself (famlab.experiments.steps.compare_jobs); a sweep names each trial's W&B run
+ASSIGNED: dict[str, tuple[str, ...]] = {"probe": ("data.tokenizer",),
+                                        "compare": ("init", "wandb.group", "finetune.mode", "finetune.seeds"),
+                                        "sweep": ("wandb.name",)}
+
+
+def _is_view(hint: object) -> bool:
+    return isinstance(hint, type) and Protocol in hint.__bases__
+
+
+def plan_keys(plan: type, prefix: str = "") -> Iterator[str]:
+    """The dotted keys a plan or view names: a property typed as a config section is that whole section, one typed
+    as a view the keys that view names (``PretrainPlan`` -> ``model``, ..., ``data.corpus``, ``data.tokenizer``)."""
+    members: dict[str, property] = {}
+    for cls in reversed(plan.__mro__):  # a view's own properties after those of the views it extends
+        members.update((name, value) for name, value in vars(cls).items() if isinstance(value, property))
+    for name, member in members.items():
+        hint = get_type_hints(member.fget)["return"]
+        if _is_view(hint):
+            yield from plan_keys(hint, f"{prefix}{name}.")
+        else:
+            yield prefix + name
+
+
+def planned_reads(command: str) -> tuple[str, ...]:
+    """``READS[command]`` for a command with a plan: the plan's keys less those the command assigns, as patterns in
+    schema order (:func:`_patterns`)."""
+    named, assigned = tuple(plan_keys(PLANS[command])), ASSIGNED.get(command, ())
+
+    def covered(key: str) -> bool:
+        return _under(key, named) and not _under(key, assigned)
+
+    return tuple(_patterns(to_plain(schema()), "", covered))
+
+
+def _under(key: str, patterns: tuple[str, ...]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in patterns)
+
+
+def _patterns(node: Mapping[str, object], prefix: str, covered: Callable[[str], bool]) -> Iterator[str]:
+    """The covered keys below ``node`` as patterns: a section every key of which is covered is the section; a
+    section with more keys covered than not (and no sub-section partly covered) is the section with its exceptions
+    (``trainer``, ``-trainer.max_steps``); else the covered keys and sub-sections one by one."""
+    state = {name: _state(value, f"{prefix}{name}", covered) for name, value in node.items()}
+    full = [name for name, s in state.items() if s == "full"]
+    none = [name for name, s in state.items() if s == "none"]
+    if prefix and len(full) > len(none) and len(full) + len(none) == len(state):
+        yield prefix.rstrip(".")
+        yield from (f"-{prefix}{name}" for name in none)
+        return
+    for name, s in state.items():
+        if s == "full":
+            yield f"{prefix}{name}"
+        elif s == "partial":
+            value = node[name]
+            assert isinstance(value, Mapping)
+            yield from _patterns(value, f"{prefix}{name}.", covered)
+
+
+def _state(value: object, key: str, covered: Callable[[str], bool]) -> str:
+    """``full``, ``none`` or ``partial``: how much of the key or section ``key`` is covered."""
+    if not isinstance(value, Mapping) or not value:
+        return "full" if covered(key) else "none"
+    states = {_state(v, f"{key}.{name}", covered) for name, v in value.items()}
+    return states.pop() if len(states) == 1 else "partial"
+
 
 READS: dict[str, tuple[str, ...]] = {
-    "pretrain": (
-        "model", "objective",
-        "data.corpus", "data.tokenizer", "data.seq_len", "data.batch_size", "data.val_fraction", "data.seed",
-        "data.shuffle", "data.num_workers", "data.val_batches", "data.cache_dir",
-        "optim", "trainer", *_LOGGED, "seed", *_RUN, "size", *_PLUGINS,
-    ),
-    "finetune": (
-        # init=scratch trains a tokenizer on data.corpus; finetune.mode=probe reads the probe's keys
-        "model", *_TASK, "data.corpus", "data.tokenizer", "data.batch_size", "data.num_workers", "data.max_len",
-        "data.cache_dir",
-        "optim.betas", "optim.eps", "optim.grad_clip",  # the body's rate and schedule are finetune.*
-        "trainer", "-trainer.max_steps", "-trainer.max_epochs", "-trainer.val_check_interval",
-        "-trainer.limit_val_batches", "-trainer.validate_first", "-trainer.compile",
-        "finetune", *_LOGGED, "init", "seed", *_RUN, *_PLUGINS,
-    ),
-    "probe": (
-        # no training: features of the frozen body on trainer.accelerator's device, logistic regression on the CPU;
-        # the tokenizer is the run's
-        "model", *_TASK, "data.max_len", "data.cache_dir", "trainer.accelerator",
-        "finetune.pooling", "finetune.probe_seeds", "finetune.probe_c_grid", *_LOGGED, "init", *_RUN, *_PLUGINS,
-    ),
-    "compare": (
-        # the comparison names its runs, groups them (one W&B group per comparison) and sets every fine-tune's
-        # init, seeds (compare.seeds) and mode itself; `name` names the comparison's directory
-        "model", "objective", "data", "optim", "trainer", "wandb", "-wandb.group", "finetune", "-finetune.mode",
-        "-finetune.seeds", "compare", "seed", *_RUN, "size", *_PLUGINS,
-    ),
-    "sweep": (
-        # wandb.* settings reach every trial (with the sweep's own report run); one wandb.name for every trial
-        # would name them all alike, so it is left to the sweep file
-        "sweep", "wandb", "-wandb.name", "run_dir", "resume", *_PLUGINS,
-    ),
+    **{command: planned_reads(command) for command in PLANS},
     "config": ("*",),
-    # the corpus, its tokenizer and split, into a prepared directory (run_dir, else the cache)
-    "prepare": ("data.corpus", "data.tokenizer", "data.val_fraction", "data.seed", "data.cache_dir", "run_dir"),
     # commands with their own options rather than a config
     "eval": ("data.eval", "rule", "limit", "headline", "bigram", "wandb.mode", "wandb.project"),
     "generate": ("prompt", "max_new_tokens", "temperature", "top_k", "top_p", "seed"),

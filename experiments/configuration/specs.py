@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from famlab.experiments.configuration.config import Config, FinetuneConfig, ObjectiveConfig, OptimConfig
+from famlab.experiments.configuration.config import FinetuneConfig, ObjectiveConfig, OptimConfig
+from famlab.experiments.configuration.plans import ArmPlan
 from famlab.objectives import Objective, OptimSettings, TokenIds, make_objective
 from famlab.objectives.registry import SETTINGS
 
@@ -34,7 +35,7 @@ def configured_objective(objective: ObjectiveConfig, ids: TokenIds, *, seq_len: 
                           **objective_settings(objective))
 
 
-def arm_objective(cfg: Config, ids: TokenIds) -> Objective:
+def arm_objective(cfg: ArmPlan, ids: TokenIds) -> Objective:
     """The objective a config trains: ``objective.*`` for its ``model.family`` at its ``data.seq_len`` (pretraining,
     a comparison's budget plan and its corpus check build an arm's objective here, not each from the sections)."""
     return configured_objective(cfg.objective, ids, seq_len=cfg.data.seq_len, family=cfg.model.family.value)

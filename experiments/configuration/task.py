@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from famlab.datamodules.suite import TaskSpec
 from famlab.datamodules.tasks import Task, load_task
 from famlab.experiments.configuration.config import CompareConfig, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.plans import SplitData, TaskData
 
+Tasked = TypeVar("Tasked", bound=TaskData)
 TASK_VAL_FRACTION = 0.1  # a task's validation fraction when data.val_fraction is unset (a corpus's is 0.05)
 
 
@@ -24,7 +26,7 @@ class TaskSplit(TypedDict):
     test_fraction: float
 
 
-def task_split(data: DataConfig) -> TaskSplit:
+def task_split(data: SplitData) -> TaskSplit:
     """``data.seed``, ``data.val_fraction`` (unset: :data:`TASK_VAL_FRACTION`) and ``data.test_fraction``."""
     val_fraction = data.val_fraction if data.val_fraction is not None else TASK_VAL_FRACTION
     return {"seed": data.seed, "val_fraction": val_fraction, "test_fraction": data.test_fraction}
@@ -36,12 +38,12 @@ def task_columns(spec: TaskSpec) -> dict[str, str | None]:
             "label_column": spec.label_column, "split_column": spec.split_column}
 
 
-def task_data(data: DataConfig, spec: TaskSpec) -> DataConfig:
+def task_data(data: Tasked, spec: TaskSpec) -> Tasked:
     """The data section reading the suite task ``spec`` (:func:`task_columns`)."""
     return with_values(data, task_columns(spec))
 
 
-def load_configured_task(data: DataConfig | Mapping[str, Any]) -> Task:
+def load_configured_task(data: TaskData | Mapping[str, Any]) -> Task:
     """Load ``data.task`` as the data section says (columns, split column or fractions, seed).
 
     Args:

@@ -11,9 +11,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.config import ConfigInputError, with_values
+from famlab.experiments.configuration.plans import Cached, CorpusData, ModelPlan, TokenizerData
 from famlab.experiments.configuration.run_files import RunFiles
 from famlab.experiments.plumbing.console import heartbeat_seconds
 from famlab.experiments.plumbing.launch_env import env_vars
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
     from famlab.datamodules.tokenizer import TokenizerBundle, TrainingDocuments
     from famlab.objectives import TokenIds
 
+Planned = TypeVar("Planned", bound=ModelPlan)
 
-def cache_dir(data: DataConfig) -> Path:
+
+def cache_dir(data: Cached) -> Path:
     """``data.cache_dir``, else ``$FAMLAB_CACHE``, else ``~/.cache/famlab``."""
     path = data.cache_dir or os.environ.get("FAMLAB_CACHE") or "~/.cache/famlab"
     return Path(path).expanduser()
@@ -64,7 +67,7 @@ class ProgressLine:
             self.stream.write("\n")
 
 
-def prepare_settings(data: DataConfig) -> PrepareSettings:
+def prepare_settings(data: CorpusData) -> PrepareSettings:
     """``datamodules.PrepareSettings`` from ``data.*`` (``data.val_fraction`` None: 0.05)."""
     from famlab.datamodules.prepare import PrepareSettings
 
@@ -88,7 +91,7 @@ def parallel_tokenizers() -> Iterator[None]:
         yield
 
 
-def prepared_corpus(data: DataConfig, out: Path | None = None, progress: Progress | None = None) -> PreparedDataset:
+def prepared_corpus(data: CorpusData, out: Path | None = None, progress: Progress | None = None) -> PreparedDataset:
     """``data.corpus`` as a ``datamodules.PreparedDataset``: a prepared directory opened as it is, a raw spec
     prepared once into the cache (``cache_dir/prepared/``, keyed by its files' identity and ``data.*``) or ``out``.
 
@@ -114,7 +117,7 @@ def prepared_corpus(data: DataConfig, out: Path | None = None, progress: Progres
             line.close()
 
 
-def get_bundle(data: DataConfig, corpus: TrainingDocuments | None, run_dir: Path | None = None) -> TokenizerBundle:
+def get_bundle(data: TokenizerData, corpus: TrainingDocuments | None, run_dir: Path | None = None) -> TokenizerBundle:
     """The run's tokenizer: a prepared dataset's own (``corpus`` from :func:`prepared_corpus`), else trained once per
     corpus + settings and cached, or ``data.tokenizer.path``.
 
@@ -155,7 +158,7 @@ def token_ids(bundle: TokenizerBundle) -> TokenIds:
     return TokenIds(vocab_size=bundle.vocab_size, sentinel_ids=bundle.sentinel_ids, **bundle.special_ids)
 
 
-def with_vocab(cfg: Config, vocab_size: int) -> Config:
+def with_vocab(cfg: Planned, vocab_size: int) -> Planned:
     """``cfg`` with ``model.vocab_size`` from the tokenizer (0 = unset); a different explicit value is an error."""
     if cfg.model.vocab_size not in (0, vocab_size):
         raise ConfigInputError(

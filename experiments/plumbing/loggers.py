@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.compose import flatten
-from famlab.experiments.configuration.config import CompareMatch, ModelConfig, ObjectiveConfig, WandbConfig
+from famlab.experiments.configuration.config import CompareMatch, ModelConfig, WandbConfig
+from famlab.experiments.configuration.plans import ObjectiveName
 from famlab.experiments.configuration.run_files import LAST_CKPT
 from famlab.experiments.plumbing.console import library_output
 from famlab.experiments.tracking.wandb_artifacts import log_model_mode, log_saved_checkpoint
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from lightning.pytorch.loggers import Logger
 
 
-def identity_tags(model: ModelConfig, objective: ObjectiveConfig) -> list[str]:
+def identity_tags(model: ModelConfig, objective: ObjectiveName) -> list[str]:
     """A run's own W&B tags, before ``wandb.tags``: its family, objective and position scheme."""
     return [model.family.value, str(objective.name), model.pos.value]
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as pl
-from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
+from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.plans import TrainerSetup
 from famlab.experiments.plumbing.checkpoints import PREV_NAME, save_last
 from famlab.experiments.plumbing.csv_logger import AppendingCSVLogger
 from famlab.experiments.plumbing.exits import PREEMPTED_EXIT, resume_hint, stop_exit_code
@@ -31,7 +32,7 @@ from famlab.experiments.plumbing.signals import (
 )
 
 
-def reliability_callbacks(t: TrainerConfig, seed: int, checkpoint_dir: Path) -> list[pl.Callback]:
+def reliability_callbacks(t: TrainerSetup, seed: int, checkpoint_dir: Path) -> list[pl.Callback]:
     """The callbacks every famlab fit gets (RNG states, preemption, non-finite steps); ``seed`` is the run's."""
     if t.max_bad_steps < 1:
         raise ConfigInputError(f"trainer.max_bad_steps={t.max_bad_steps} must be >= 1")

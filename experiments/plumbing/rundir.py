@@ -24,6 +24,7 @@ from famlab.experiments.analysis.results import (
 from famlab.experiments.analysis.yardsticks import read_metrics
 from famlab.experiments.configuration.compose import to_plain, to_yaml
 from famlab.experiments.configuration.config import Config, ConfigInputError
+from famlab.experiments.configuration.plans import Recorded
 from famlab.experiments.configuration.run_files import CONFIG, TOKENIZER, CompareFiles, RunFiles
 from famlab.experiments.plumbing.console import LOG_NAME, quiet_libraries
 from famlab.experiments.plumbing.launch_env import inherited_run_dir, publish_run_dir
@@ -97,8 +98,9 @@ def make_run_dir(run_dir: str | None, resume: str, name: str) -> Path:
     return path
 
 
-def write_config(run_dir: Path, cfg: Config, prov: dict[str, object]) -> dict[str, Any]:
-    """Write ``config.yaml`` (resolved config + provenance); return the plain dict that was written."""
+def write_config(run_dir: Path, cfg: Recorded, prov: dict[str, object]) -> dict[str, Any]:
+    """Write ``config.yaml`` (the whole resolved config, whatever part of it the step reads, + provenance); return
+    the plain dict that was written."""
     cfg = dataclasses.replace(cfg, provenance={**prov, "plugins": plugin_provenance(cfg.plugins)})
     if env_rank() == 0:  # only rank 0 writes files
         RunDir(run_dir).config_file.write_text(to_yaml(cfg), encoding="utf-8")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from famlab.experiments.configuration.config import GPU_ACCELERATORS, TrainerConfig
+from famlab.experiments.configuration.plans import TrainerSetup
 from famlab.experiments.perf.allocator import keep_freed_memory
 from famlab.experiments.plumbing.console import heartbeat_seconds, progress_bar
 from famlab.experiments.plumbing.launch_env import note_world
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     TrainerPlugin = Precision | ClusterEnvironment | CheckpointIO | LayerSync  # what Trainer(plugins=[...]) takes
 
 
-def precision(t: TrainerConfig) -> str:
+def precision(t: TrainerSetup) -> str:
     """``trainer.precision``; ``auto`` = bf16-mixed on a CUDA GPU with bf16, else 32-true."""
     if t.precision != "auto":
         return t.precision
@@ -32,14 +33,14 @@ def precision(t: TrainerConfig) -> str:
     return "bf16-mixed" if trains_on_cuda(t) and torch.cuda.is_bf16_supported() else "32-true"
 
 
-def trains_on_cuda(t: TrainerConfig) -> bool:
+def trains_on_cuda(t: TrainerSetup) -> bool:
     """Whether this run's training device is a CUDA GPU (one is visible and ``trainer.accelerator`` allows it)."""
     import torch
 
     return torch.cuda.is_available() and t.accelerator in GPU_ACCELERATORS
 
 
-def fp32_matmul_precision(t: TrainerConfig) -> str:
+def fp32_matmul_precision(t: TrainerSetup) -> str:
     """On a CUDA run, let fp32 matmuls use TF32 (``torch.set_float32_matmul_precision("high")``; torch's default
     ``highest`` leaves Ampere and later GPUs' tensor cores idle for them); elsewhere leave torch's setting.
     Returns the setting now in force. bf16-mixed runs most matmuls in bf16 anyway; this covers the ones autocast
@@ -51,21 +52,21 @@ def fp32_matmul_precision(t: TrainerConfig) -> str:
     return torch.get_float32_matmul_precision()
 
 
-def tune_process(t: TrainerConfig) -> None:
+def tune_process(t: TrainerSetup) -> None:
     """Process-wide settings of a training process: glibc malloc keeps freed memory, so training steps stop
     re-faulting their activations (experiments/perf/allocator.py); TF32 for fp32 matmuls on a CUDA run."""
     keep_freed_memory()
     fp32_matmul_precision(t)
 
 
-def syncs_batchnorm(t: TrainerConfig) -> bool:
+def syncs_batchnorm(t: TrainerSetup) -> bool:
     """A fine-tune's standardising head (BatchNorm) sees the global batch's statistics under DDP, as on one device.
     torch's SyncBatchNorm runs on GPUs only, so a CPU (gloo) DDP run standardises per rank (docs/scale.md)."""
     return trains_on_cuda(t) and planned_world(t) > 1
 
 
 def make_trainer(
-    t: TrainerConfig, run_dir: Path, loggers: Sequence[Logger], *, seed: int, grad_clip: float | None,
+    t: TrainerSetup, run_dir: Path, loggers: Sequence[Logger], *, seed: int, grad_clip: float | None,
     checkpoint_dir: Path, monitor: str, mode: str, max_steps: int = -1, max_epochs: int = -1,
     val_check_interval: int | None = None, limit_val_batches: int | None = None,
 ) -> Trainer:

@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 
 from famlab.experiments.configuration.compare_defaults import visible_gpus
-from famlab.experiments.configuration.config import ConfigInputError, TrainerConfig
+from famlab.experiments.configuration.config import ConfigInputError
+from famlab.experiments.configuration.plans import TrainerSetup
 
 
-def devices_per_node(t: TrainerConfig) -> int:
+def devices_per_node(t: TrainerSetup) -> int:
     """The processes Lightning starts on one node for ``trainer.devices``: a count, the length of an id list, every
     visible GPU for ``auto`` / ``-1`` on a GPU machine, one process for ``auto`` on a CPU."""
     text = str(t.devices).strip()
@@ -32,7 +33,7 @@ def devices_per_node(t: TrainerConfig) -> int:
     return len([i for i in text.strip("[]").split(",") if i.strip()])
 
 
-def planned_world(t: TrainerConfig) -> int:
+def planned_world(t: TrainerSetup) -> int:
     """Ranks the run will train on: processes per node times ``trainer.num_nodes``."""
     return devices_per_node(t) * t.num_nodes
 

@@ -29,13 +29,13 @@ from famlab.experiments.configuration.budget import (
 )
 from famlab.experiments.configuration.config import (
     CompareConfig,
-    Config,
     DataConfig,
     FinetuneConfig,
     TrainerConfig,
     with_values,
 )
 from famlab.experiments.configuration.placement import Placement
+from famlab.experiments.configuration.plans import ComparePlan
 from famlab.experiments.configuration.specs import arm_objective
 from famlab.experiments.perf.hardware import peak_flops, precision_dtype
 from famlab.experiments.plumbing.data_cache import cache_dir, prepare_settings
@@ -46,8 +46,8 @@ from famlab.families.config import ModelConfig
 from famlab.objectives import TokenIds
 
 
-def plan_budget(cmp: CompareConfig, reference: TrainerConfig, data: DataConfig, cfgs: dict[str, Config],
-                ids: TokenIds) -> tuple[Plan, dict[str, Config]]:
+def plan_budget(cmp: CompareConfig, reference: TrainerConfig, data: DataConfig, cfgs: dict[str, ComparePlan],
+                ids: TokenIds) -> tuple[Plan, dict[str, ComparePlan]]:
     """Match the budget across arms (steps or sizes); returns the plan the report states and each arm's config with
     its budget (the configs given are left as they are).
 
@@ -85,7 +85,7 @@ def plan_budget(cmp: CompareConfig, reference: TrainerConfig, data: DataConfig, 
     return plan, cfgs
 
 
-def match_sizes(cfgs: dict[str, Config], ref_arm: str) -> tuple[dict[str, Config], int]:
+def match_sizes(cfgs: dict[str, ComparePlan], ref_arm: str) -> tuple[dict[str, ComparePlan], int]:
     """``compare.match=params``: every arm's config with its model resized to the reference arm's non-embedding
     parameter count, and that count."""
     target = count_params(cfgs[ref_arm].model)[1]
@@ -94,8 +94,8 @@ def match_sizes(cfgs: dict[str, Config], ref_arm: str) -> tuple[dict[str, Config
     return sized, target
 
 
-def match_step_counts(cmp: CompareConfig, reference: TrainerConfig, cfgs: dict[str, Config],
-                      costs: dict[str, StepCost]) -> tuple[dict[str, Config], int]:
+def match_step_counts(cmp: CompareConfig, reference: TrainerConfig, cfgs: dict[str, ComparePlan],
+                      costs: dict[str, StepCost]) -> tuple[dict[str, ComparePlan], int]:
     """``compare.match=flops / tokens``: every arm's config with the steps that spend what ``trainer.max_steps``
     steps of the median-cost arm spend, its warmup and validation interval scaled to them; and that budget."""
     match, tol = cmp.match.value, cmp.tolerance
@@ -144,7 +144,7 @@ def assumed_ids(data: DataConfig) -> TokenIds:
                     **{n: i for i, n in enumerate(names)})
 
 
-def plan_lines(cmp: CompareConfig, data: DataConfig, cfgs: dict[str, Config], plan: Plan) -> list[str]:
+def plan_lines(cmp: CompareConfig, data: DataConfig, cfgs: dict[str, ComparePlan], plan: Plan) -> list[str]:
     """The budget plan as ``--dry-run`` prints it: per arm the steps, warmup and validation interval the plan sets,
     training FLOPs, corpus tokens, parameters and batch shape; then the reference and the achieved spread."""
     head = ["arm", "steps", "warmup", "val every", "FLOPs", "corpus tokens", "params", "non-emb. params",
@@ -171,8 +171,8 @@ def finetune_note(ft: FinetuneConfig, seeds: list[int]) -> str:
     return f"seeds {seeds} x grid (body/head lr) {grid}{select}: {runs} fine-tunes of {steps}"
 
 
-def job_lines(cmp: CompareConfig, cfgs: dict[str, Config], plan: Plan, tasks: list[str | None], rate: Rate | None = None
-              ) -> list[str]:
+def job_lines(cmp: CompareConfig, cfgs: dict[str, ComparePlan], plan: Plan, tasks: list[str | None],
+              rate: Rate | None = None) -> list[str]:
     """The comparison's jobs in the order they are submitted (pretraining, most FLOPs first; the scratch baselines;
     each pretrained model's probe and fine-tunes as soon as it is trained), one line each, with what each writes.
 
@@ -191,7 +191,7 @@ def job_lines(cmp: CompareConfig, cfgs: dict[str, Config], plan: Plan, tasks: li
                 lines.append(f"pretrain {arm} seed {seed}: {steps} -> {arm}-pretrain-s{seed}/, then bits per byte "
                              f"({cmp.bpb_docs} validation documents) and zero-shot ({cmp.zero_shot_items} items a "
                              "task)")
-    firsts: dict[str, Config] = {}  # a family's scratch baseline is its first arm's network
+    firsts: dict[str, ComparePlan] = {}  # a family's scratch baseline is its first arm's network
     for cfg in cfgs.values():
         firsts.setdefault(cfg.model.family.value, cfg)
     lines += [f"fine-tune {family} from scratch{_on(task)}: {finetune_note(cfg.finetune, list(cmp.scratch_seeds))} -> "

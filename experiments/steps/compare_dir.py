@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from famlab.experiments.configuration.compose import flatten, to_plain
 from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError
+from famlab.experiments.configuration.plans import ComparePlan
 from famlab.experiments.configuration.run_files import LAST_CKPT
 from famlab.experiments.plumbing.resume import RESUME_FREE_KEYS, check_directory_resume
 
@@ -32,7 +33,7 @@ def log(message: str) -> None:
     print(f"[famlab compare {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def open_dir(cmp: CompareConfig, cfgs: dict[str, Config], *, run_dir: str | None, resume: str, name: str | None,
+def open_dir(cmp: CompareConfig, cfgs: dict[str, ComparePlan], *, run_dir: str | None, resume: str, name: str | None,
              size: str | None) -> tuple[Path, bool]:
     """The comparison directory, absolute, and whether it resumes one: ``run_dir`` (or a new ``runs/compare-...``,
     named by ``name`` or the families and the ``size`` preset).
@@ -66,7 +67,7 @@ def open_dir(cmp: CompareConfig, cfgs: dict[str, Config], *, run_dir: str | None
     return path.absolute(), False
 
 
-def make_compare_dir(cmp: CompareConfig, cfgs: dict[str, Config], *, name: str | None, size: str) -> Path:
+def make_compare_dir(cmp: CompareConfig, cfgs: dict[str, ComparePlan], *, name: str | None, size: str) -> Path:
     """Absolute ``runs/compare-<name>-<timestamp>/``, created (a second comparison in the same second gets an ``x``);
     ``name`` unset: the families (and ``-objectives`` for arms of objectives) and the ``size`` preset."""
     families = list(dict.fromkeys(c.model.family.value for c in cfgs.values()))
@@ -80,12 +81,12 @@ def make_compare_dir(cmp: CompareConfig, cfgs: dict[str, Config], *, name: str |
     return comp_dir.absolute()
 
 
-def settings(cfgs: dict[str, Config]) -> dict[str, dict[str, object]]:
+def settings(cfgs: dict[str, ComparePlan]) -> dict[str, dict[str, object]]:
     """Every arm's composed config, flat (``model.dim``), as ``comparison.yaml`` stores it."""
     return {arm: flatten(to_plain(cfg)) for arm, cfg in cfgs.items()}
 
 
-def write_settings(comp_dir: Path, cfgs: dict[str, Config], presets: list[str], overrides: list[str]) -> None:
+def write_settings(comp_dir: Path, cfgs: dict[str, ComparePlan], presets: list[str], overrides: list[str]) -> None:
     """``comparison.yaml``: the command's presets and overrides, and each arm's composed config."""
     data = {"presets": list(presets), "overrides": list(overrides), "arms": settings(cfgs)}
     tmp = comp_dir / (SETTINGS_FILE + ".tmp")
@@ -93,7 +94,7 @@ def write_settings(comp_dir: Path, cfgs: dict[str, Config], presets: list[str], 
     tmp.replace(comp_dir / SETTINGS_FILE)
 
 
-def check_settings(path: Path, cfgs: dict[str, Config]) -> None:
+def check_settings(path: Path, cfgs: dict[str, ComparePlan]) -> None:
     """Refuse to resume under settings other than ``comparison.yaml``'s, naming the keys (and the arms)."""
     try:
         stored = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("arms")

@@ -21,8 +21,9 @@ from famlab.experiments.analysis.results import (
     read_failures,
 )
 from famlab.experiments.configuration.compare_defaults import visible_gpus
-from famlab.experiments.configuration.config import Config, with_values
+from famlab.experiments.configuration.config import with_values
 from famlab.experiments.configuration.placement import devices_per_job
+from famlab.experiments.configuration.plans import ComparePlan
 from famlab.experiments.plumbing import failures, process_group, workers
 from famlab.experiments.plumbing.data_cache import token_ids
 from famlab.experiments.plumbing.eval_device import eval_device
@@ -76,14 +77,15 @@ def _pretrain_one(
     return PretrainedRun(in_job_world(pretrain, run, comp_dir=c.comp_dir, evaluate=evaluate), run)
 
 
-def job_config(cfg: Config, run_dir: Path, group: str, tags: list[str], changes: Mapping[str, object]) -> Config:
+def job_config(cfg: ComparePlan, run_dir: Path, group: str, tags: list[str], changes: Mapping[str, object]
+               ) -> ComparePlan:
     """``cfg`` as one job of the comparison: ``changes`` set, in ``run_dir`` and named after it, in the comparison's
     W&B group, ``tags`` added to ``wandb.tags``."""
     return with_values(cfg, {**changes, "run_dir": str(run_dir), "name": run_dir.name, "wandb.group": group,
                              "wandb.tags": list(dict.fromkeys([*cfg.wandb.tags, *tags]))})
 
 
-def in_job_world(fn: Callable[..., T], cfg: Config, *args: object, comp_dir: Path,
+def in_job_world(fn: Callable[..., T], cfg: ComparePlan, *args: object, comp_dir: Path,
                  evaluate: Callable[[Path], ByteScore | None] | None = None) -> T:
     """``fn(job, *args)`` (a step that fits: pretraining or a fine-tune; ``job`` is ``cfg`` given the job's devices)
     on its devices (:mod:`famlab.experiments.configuration.placement`): one device in this process; several as the
@@ -108,7 +110,7 @@ def arm_tags(c: Comparison, arm: str) -> list[str]:
     return [cfg.model.family.value, str(cfg.objective.name), c.budget_tag, "compare"]
 
 
-def tune_lr(c: Comparison, arm: str) -> tuple[PretrainedRun, Config]:
+def tune_lr(c: Comparison, arm: str) -> tuple[PretrainedRun, ComparePlan]:
     """``compare.lr_grid``: pretrain the first seed at each lr and keep the lr with the lowest final validation
     loss (in ``plan.json``); returns the run at that lr, which stands for the first seed, and the arm's config with
     that lr."""
@@ -246,7 +248,7 @@ def _task_note(task: compare_suite.SuiteTask | None) -> str:
     return "" if task is None else f" on {task.spec.name}"
 
 
-def _finetune(job: Config, comp_dir: Path) -> FinetuneResult:
+def _finetune(job: ComparePlan, comp_dir: Path) -> FinetuneResult:
     """A fine-tuning job (:func:`job_config`), read back when it finished before a stop, as pretraining and probes
     are (the comparison's settings were checked when it resumed; its paths may be another cwd's)."""
     done = read_done(Path(str(job.run_dir)))
@@ -255,7 +257,7 @@ def _finetune(job: Config, comp_dir: Path) -> FinetuneResult:
     return in_job_world(finetune, job, parse_init(str(job.init)), comp_dir=comp_dir)
 
 
-def _probe(job: Config) -> ProbeResult:
+def _probe(job: ComparePlan) -> ProbeResult:
     """A probing job (:func:`job_config`)."""
     return probe(job, parse_init(str(job.init)))
 

@@ -24,8 +24,9 @@ from famlab.experiments.configuration.compare_defaults import (
     visible_gpus,
 )
 from famlab.experiments.configuration.compose import compose, parse_overrides
-from famlab.experiments.configuration.config import CompareConfig, Config, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.config import CompareConfig, ConfigInputError, DataConfig, with_values
 from famlab.experiments.configuration.placement import Placement, devices_per_job, place
+from famlab.experiments.configuration.plans import ComparePlan
 from famlab.experiments.configuration.specs import arm_objective
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing import failures
@@ -46,7 +47,7 @@ T = TypeVar("T")
 PHASES = ("pretraining", "evaluation", "fine-tuning", "probes")  # compare.json's wall time split
 STATUS_DIR = "jobs"  # each job's status file, for the live view
 
-def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[str, Config]]:
+def compose_all(presets: list[str], overrides: list[str]) -> tuple[ComparePlan, dict[str, ComparePlan]]:
     """The comparison's own config (first family) and one composed config per arm, keyed by arm name.
 
     Arms come from ``compare.families`` x ``compare.objectives`` (:func:`expand_arms`), in family order. With no size
@@ -67,7 +68,7 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
         log(f"compare.objectives gives no objective to {', '.join(kept)}: kept the preset objective")
     if base.compare.scratch_seeds is None:
         base = with_values(base, {"compare.scratch_seeds": list(base.compare.seeds)})
-    cfgs = {}
+    cfgs: dict[str, ComparePlan] = {}
     given_own: set[str] = set()  # objective.<key> settings of registered objectives' own (Entry.own)
     for family, objective in pairs:
         # objective.name follows each family's preset unless the user fixed it or compare.objectives names one
@@ -89,7 +90,7 @@ def compose_all(presets: list[str], overrides: list[str]) -> tuple[Config, dict[
     return base, cfgs
 
 
-def _check_own_settings_used(given: set[str], cfgs: dict[str, Config]) -> None:
+def _check_own_settings_used(given: set[str], cfgs: dict[str, ComparePlan]) -> None:
     """An objective's own setting reaches the arms whose objective declares it; one that no arm's objective declares
     is refused in one line, naming it and each arm's objective with its own settings."""
     unused = sorted(given - {key for cfg in cfgs.values() for key in cfg.objective.own})
@@ -99,7 +100,7 @@ def _check_own_settings_used(given: set[str], cfgs: dict[str, Config]) -> None:
         raise ConfigInputError(f"objective.{unused[0]} is a setting of no arm's objective (their own settings: {arms})")
 
 
-def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str], Config, Placement]:
+def compose_base(presets: list[str], overrides: list[str]) -> tuple[list[str], list[str], ComparePlan, Placement]:
     """The presets the comparison composes, the tiny comparison's defaults that apply
     (:func:`~famlab.experiments.configuration.compare_defaults.comparison_presets`), the comparison's own config (no
     family preset), and where its jobs run (:mod:`famlab.experiments.configuration.placement`): on a node of N >= 2
@@ -216,7 +217,7 @@ class PretrainedRun:
     """A comparison's pretraining run: its results and the config it ran with (fine-tunes start from both)."""
 
     result: PretrainResult
-    cfg: Config
+    cfg: ComparePlan
 
     @property
     def run_dir(self) -> Path:
@@ -276,8 +277,8 @@ class _Count:
 class Comparison:
     """What every step of one comparison shares once its budget is planned."""
 
-    base: Config
-    cfgs: dict[str, Config]  # arm -> config
+    base: ComparePlan
+    cfgs: dict[str, ComparePlan]  # arm -> config
     comp_dir: Path
     bpb_texts: list[str]  # the validation documents scored for bits per byte
     bundle: TokenizerBundle  # the one tokenizer of every family
@@ -306,8 +307,8 @@ class Stopped(Exception):  # noqa: N818 - how a comparison ended, not an error o
         self.comp_dir, self.cause, self.command = comp_dir, cause, command
 
 
-def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path, started: float,
-           resumed: bool) -> Comparison:
+def set_up(base: ComparePlan, cfgs: dict[str, ComparePlan], specs: list[TaskSpec] | None, comp_dir: Path,
+           started: float, resumed: bool) -> Comparison:
     """The shared tokenizer, the tasks and the budget plan: what every job of the comparison reads."""
     data, cfgs, corpus, bundle = share_tokenizer(base.data, cfgs, comp_dir, reuse=resumed)
     base = with_values(base, {"data": data})
@@ -327,15 +328,15 @@ def set_up(base: Config, cfgs: dict[str, Config], specs: list[TaskSpec] | None, 
     return comparison
 
 
-def check_corpus_fits(cfgs: dict[str, Config], corpus: PreparedDataset, bundle: TokenizerBundle) -> None:
+def check_corpus_fits(cfgs: dict[str, ComparePlan], corpus: PreparedDataset, bundle: TokenizerBundle) -> None:
     """Each arm's token streams (written now, once, as its pretraining would) hold a batch of its blocks and a
     validation block: a corpus too small fails here in one line, before any baseline or pretraining runs."""
     for cfg in cfgs.values():
         data_module(cfg.data, cfg.trainer, arm_objective(cfg, token_ids(bundle)), corpus, bundle)
 
 
-def share_tokenizer(data: DataConfig, cfgs: dict[str, Config], comp_dir: Path, reuse: bool = False
-                    ) -> tuple[DataConfig, dict[str, Config], PreparedDataset, TokenizerBundle]:
+def share_tokenizer(data: DataConfig, cfgs: dict[str, ComparePlan], comp_dir: Path, reuse: bool = False
+                    ) -> tuple[DataConfig, dict[str, ComparePlan], PreparedDataset, TokenizerBundle]:
     """The corpus and one tokenizer for every arm (trained once, cached by corpus + settings), from the comparison's
     ``data.*``; returns the settings and configs pointed at it (each arm's with the tokenizer's vocabulary and one W&B
     directory for the whole comparison), the corpus and the tokenizer: ``(data, cfgs, corpus, bundle)``.
@@ -357,8 +358,8 @@ def share_tokenizer(data: DataConfig, cfgs: dict[str, Config], comp_dir: Path, r
 
 
 def prepare_tasks(
-    cmp: CompareConfig, data: DataConfig, cfgs: dict[str, Config], specs: list[TaskSpec] | None, comp_dir: Path
-) -> tuple[dict[str, Config], list[compare_suite.SuiteTask | None]]:
+    cmp: CompareConfig, data: DataConfig, cfgs: dict[str, ComparePlan], specs: list[TaskSpec] | None, comp_dir: Path
+) -> tuple[dict[str, ComparePlan], list[compare_suite.SuiteTask | None]]:
     """The arms' configs and the fine-tuning tasks: ``[None]`` for one task (subsampled to ``compare.task_limit``
     into the compare directory, every arm's ``data.*`` pointed at it), else one prepared folder per suite task.
     ``cmp`` and ``data`` are the comparison's ``compare.*`` and ``data.*``."""
@@ -370,8 +371,8 @@ def prepare_tasks(
     return cfgs, suite
 
 
-def use_subsample(cmp: CompareConfig, data: DataConfig, cfgs: dict[str, Config], comp_dir: Path
-                  ) -> dict[str, Config]:
+def use_subsample(cmp: CompareConfig, data: DataConfig, cfgs: dict[str, ComparePlan], comp_dir: Path
+                  ) -> dict[str, ComparePlan]:
     """Write ``task.csv`` (:func:`subsample_task` of ``data.task``); returns every arm's config with its ``data.*``
     pointed at it."""
     assert cmp.task_limit is not None, "use_subsample without compare.task_limit"
@@ -393,15 +394,15 @@ def log_plan(cmp: CompareConfig, plan: Plan) -> None:
     log(f"budget spread on {cmp.match.value}: {plan.achieved_spread:.3%} (tolerance {cmp.tolerance:.0%})")
 
 
-def scratch_configs(cfgs: dict[str, Config]) -> dict[str, Config]:
+def scratch_configs(cfgs: dict[str, ComparePlan]) -> dict[str, ComparePlan]:
     """Family -> the config of its first arm: its scratch baseline (model size as budgeted; objective irrelevant)."""
-    first: dict[str, Config] = {}
+    first: dict[str, ComparePlan] = {}
     for cfg in cfgs.values():
         first.setdefault(cfg.model.family.value, cfg)
     return first
 
 
-def count_jobs(cmp: CompareConfig, cfgs: dict[str, Config], suite: list[compare_suite.SuiteTask | None]) -> int:
+def count_jobs(cmp: CompareConfig, cfgs: dict[str, ComparePlan], suite: list[compare_suite.SuiteTask | None]) -> int:
     """The progress lines the comparison will print: pretraining runs, probes, fine-tunes, scratch baselines."""
     per_seed = 1 + (bool(cmp.seeds) + cmp.probe) * len(suite)
     total = len(cfgs) * (len(cmp.pretrain_seeds) * per_seed + max(0, len(cmp.lr_grid) - 1))

@@ -39,13 +39,11 @@ from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import FinetuneResult
 from famlab.experiments.configuration.compose import to_plain
 from famlab.experiments.configuration.config import (
-    Config,
     ConfigInputError,
-    DataConfig,
     FinetuneConfig,
-    TrainerConfig,
     with_values,
 )
+from famlab.experiments.configuration.plans import FinetuneData, FinetunePlan, TrainerSetup
 from famlab.experiments.configuration.run_files import LAST_CKPT, RESULTS
 from famlab.experiments.configuration.specs import global_batch
 from famlab.experiments.plumbing.collective import from_rank_zero
@@ -147,7 +145,7 @@ def select_point(val: dict[GridPoint, dict[str, float]], mode: str) -> GridPoint
     return next(p for p in val if mean(p) == mean(best))
 
 
-def finetune(cfg: Config, init: Init) -> FinetuneResult:
+def finetune(cfg: FinetunePlan, init: Init) -> FinetuneResult:
     """Fine-tune every grid point x seed, select on validation, test the selected models once.
 
     Protocol (the same for a pretrained and a from-scratch network): every (body lr, head lr) pair of the grid
@@ -203,7 +201,7 @@ def settle_model(model: ModelConfig, dropout: float | None, init: Init) -> tuple
     return model, init.kind == "hf" and hf_pooler is not None
 
 
-def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerConfig) -> tuple[int, int]:
+def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerSetup) -> tuple[int, int]:
     """``(global, per device)``: ``finetune.batch_size`` (else ``data.batch_size``) is the global batch (every rank,
     one optimizer step); each rank loads its share per micro-batch (:func:`famlab.experiments.plumbing.world.
     per_device_batch`), so a fine-tune trains the same recipe on any number of devices."""
@@ -211,7 +209,7 @@ def batches(ft: FinetuneConfig, data_batch_size: int, t: TrainerConfig) -> tuple
     return size, per_device_batch(size, planned_world(t), t.accumulate_grad_batches, key)
 
 
-def finetune_bundle(data: DataConfig, init: Init, run_dir: Path) -> TokenizerBundle:
+def finetune_bundle(data: FinetuneData, init: Init, run_dir: Path) -> TokenizerBundle:
     """The model's tokenizer: an hf: model's own, a run's (``data.tokenizer``, which the run's settings set), or one
     trained on ``data.corpus`` for a scratch network."""
     if init.kind == "hf":
@@ -399,7 +397,7 @@ def _drop_checkpoints(checkpoint_dir: Path) -> None:
 class _Job:
     """What every fit and test of one fine-tuning command shares: config, task, tokenizer, pooling."""
 
-    def __init__(self, cfg: Config, init: Init, task: Task, bundle: TokenizerBundle, pooling: str,
+    def __init__(self, cfg: FinetunePlan, init: Init, task: Task, bundle: TokenizerBundle, pooling: str,
                  written: dict) -> None:
         self.cfg, self.init, self.task, self.bundle = cfg, init, task, bundle
         self.pooling, self.written = pooling, written

@@ -14,7 +14,8 @@ import torch
 from famlab.datamodules.tasks import Task
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.configuration.compose import PRESET_DIR, compose, cross_checks, parse_overrides, to_dataclass
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, TokenizerKind, with_values
+from famlab.experiments.configuration.config import Config, ConfigInputError, TokenizerKind, with_values
+from famlab.experiments.configuration.plans import TaskData
 from famlab.experiments.configuration.run_files import CHECKPOINTS, CONFIG, LAST_CKPT
 from famlab.experiments.configuration.task import load_configured_task
 from famlab.experiments.plumbing.rundir import RunDir
@@ -226,7 +227,7 @@ def hf_bundle(src: str, run_dir: Path) -> TokenizerBundle:
     )
 
 
-def load_task_for(d: DataConfig) -> Task:
+def load_task_for(d: TaskData) -> Task:
     """``data.task`` with the data section's column and split settings."""
     task = load_configured_task(d)
     if len(task.labels) < 2:

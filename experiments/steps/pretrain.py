@@ -15,7 +15,8 @@ from famlab.datamodules.prepare import PreparedDataset
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import ByteScore, PretrainResult
 from famlab.experiments.configuration.budget import step_cost
-from famlab.experiments.configuration.config import Config, DataConfig, ObjectiveConfig, OptimConfig, TrainerConfig
+from famlab.experiments.configuration.config import ObjectiveConfig, OptimConfig, TrainerConfig
+from famlab.experiments.configuration.plans import PretrainData, PretrainPlan
 from famlab.experiments.configuration.specs import (
     arm_objective,
     objective_name,
@@ -61,7 +62,7 @@ def unigram_log_probs(counts: np.ndarray) -> torch.Tensor:
     return (smoothed / smoothed.sum()).log().float()
 
 
-def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, objective: ObjectiveConfig, data: DataConfig
+def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, objective: ObjectiveConfig, data: PretrainData
                   ) -> dict[str, LengthRecord]:
     """Validation loss at 1x, 2x and 4x the training length, for the report and sweep summaries.
 
@@ -76,7 +77,7 @@ def length_points(net: Network, val_tokens: np.ndarray, ids: TokenIds, objective
 
 
 def pretrain(
-    cfg: Config, *, job_name: str | None = None, evaluate: Callable[[Path], ByteScore | None] | None = None
+    cfg: PretrainPlan, *, job_name: str | None = None, evaluate: Callable[[Path], ByteScore | None] | None = None
 ) -> PretrainResult:
     """Run one pretraining job; returns the results written to ``results.json``.
 
@@ -133,8 +134,8 @@ def pretrain(
     return results
 
 
-def prepare_data(cfg: Config, run_dir: Path
-                 ) -> tuple[Config, PreparedDataset, TokenizerBundle, Objective, PretrainDataModule]:
+def prepare_data(cfg: PretrainPlan, run_dir: Path
+                 ) -> tuple[PretrainPlan, PreparedDataset, TokenizerBundle, Objective, PretrainDataModule]:
     """The config with ``model.vocab_size`` from the tokenizer (what the rest of the run reads), the prepared corpus
     (``data.corpus`` prepared once into the cache by rank 0, or a prepared directory), its tokenizer, the objective
     and the data module, its token streams memory-mapped (the streams for the objective's separator written by rank 0
@@ -146,7 +147,7 @@ def prepare_data(cfg: Config, run_dir: Path
     return cfg, corpus, bundle, objective, data_module(cfg.data, cfg.trainer, objective, corpus, bundle)
 
 
-def data_module(data: DataConfig, t: TrainerConfig, objective: Objective, corpus: PreparedDataset,
+def data_module(data: PretrainData, t: TrainerConfig, objective: Objective, corpus: PreparedDataset,
                 bundle: TokenizerBundle) -> PretrainDataModule:
     """The data module of ``corpus`` encoded with ``bundle`` in ``objective``'s blocks and batches, its streams
     written by rank 0 if new and set up for fitting: a corpus too small for a batch fails here."""

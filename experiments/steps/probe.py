@@ -26,7 +26,8 @@ from famlab.datamodules.tasks import Task
 from famlab.datamodules.tokenizer import TokenizerBundle
 from famlab.experiments.analysis.results import ProbeGain, ProbeResult, ProbeScore
 from famlab.experiments.analysis.stats import above
-from famlab.experiments.configuration.config import Config, ConfigInputError, with_values
+from famlab.experiments.configuration.config import ConfigInputError, with_values
+from famlab.experiments.configuration.plans import ProbePlan
 from famlab.experiments.plumbing.data_cache import token_ids
 from famlab.experiments.plumbing.eval_device import eval_device
 from famlab.experiments.plumbing.provenance import provenance
@@ -115,7 +116,7 @@ def fit_probe(
     return ProbeScore(c=float(c), val_acc=acc, test=scores)
 
 
-def probe(cfg: Config, init: Init) -> ProbeResult:
+def probe(cfg: ProbePlan, init: Init) -> ProbeResult:
     """Probe the body ``init`` gives (a run, a checkpoint or an hf: model) and random-init bodies of its shape.
 
     Returns the results written to ``<run_dir>/results.json`` (``job: probe``).
@@ -167,7 +168,7 @@ def probe(cfg: Config, init: Init) -> ProbeResult:
     return results
 
 
-def load_body(cfg: Config, init: Init) -> tuple[Config, Network, Task, Path, TokenizerBundle]:
+def load_body(cfg: ProbePlan, init: Init) -> tuple[ProbePlan, Network, Task, Path, TokenizerBundle]:
     """``(config, network, task, run directory, tokenizer)``; an hf: model brings its own model config (and so the
     run's name)."""
     from famlab.experiments.plumbing.data_cache import get_bundle

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from famlab.experiments.analysis.results import ArmBudget
-from famlab.experiments.configuration.config import Config, with_values
+from famlab.experiments.configuration.config import with_values
+from famlab.experiments.configuration.plans import ComparePlan
 from famlab.experiments.plumbing import failures, live, plugins, workers
 from famlab.experiments.plumbing.console import quiet_libraries
 from famlab.experiments.plumbing.rundir import CompareDir, write_json
@@ -44,7 +45,7 @@ class Job:
     task: int = 0  # index into ``Comparison.suite``
     run: PretrainedRun | None = None  # the pretrained model a ``transfer`` starts from
     tune: bool = False  # ``pretrain``: choose the lr on ``compare.lr_grid`` first
-    cfg: Config | None = None  # ``pretrain``: the arm's config when it changed after the workers started (lr tuned)
+    cfg: ComparePlan | None = None  # ``pretrain``: the arm's config, when a tuned lr changed it after workers started
 
 
 @dataclasses.dataclass
@@ -53,7 +54,7 @@ class Done:
 
     phases: dict[str, float]
     run: PretrainedRun | None = None
-    tuned: tuple[Config, ArmBudget] | None = None  # (the arm's config with its lr, its plan entry)
+    tuned: tuple[ComparePlan, ArmBudget] | None = None  # (the arm's config with its lr, its plan entry)
 
 
 def run_jobs(c: Comparison) -> None:

@@ -44,7 +44,8 @@ from famlab.experiments.analysis.suite_score import (
     task_interval,
 )
 from famlab.experiments.analysis.suite_table import SuiteScoreEntry
-from famlab.experiments.configuration.config import Config, ConfigInputError, DataConfig, with_values
+from famlab.experiments.configuration.config import ConfigInputError, with_values
+from famlab.experiments.configuration.plans import FinetunePlan, TaskData
 from famlab.experiments.configuration.task import task_data, task_split
 from famlab.experiments.plumbing.data_cache import cache_dir
 from famlab.experiments.plumbing.prepare_once import env_rank
@@ -164,7 +165,7 @@ def _entry_lines(tasks_node: object, path: Path) -> list[int]:
     return [key.start_mark.line + 1 for key, _ in tasks_node.value]
 
 
-def tfidf_reference(data: DataConfig, spec: TaskSpec, task: Task) -> dict[str, float]:
+def tfidf_reference(data: TaskData, spec: TaskSpec, task: Task) -> dict[str, float]:
     """TF-IDF + logistic regression test scores of a task (:func:`famlab.experiments.analysis.baselines.tfidf`),
     cached under the cache directory by task, split and the rule (``baselines.TFIDF_RULE``)."""
     key = {"spec": dataclasses.asdict(spec), "seed": data.seed, "val_fraction": data.val_fraction,
@@ -180,7 +181,7 @@ def tfidf_reference(data: DataConfig, spec: TaskSpec, task: Task) -> dict[str, f
     return scores
 
 
-def finetune_suite(cfg: Config, init: Init, specs: list[TaskSpec]) -> FinetuneSuiteResults:
+def finetune_suite(cfg: FinetunePlan, init: Init, specs: list[TaskSpec]) -> FinetuneSuiteResults:
     """Fine-tune every task of ``specs`` in turn; returns the suite results written to ``results.json``."""
     started = time.time()
     tasks = {spec.name: load_suite_task(spec, **task_split(cfg.data)) for spec in specs}  # fail before any training

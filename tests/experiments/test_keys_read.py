@@ -7,6 +7,8 @@ the config (``compose``, ``cross_checks``, ``check_*``, ``__post_init__``), by O
 field the command itself set first (``compose_finetune`` puts the run's tokenizer settings in place). The test
 then asserts that the declared list and the recording agree: every key read is declared (else the command would
 refuse a key it uses), and every declared key is read by some scenario (else it would accept a key it ignores).
+For the commands that compose a config the list is derived from the plan their step takes
+(``configuration/plans.py``): the type checker bounds what their code can read, and this test checks that it does.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ import yaml
 from famlab.experiments.commands import cli
 from famlab.experiments.configuration import config as config_module
 from famlab.experiments.configuration.config import Config
+from famlab.experiments.configuration.plans import PreparePlan, ProbePlan
 from famlab.experiments.configuration.reads import (
     CONFIG_COMMANDS,
+    PLANS,
     READS,
     check_overrides,
     describe,
+    plan_keys,
     read_keys,
     reads,
     schema_keys,
@@ -272,6 +277,21 @@ def test_every_pattern_names_keys_of_the_schema():
         for p in READS[command]:
             bare = p.lstrip("-")
             assert bare == "*" or any(k == bare or k.startswith(bare + ".") for k in keys), (command, p)
+
+
+def test_a_plans_keys_are_its_properties_with_its_views_expanded():
+    """What a command reads is derived from the plan its step takes (configuration/plans.py): each property is a key
+    of the schema (a misspelled one would drop out of the list unseen), a view's keys are listed one by one, a
+    section-typed property is the whole section, and a key the command sets itself is not read from the user."""
+    assert set(plan_keys(PreparePlan)) == {"data.cache_dir", "data.tokenizer", "data.seed", "data.corpus",
+                                           "data.val_fraction", "run_dir"}
+    keys = schema_keys()
+    for command, plan in PLANS.items():
+        for key in plan_keys(plan):
+            assert any(k == key or k.startswith(key + ".") for k in keys), (command, key)
+    assert "data.tokenizer" in set(plan_keys(ProbePlan)) and not reads("probe", "data.tokenizer.kind")
+    assert READS["finetune"][READS["finetune"].index("trainer") + 1] == "-trainer.max_steps"
+    assert not reads("compare", "init") and reads("compare", "finetune.lr") and not reads("compare", "finetune.seeds")
 
 
 def test_every_command_that_takes_overrides_declares_what_it_reads():

@@ -6,9 +6,11 @@ runs, naming the key, the command, what the command reads and which commands rea
 checked: a preset is a bundle of settings for several commands (``tiny`` sets a pretraining and a fine-tuning
 budget), so its keys that a command does not read are simply unused.
 
-What ``pretrain``, ``finetune``, ``probe`` and ``prepare`` read follows from the types their steps take: each
-takes a plan (:mod:`famlab.experiments.configuration.plans`), the type checker refuses a read the plan does not
-name, and :func:`plan_keys` lists the keys it names. The other commands' keys are listed here.
+What the commands that compose a config read (``pretrain``, ``finetune``, ``probe``, ``compare``, ``sweep``,
+``prepare``) follows from the types their steps take: each takes a plan
+(:mod:`famlab.experiments.configuration.plans`), the type checker refuses a read the plan does not name, and
+:func:`plan_keys` lists the keys it names, less the few the command sets itself (:data:`ASSIGNED`). ``config`` reads
+every key; the option commands' options are listed here.
 
 :data:`READS` holds, per command, patterns of config keys (or, for commands that compose no config, their own
 option names):
@@ -18,8 +20,8 @@ option names):
 - ``-section.key``: not that key, although a pattern above covers it (``trainer``, ``-trainer.max_steps``);
 - ``*``: every key (``famlab config`` prints them all).
 
-The lists are what the commands read, measured: ``tests/experiments/test_keys_read.py`` runs each command on a tiny
-setup while recording every config field its code reads, and fails when a list and the recording differ. Keys a
+The lists are also measured: ``tests/experiments/test_keys_read.py`` runs each command on a tiny setup while
+recording every config field its code reads, and fails when a list and the recording differ. Keys a
 command reads only in some settings (``finetune.epochs`` without ``finetune.max_steps``, the ``wandb.*`` keys
 with W&B on) are listed: a key is read if some setting of the command reads it. ``famlab <command> --help`` prints
 the list (:func:`describe`).
@@ -131,7 +133,7 @@ READS: dict[str, tuple[str, ...]] = {
     "presets": (),
 }
 # their keys are config keys
-CONFIG_COMMANDS = ("pretrain", "finetune", "probe", "compare", "sweep", "prepare", "config")
+CONFIG_COMMANDS = (*PLANS, "config")
 _PRESETS = " (a preset may set it; an override on the command line must be a key the command reads)"
 HINTS = {"pretrain": _PRESETS, "finetune": _PRESETS, "probe": _PRESETS, "compare": _PRESETS,
          "sweep": " (a trial's settings go in the sweep file)"}

@@ -91,7 +91,7 @@ def caption(source: dict[str, Any]) -> str:
                          f"{g['p_holm']:.2g}" for g in gains)
 
     return (f"*From one run of `{source['command']}` at commit `{source['commit'][:7]}` on {source['date']} "
-            f"({machine_line(source['machine'])}; its time: [results.md]"
+            f"({machine_line(source['machine'])}; its time, and what another CPU changes: [results.md]"
             f"(docs/results.md#what-pretraining-bought-the-bundled-data)). Left, the fine-tuned test accuracy of "
             f"each pretrained family minus the same family trained from scratch: {arms(_gains(source, 'gains'))}. "
             f"Right, a linear probe of the frozen body minus random-initialised bodies: "

@@ -234,6 +234,6 @@ def test_each_family_memorises_sentences_and_picks_the_memorised_filler(make_ids
     finally:
         torch.set_num_threads(threads)
     # chance is 3 of 12. One miss is allowed: T5 can memorise its blocks and still score one middle blank's filler
-    # second, which seeds and CPUs decide (12 of 12 at each of 8 seeds here; with each sentence twice per batch,
-    # 10 to 12, and 11 at seed 0 on one CPU where another gave 12)
+    # second, which seeds and CPUs decide (measured on one CPU: each sentence 4 times per batch, 12 of 12 at each of
+    # 8 seeds; twice per batch, 10 to 12, and 11 at seed 0, where another CPU gave 12)
     assert sum(correct(items, scores, "raw")) >= len(items) - 1

@@ -83,13 +83,20 @@ def planned_reads(command: str) -> tuple[str, ...]:
     named, assigned = tuple(plan_keys(PLANS[command])), ASSIGNED.get(command, ())
 
     def covered(key: str) -> bool:
-        return _under(key, named) and not _under(key, assigned)
+        return any(_matches(key, p) for p in named) and not any(_matches(key, p) for p in assigned)
 
-    return tuple(_patterns(to_plain(schema()), "", covered))
+    return tuple(_patterns(schema_tree(), "", covered))
 
 
-def _under(key: str, patterns: tuple[str, ...]) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in patterns)
+@lru_cache(maxsize=1)
+def schema_tree() -> Mapping[str, object]:
+    """The config schema as nested plain mappings of its defaults, built once (every plan's patterns and
+    :func:`schema_keys` read it; it is not to be changed)."""
+    return to_plain(schema())
+
+
+def _matches(key: str, pattern: str) -> bool:
+    return pattern == "*" or key == pattern or key.startswith(pattern + ".")
 
 
 def _patterns(node: Mapping[str, object], prefix: str, covered: Callable[[str], bool]) -> Iterator[str]:
@@ -139,10 +146,6 @@ HINTS = {"pretrain": _PRESETS, "finetune": _PRESETS, "probe": _PRESETS, "compare
          "sweep": " (a trial's settings go in the sweep file)"}
 
 
-def _matches(key: str, pattern: str) -> bool:
-    return pattern == "*" or key == pattern or key.startswith(pattern + ".")
-
-
 def reads(command: str, key: str) -> bool:
     """Whether ``famlab <command>`` reads ``key`` (a dotted config key or option name)."""
     patterns = READS[command]
@@ -159,7 +162,7 @@ def readers(key: str) -> list[str]:
 @lru_cache(maxsize=1)
 def schema_keys() -> frozenset[str]:
     """Every dotted key of the config schema (``model.dim``, ``data.tokenizer.kind``, ``seed``)."""
-    return frozenset(flatten(to_plain(schema())))
+    return frozenset(flatten(schema_tree()))
 
 
 def read_keys(command: str) -> set[str]:
